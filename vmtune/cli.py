@@ -1,0 +1,186 @@
+"""The command line: a thin adapter over the library.
+
+Exit codes: 0 done; 1 invalid input; 2 usage; 3 the domain does not fit on the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+import tempfile
+
+from . import config as config_mod
+from . import cpuset, profiles
+from .errors import InvalidInput, VmtuneError
+from .host import Host
+from .rewrite import rewrite
+
+MAX_INPUT = 8 * 1024 * 1024
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_INPUT + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
+    if len(data) > MAX_INPUT:
+        raise InvalidInput(f"{what} {path} is larger than {MAX_INPUT // (1024 * 1024)} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{what} {path} is not UTF-8") from None
+
+
+def write_atomic(path: str, text: str, mode_from: str | None = None) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: all or nothing."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".vmtune-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        source = mode_from if mode_from and os.path.exists(mode_from) else None
+        os.chmod(tmp, os.stat(source).st_mode & 0o7777 if source else 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _host(args) -> Host:
+    if getattr(args, "host", None):
+        return Host.from_capabilities(_read(args.host, "capabilities XML"))
+    if getattr(args, "sysfs", None):
+        return Host.from_sysfs(args.sysfs)
+    return Host.probe()
+
+
+def _add_host_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--host", metavar="CAPS.xml", help="host topology from `virsh capabilities` output")
+    g.add_argument("--sysfs", metavar="DIR", help="host topology from a sysfs tree (default: this machine)")
+    p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vmtune", description="Make KVM guests fast.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    rw = sub.add_parser("rewrite", help="tune a domain XML for this host",
+                        description="Rewrite a libvirt domain XML for the host's topology.")
+    rw.add_argument("domain", metavar="DOMAIN.xml", help="domain XML file, or - for stdin")
+    out = rw.add_mutually_exclusive_group()
+    out.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT (atomically)")
+    out.add_argument("-i", "--in-place", action="store_true", help="replace DOMAIN.xml (atomically)")
+    _add_host_args(rw)
+    rw.add_argument("--profile", metavar="NAME", help="profile (default: the domain's tag, else balanced)")
+    rw.add_argument("--claim", metavar="OTHER.xml", action="append", default=[],
+                    help="another domain on this host whose CPUs, memory and hugepages are taken (repeatable)")
+    show = rw.add_mutually_exclusive_group()
+    show.add_argument("--diff", action="store_true", help="print a unified diff")
+    show.add_argument("--explain", action="store_true", help="print one line per change with its reason")
+    show.add_argument("--json", action="store_true", help="print the result as JSON")
+    rw.add_argument("--force-virtio", action="store_true",
+                    help="move Windows guests' boot disk and NICs to virtio too")
+
+    topo = sub.add_parser("topology", help="show the host's NUMA topology and reserved CPUs")
+    _add_host_args(topo)
+    topo.add_argument("--json", action="store_true", help="print as JSON")
+
+    prof = sub.add_parser("profiles", help="list the tuning profiles")
+    prof.add_argument("--config", metavar="FILE")
+    prof.add_argument("--json", action="store_true")
+    return parser
+
+
+def cmd_rewrite(args, cfg) -> int:
+    if args.in_place and args.domain == "-":
+        raise InvalidInput("-i needs a file, not stdin")
+    source = _read(args.domain, "domain XML")
+    claims = [_read(path, "claimed domain XML") for path in args.claim]
+    result = rewrite(source, _host(args), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
+    target = args.domain if args.in_place else args.output
+    if target:
+        write_atomic(target, result.xml, mode_from=args.domain if args.in_place else None)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    for warning in result.warnings:
+        print(f"vmtune: warning: {warning}", file=sys.stderr)
+    if args.diff:
+        name = "stdin" if args.domain == "-" else args.domain
+        sys.stdout.writelines(difflib.unified_diff(
+            source.splitlines(keepends=True), result.xml.splitlines(keepends=True),
+            fromfile=name, tofile=f"{name} (vmtune {result.profile})"))
+    elif args.explain:
+        print(f"profile {result.profile}: {len(result.changes)} change(s)")
+        for change in result.changes:
+            print(f"{change.element}: {change.before or '(none)'} -> {change.after or '(removed)'}")
+            print(f"    {change.reason}")
+    elif not target:
+        sys.stdout.write(result.xml)
+    return 0
+
+
+def cmd_topology(args, cfg) -> int:
+    host = _host(args)
+    reserved = cfg.reserved_cpus if cfg.reserved_cpus is not None else host.default_reserved()
+    if args.json:
+        data = host.to_dict()
+        data["reserved"] = cpuset.format(reserved)
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"arch {host.arch}  vendor {host.vendor or 'unknown'}  smt {'on' if host.smt else 'off'}  "
+          f"isolated {cpuset.format(host.isolated) or '-'}  reserved {cpuset.format(reserved) or '-'}")
+    print(f"{'node':>4}  {'cpus':<16} {'memory MiB':>10}  {'free hugepages':<22} cores (sibling threads)")
+    for cell in host.cells:
+        pages = " ".join(f"{size // 1024}M:{count}" if size < 1048576 else f"{size // 1048576}G:{count}"
+                         for size, count in sorted(cell.pages.items())) or "-"
+        cores = " ".join("(" + ",".join(map(str, core)) + ")" for core in host.cores(cell.id)) or "-"
+        print(f"{cell.id:>4}  {cpuset.format(cell.cpus) or '-':<16} {cell.memory_kib // 1024:>10}  {pages:<22} {cores}")
+    return 0
+
+
+def cmd_profiles(args, cfg) -> int:
+    rows = [profiles.load(name, cfg.profiles_dir) for name in profiles.names(cfg.profiles_dir)]
+    if args.json:
+        print(json.dumps([p.to_dict() for p in rows], indent=2))
+        return 0
+    for p in rows:
+        print(f"{p.name:<12} {p.description}")
+    return 0
+
+
+COMMANDS = {"rewrite": cmd_rewrite, "topology": cmd_topology, "profiles": cmd_profiles}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        cfg = config_mod.load(getattr(args, "config", None))
+        return COMMANDS[args.command](args, cfg)
+    except VmtuneError as exc:
+        print(f"vmtune: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""Edits: what a pass wants changed, and the one driver that applies them.
+
+A pass never touches the tree. It returns edits anchored on elements of the tree it was shown:
+
+    Set(anchor, "driver/@cache", "none", reason)    set (or, with None, remove) an attribute or text
+    Put(parent, element, reason)                    put a whole child in place of the same-tag one
+    Remove(element, reason)                         remove an element
+    Warn(message)                                   no change, a warning for the user
+
+New elements are inserted in libvirt's canonical order, so output is deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Union
+
+from lxml import etree
+
+# libvirt's order of children (virDomainDefFormat and friends); unknown tags keep their place.
+ORDER: dict[str, tuple[str, ...]] = {
+    "domain": (
+        "name", "uuid", "genid", "title", "description", "metadata", "maxMemory", "memory",
+        "currentMemory", "blkiotune", "memtune", "memoryBacking", "vcpu", "vcpus", "iothreads",
+        "iothreadids", "defaultiothread", "cputune", "numatune", "resource", "sysinfo",
+        "bootloader", "bootloader_args", "os", "idmap", "features", "cpu", "clock", "on_poweroff",
+        "on_reboot", "on_crash", "on_lockfailure", "pm", "perf", "devices", "seclabel", "keywrap",
+        "launchSecurity",
+    ),
+    "cpu": ("model", "vendor", "topology", "cache", "maxphysaddr", "feature", "numa"),
+    "cputune": (
+        "shares", "period", "quota", "global_period", "global_quota", "emulator_period",
+        "emulator_quota", "iothread_period", "iothread_quota", "vcpupin", "emulatorpin",
+        "iothreadpin", "vcpusched", "iothreadsched", "emulatorsched", "cachetune", "memorytune",
+    ),
+    "numatune": ("memory", "memnode"),
+    "memoryBacking": ("hugepages", "nosharepages", "locked", "source", "access", "allocation", "discard"),
+    "features": (
+        "acpi", "apic", "pae", "hap", "viridian", "privnet", "hyperv", "kvm", "xen", "pvspinlock",
+        "pmu", "vmport", "gic", "smm", "ioapic", "hpt", "htm", "nested-hv", "msrs", "ccf-assist",
+        "cfpc", "sbbc", "ibs", "tcg", "async-teardown", "ras", "ps2",
+    ),
+    "hyperv": (
+        "relaxed", "vapic", "spinlocks", "vpindex", "runtime", "synic", "stimer", "reset",
+        "vendor_id", "frequencies", "reenlightenment", "tlbflush", "ipi", "evmcs", "avic",
+        "emsr_bitmap", "xmm_input",
+    ),
+    "kvm": ("hidden", "hint-dedicated", "poll-control", "pv-ipi", "dirty-ring"),
+    "disk": (
+        "driver", "source", "backingStore", "backenddomain", "geometry", "blockio", "target",
+        "iotune", "boot", "readonly", "shareable", "transient", "serial", "wwn", "vendor",
+        "product", "encryption", "auth", "alias", "address",
+    ),
+    "interface": (
+        "mac", "source", "virtualport", "ip", "route", "script", "downscript", "backenddomain",
+        "target", "guest", "model", "driver", "backend", "tune", "teaming", "rom", "link",
+        "mtu", "coalesce", "bandwidth", "vlan", "port", "boot", "alias", "address", "acpi",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Set:
+    anchor: etree._Element
+    path: str  # "a/b/@attr", "@attr" or "a/b" (text)
+    value: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Put:
+    parent: etree._Element
+    element: etree._Element
+    reason: str
+
+
+@dataclass(frozen=True)
+class Remove:
+    element: etree._Element
+    reason: str
+
+
+@dataclass(frozen=True)
+class Warn:
+    message: str
+
+
+Edit = Union[Set, Put, Remove, Warn]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change made to the domain: where, what was there, what is there now, and why."""
+
+    element: str  # XPath of the element (and /@attr) touched
+    before: str | None
+    after: str | None
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"element": self.element, "before": self.before, "after": self.after, "reason": self.reason}
+
+
+def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Element, text: str | None = None) -> etree._Element:
+    """Build a detached element; attribute values are stringified, None values dropped."""
+    el = etree.Element(tag)
+    for k, v in (attrs or {}).items():
+        if v is not None:
+            el.set(k, str(v))
+    for child in children:
+        el.append(child)
+    if text is not None:
+        el.text = text
+    return el
+
+
+def show(el: etree._Element | None) -> str | None:
+    """An element as one line of XML (for change records)."""
+    if el is None:
+        return None
+    copy = etree.fromstring(etree.tostring(el))
+    for e in copy.iter():
+        if e.text is not None and not e.text.strip():
+            e.text = None
+        e.tail = None
+    return etree.tostring(copy, encoding="unicode")
+
+
+def _local(tag: object) -> str:
+    return etree.QName(tag).localname if isinstance(tag, str) else ""
+
+
+def insert(parent: etree._Element, child: etree._Element) -> None:
+    """Insert ``child`` into ``parent`` at its canonical place among the existing children."""
+    order = ORDER.get(_local(parent.tag), ())
+    name = _local(child.tag)
+    if name not in order:
+        parent.append(child)
+        return
+    rank = order.index(name)
+    position = None
+    for i, existing in enumerate(parent):
+        other = _local(existing.tag)
+        if other in order and order.index(other) <= rank:
+            position = i + 1
+        elif other in order and position is None and order.index(other) > rank:
+            position = i
+            break
+    if position is None:
+        parent.append(child)
+    else:
+        parent.insert(position, child)
+
+
+_STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
+
+
+def _walk(anchor: etree._Element, elem_path: str, create: bool) -> etree._Element | None:
+    """Follow ``a/b[@name='x']/c`` below ``anchor``, creating missing steps when ``create``."""
+    node = anchor
+    for step in [s for s in elem_path.split("/") if s and s != "."]:
+        nxt = node.find(step)
+        if nxt is None:
+            if not create:
+                return None
+            match = _STEP.match(step)
+            if match is None:
+                raise ValueError(f"cannot create path step {step!r}")
+            tag, attr, value = match.groups()
+            nxt = etree.Element(tag)
+            if attr:
+                nxt.set(attr, value)
+            insert(node, nxt)
+        node = nxt
+    return node
+
+
+def _path(el: etree._Element) -> str:
+    return el.getroottree().getpath(el)
+
+
+def apply(edit: Edit) -> Change | None:
+    """Apply one edit; return the Change it made, or None when it changed nothing."""
+    if isinstance(edit, Set):
+        elem_path, _, attr = edit.path.rpartition("@") if "@" in edit.path else (edit.path, "", "")
+        elem_path = elem_path.rstrip("/")
+        node = _walk(edit.anchor, elem_path, create=edit.value is not None)
+        if node is None:
+            return None
+        if attr:
+            before = node.get(attr)
+            if before == edit.value:
+                return None
+            if edit.value is None:
+                del node.attrib[attr]
+            else:
+                node.set(attr, edit.value)
+            return Change(f"{_path(node)}/@{attr}", before, edit.value, edit.reason)
+        before = (node.text or "").strip() or None
+        if before == edit.value:
+            return None
+        node.text = edit.value
+        return Change(_path(node), before, edit.value, edit.reason)
+    if isinstance(edit, Put):
+        old = edit.parent.find(edit.element.tag)
+        before = show(old)
+        after = show(edit.element)
+        if before == after:
+            return None
+        if old is not None:
+            old.addprevious(edit.element)
+            edit.parent.remove(old)
+        else:
+            insert(edit.parent, edit.element)
+        return Change(_path(edit.element), before, after, edit.reason)
+    if isinstance(edit, Remove):
+        parent = edit.element.getparent()
+        if parent is None:
+            return None
+        where, before = _path(edit.element), show(edit.element)
+        parent.remove(edit.element)
+        return Change(where, before, None, edit.reason)
+    return None

@@ -1,0 +1,27 @@
+"""The exceptions vmtune raises.
+
+    VmtuneError                 every error vmtune raises on purpose
+    ├── InvalidInput            the XML, a profile or the config is malformed or unsupported (exit 1)
+    │   └── Unsupported         valid XML that vmtune refuses: foreign arch, a non-kvm/qemu domain
+    └── DoesNotFit              the domain cannot be placed on this host (exit 3)
+"""
+
+
+class VmtuneError(Exception):
+    """Base class of every error vmtune raises on purpose."""
+
+    exit_code = 1
+
+
+class InvalidInput(VmtuneError):
+    """Input that vmtune cannot read: malformed XML, an unknown profile, a bad config."""
+
+
+class Unsupported(InvalidInput):
+    """Well-formed input that vmtune will not tune (another arch, a Xen or LXC domain)."""
+
+
+class DoesNotFit(VmtuneError):
+    """The domain does not fit on the host with the CPUs, memory and hugepages left."""
+
+    exit_code = 3

@@ -1,0 +1,132 @@
+"""The host's NUMA topology: nodes, their CPUs, cores, memory and free hugepages.
+
+Two loaders fill the same model and must agree for the same machine:
+``Host.from_capabilities`` reads ``virsh capabilities`` XML, ``Host.from_sysfs``
+reads the Linux sysfs layout (``Host.probe()`` is this machine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from . import cpuset
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """One online logical CPU (a hardware thread)."""
+
+    id: int
+    node: int
+    socket: int | None = None
+    die: int | None = None
+    core: int | None = None
+    siblings: frozenset[int] = frozenset()  # the threads of its physical core, itself included
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One NUMA node."""
+
+    id: int
+    cpus: tuple[int, ...] = ()  # online CPU ids, ascending
+    memory_kib: int = 0  # total memory of the node; 0 when unknown
+    pages: Mapping[int, int] = field(default_factory=dict)  # hugepage size KiB -> free pages
+    distances: Mapping[int, int] = field(default_factory=dict)  # node id -> distance
+
+
+@dataclass(frozen=True)
+class Host:
+    """A host's NUMA topology; immutable, comparable, hashable by identity only."""
+
+    arch: str
+    cells: tuple[Cell, ...]
+    cpus: Mapping[int, Cpu]  # online CPUs by id
+    isolated: frozenset[int] = frozenset()  # /sys/devices/system/cpu/isolated (isolcpus)
+    vendor: str | None = None  # "Intel", "AMD", ... when known
+
+    __hash__ = object.__hash__
+
+    # -- derived views ------------------------------------------------------------------------
+    def cell(self, node: int) -> Cell:
+        for c in self.cells:
+            if c.id == node:
+                return c
+        raise KeyError(node)
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(c.id for c in self.cells)
+
+    def core_of(self, cpu: int) -> frozenset[int]:
+        """The online threads of ``cpu``'s physical core (just ``{cpu}`` when unknown)."""
+        c = self.cpus[cpu]
+        return frozenset(s for s in (c.siblings or {cpu}) if s in self.cpus) | {cpu}
+
+    def cores(self, node: int) -> list[tuple[int, ...]]:
+        """The physical cores of ``node`` as ascending thread tuples, ordered by first thread."""
+        seen: set[int] = set()
+        out: list[tuple[int, ...]] = []
+        for cpu in self.cell(node).cpus:
+            if cpu in seen:
+                continue
+            core = tuple(sorted(t for t in self.core_of(cpu) if self.cpus[t].node == node))
+            seen.update(core)
+            out.append(core)
+        return out
+
+    @property
+    def smt(self) -> bool:
+        return any(len(self.core_of(c)) > 1 for c in self.cpus)
+
+    def default_reserved(self) -> frozenset[int]:
+        """CPUs kept for the host, the emulator and iothreads.
+
+        With ``isolcpus`` set: every online CPU that is not isolated. Otherwise the first
+        physical core (all its threads) of each NUMA node.
+        """
+        if self.isolated:
+            return frozenset(self.cpus) - self.isolated
+        out: set[int] = set()
+        for cell in self.cells:
+            cores = self.cores(cell.id)
+            if cores:
+                out.update(cores[0])
+        return frozenset(out)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready view (``vmtune topology --json``)."""
+        return {
+            "arch": self.arch,
+            "vendor": self.vendor,
+            "isolated": cpuset.format(self.isolated),
+            "nodes": [
+                {
+                    "id": c.id,
+                    "cpus": cpuset.format(c.cpus),
+                    "cores": [list(core) for core in self.cores(c.id)],
+                    "memory_kib": c.memory_kib,
+                    "free_hugepages": {str(k): v for k, v in sorted(c.pages.items())},
+                    "distances": {str(k): v for k, v in sorted(c.distances.items())},
+                }
+                for c in self.cells
+            ],
+        }
+
+    # -- loaders (implemented in vmtune/_hostload.py) -----------------------------------------
+    @classmethod
+    def from_capabilities(cls, xml: str | bytes) -> "Host":
+        from ._hostload import from_capabilities
+
+        return from_capabilities(xml)
+
+    @classmethod
+    def from_sysfs(cls, root: str = "/sys", proc: str | None = None, arch: str | None = None) -> "Host":
+        from ._hostload import from_sysfs
+
+        return from_sysfs(root, proc=proc, arch=arch)
+
+    @classmethod
+    def probe(cls) -> "Host":
+        return cls.from_sysfs("/sys")

@@ -1,0 +1,24 @@
+"""Small helpers the passes share for building elements."""
+
+from lxml import etree
+
+from ..edits import E, Put, insert
+
+
+def copy(el: etree._Element | None, tag: str, drop: tuple[str, ...] = ()) -> etree._Element:
+    """A detached copy of ``el`` (or a new ``tag``) without children named in ``drop``."""
+    new = E(tag, dict(el.attrib) if el is not None else None)
+    for child in el if el is not None else ():
+        if not isinstance(child.tag, str) or child.tag not in drop:
+            new.append(etree.fromstring(etree.tostring(child)))
+    return new
+
+
+def put_under(dom, parent_tag: str, child: etree._Element, reason: str) -> Put:
+    """Put ``child`` into the domain's ``parent_tag`` element, creating that element if needed."""
+    parent = dom.find(parent_tag)
+    if parent is None:
+        wrapper = E(parent_tag)
+        insert(wrapper, child)
+        return Put(dom.node, wrapper, reason)
+    return Put(parent, child, reason)

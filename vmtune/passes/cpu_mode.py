@@ -1,0 +1,21 @@
+"""<cpu mode>: the host's CPU as it is (host-passthrough), or TCG's widest model (maximum)."""
+
+from ..edits import Remove, Set
+
+
+def run(ctx, dom):
+    if ctx.profile.cpu_mode != "host":
+        return []
+    if ctx.kvm:
+        mode, why = "host-passthrough", "give the guest every feature of the host CPU (no model emulation)"
+    else:
+        mode, why = "maximum", "TCG cannot pass the host CPU through; 'maximum' is its widest model"
+    edits = [Set(dom.node, "cpu/@mode", mode, why)]
+    cpu = dom.find("cpu")
+    if cpu is not None:
+        edits.append(Set(cpu, "@match", None, f"'match' applies to custom models only, not {mode}"))
+        for child in ("model", "vendor"):
+            el = cpu.find(child)
+            if el is not None:
+                edits.append(Remove(el, f"a CPU <{child}> has no meaning with mode {mode}"))
+    return edits

@@ -1,0 +1,106 @@
+"""Disks: virtio-blk with vdX names, cache='none' io='native'; emptied SCSI controllers go."""
+
+from ..edits import Remove, Set, Warn
+from ..model import Disk
+
+NATIVE_IO_TYPES = ("file", "block", "volume")
+# Target attributes and children that only emulated buses accept.
+EMULATED_ONLY_ATTRS = ("removable", "rotation_rate")
+EMULATED_ONLY_CHILDREN = ("wwn", "vendor", "product")
+
+
+def _letters(i: int) -> str:
+    out = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        out = chr(ord("a") + r) + out
+    return out
+
+
+def boot_disk(dom) -> Disk | None:
+    disks = [d for d in dom.disks if d.effective_device == "disk"]
+    ordered = [d for d in disks if d.boot_order is not None]
+    if ordered:
+        return min(ordered, key=lambda d: d.boot_order)
+    return disks[0] if disks else None
+
+
+def moving(ctx, dom) -> list[Disk]:
+    """The disks this pass moves to virtio."""
+    if not ctx.profile.devices_virtio:
+        return []
+    keep = boot_disk(dom) if dom.is_windows and not ctx.force_virtio else None
+    return [
+        d for d in dom.disks
+        if d.effective_device == "disk" and d.bus in Disk.REMAP_BUSES
+        and (keep is None or d.node is not keep.node)
+    ]
+
+
+def _scsi_users(dom, moved: set) -> dict[int, int]:
+    users: dict[int, int] = {}
+    for el in list(dom.iter("devices/disk")) + list(dom.iter("devices/hostdev")):
+        if el in moved:
+            continue
+        disk = Disk(el)
+        if disk.address_type == "drive" or (el.tag == "disk" and disk.bus == "scsi"):
+            if disk.bus == "scsi" or el.tag == "hostdev":
+                idx = disk.controller or 0
+                users[idx] = users.get(idx, 0) + 1
+    return users
+
+
+def run(ctx, dom):
+    edits = []
+    move = moving(ctx, dom)
+    if dom.is_windows and not ctx.force_virtio and ctx.profile.devices_virtio:
+        keep = boot_disk(dom)
+        if keep is not None and keep.bus in Disk.REMAP_BUSES:
+            edits.append(Warn(f"Windows guest: boot disk {keep.dev} stays on {keep.bus} (the guest may lack "
+                              "virtio drivers); install them and use --force-virtio"))
+    used = {d.dev for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.dev}
+    names = (f"vd{_letters(i)}" for i in range(18278))
+    for disk in move:
+        name = next(n for n in names if n not in used)
+        used.add(name)
+        why = f"{disk.bus} is emulated; virtio-blk is the paravirtual disk"
+        edits.append(Set(disk.node, "target/@bus", Disk.BUS_VIRTIO, why))
+        edits.append(Set(disk.node, "target/@dev", name, f"virtio disks are named vdX ({disk.dev} -> {name})"))
+        for attr in EMULATED_ONLY_ATTRS:
+            edits.append(Set(disk.node, f"target/@{attr}", None, f"'{attr}' is for emulated buses only"))
+        for child in EMULATED_ONLY_CHILDREN:
+            el = disk.node.find(child)
+            if el is not None:
+                edits.append(Remove(el, f"<{child}> is for emulated buses only"))
+        addr = disk.node.find("address")
+        if addr is not None:
+            edits.append(Remove(addr, f"the {disk.bus} address does not apply on virtio; libvirt assigns a PCI slot"))
+    edits.extend(_driver(ctx, dom))
+    moved = {d.node for d in move}
+    users = _scsi_users(dom, moved)
+    before = _scsi_users(dom, set())
+    for ctl in dom.controllers:
+        idx = ctl.index or 0
+        if ctl.type == "scsi" and before.get(idx) and not users.get(idx):
+            edits.append(Remove(ctl.node, f"SCSI controller {idx} has no devices left after the move to virtio"))
+    return edits
+
+
+def _driver(ctx, dom):
+    p = ctx.profile
+    edits = []
+    for disk in dom.disks:
+        if disk.effective_device != "disk" or disk.type in ("vhostuser", "nvme"):
+            continue
+        if p.devices_disk_cache != "keep":
+            edits.append(Set(disk.node, "driver/@cache", p.devices_disk_cache,
+                             "cache='none' bypasses the host page cache: no double caching, no host flush stalls"))
+        cache = p.devices_disk_cache if p.devices_disk_cache != "keep" else disk.cache
+        if p.devices_disk_io != "keep" and (disk.type or "file") in NATIVE_IO_TYPES:
+            if p.devices_disk_io != "native" or cache in ("none", "directsync"):
+                edits.append(Set(disk.node, "driver/@io", p.devices_disk_io,
+                                 "Linux native AIO submits guest I/O without a userspace thread pool"))
+        if disk.driver_name is None and edits and getattr(edits[-1], "anchor", None) is disk.node:
+            edits.append(Set(disk.node, "driver/@name", "qemu", "the disk driver is qemu's"))
+    return edits

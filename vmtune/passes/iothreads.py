@@ -1,0 +1,45 @@
+"""IOThreads: at least one per guest NUMA cell, and every virtio disk assigned to one."""
+
+from ..edits import E, Put, Set
+from ..model import Disk
+
+
+def _valid(disk: Disk, ids: list[int]) -> bool:
+    return disk.iothread_queues or (disk.iothread is not None and disk.iothread in ids)
+
+
+def wanted(ctx, dom) -> int:
+    """How many iothreads the domain should have (0: leave them alone)."""
+    disks = [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type not in ("vhostuser",)]
+    if not ctx.profile.devices_iothreads or not disks:
+        return 0
+    return max(1, len(ctx.placement.cells), dom.iothreads, len(dom.iothread_ids()) if dom.find("iothreadids") is not None else 0)
+
+
+def run(ctx, dom):
+    count = wanted(ctx, dom)
+    if not count:
+        return []
+    edits = [Set(dom.node, "iothreads", str(count),
+                 "a dedicated iothread per guest NUMA cell takes disk I/O off the vCPU and main loop threads")]
+    listed = dom.find("iothreadids")
+    ids = dom.iothread_ids() if listed is not None else list(range(1, count + 1))
+    if listed is not None and len(ids) < count:
+        new = E("iothreadids")
+        for old in listed:
+            new.append(E(old.tag, dict(old.attrib)))
+        nxt = max(ids, default=0) + 1
+        while len(ids) < count:
+            new.append(E("iothread", {"id": nxt}))
+            ids.append(nxt)
+            nxt += 1
+        edits.append(Put(dom.node, new, f"iothreadids must list all {count} iothreads"))
+    virtio = [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type not in ("vhostuser",)]
+    for i, disk in enumerate(virtio):
+        if _valid(disk, ids):
+            continue
+        edits.append(Set(disk.node, "driver/@iothread", str(ids[i % len(ids)]),
+                         "serve this disk from an iothread (every disk gets one; none is left idle)"))
+        if disk.driver_name is None:
+            edits.append(Set(disk.node, "driver/@name", "qemu", "the disk driver is qemu's"))
+    return edits

@@ -1,0 +1,28 @@
+"""NICs: virtio-net with vhost and one queue per vCPU (at most max_queues)."""
+
+from ..edits import Set, Warn
+from ..model import Interface
+
+
+def run(ctx, dom):
+    p = ctx.profile
+    if not p.devices_virtio:
+        return []
+    edits = []
+    queues = min(dom.vcpus, p.devices_max_queues)
+    for nic in dom.interfaces:
+        if nic.type not in Interface.TUNED_TYPES:
+            continue
+        if dom.is_windows and not ctx.force_virtio:
+            if not (nic.model or "").startswith("virtio"):
+                edits.append(Warn(f"Windows guest: NIC {nic.mac or ''} keeps model {nic.model or 'default'} "
+                                  "(the guest may lack virtio drivers); use --force-virtio"))
+                continue
+        if not (nic.model or "").startswith("virtio"):
+            edits.append(Set(nic.node, "model/@type", "virtio",
+                             f"{nic.model or 'the default model'} is emulated; virtio-net is paravirtual"))
+        if p.devices_vhost:
+            edits.append(Set(nic.node, "driver/@name", "vhost", "vhost-net moves packet processing into the host kernel"))
+            edits.append(Set(nic.node, "driver/@queues", str(queues) if queues > 1 else None,
+                             f"multiqueue: one queue per vCPU (up to {p.devices_max_queues}) spreads packets over vCPUs"))
+    return edits

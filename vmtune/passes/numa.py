@@ -1,0 +1,77 @@
+"""<numatune> and guest NUMA cells: memory bound to the nodes the vCPUs run on."""
+
+from .. import cpuset
+from ..edits import E, Put, Remove, Set
+from ._xml import copy, put_under
+
+CELL_ATTRS = ("memAccess", "discard")
+
+
+def _memory(dom, total_kib: int, reason: str):
+    if dom.memory_kib == total_kib:
+        return []
+    return [Set(dom.node, "memory", str(total_kib), reason), Set(dom.node, "memory/@unit", "KiB", reason)]
+
+
+def dedicated(ctx, dom):
+    pl = ctx.placement
+    nodes = cpuset.format(pl.nodes)
+    new = E("numatune", None, E("memory", {"mode": "strict", "nodeset": nodes}))
+    for cell in pl.cells:
+        new.append(E("memnode", {"cellid": cell.id, "mode": "strict", "nodeset": cell.node}))
+    where = "the vCPUs' node" if len(pl.nodes) == 1 else "each guest cell's host node"
+    edits = [Put(dom.node, new, f"bind guest memory to {where} ({nodes}): no remote memory access")]
+    old_cells = {c.id: c.node for c in dom.cells}
+    numa = dom.find("cpu/numa")
+    if pl.cells:
+        guest = E("numa")
+        for cell in pl.cells:
+            source = old_cells.get(cell.id, old_cells.get(0))
+            extra = {a: source.get(a) for a in CELL_ATTRS if source is not None and source.get(a)}
+            guest.append(E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus),
+                                    "memory": cell.memory_kib, "unit": "KiB", **extra}))
+        why = (f"guest NUMA cells mirror the {len(pl.nodes)} host nodes the vCPUs span"
+               if len(pl.cells) > 1 else "one guest cell on one host node (kept for memory hotplug or as before)")
+        edits.append(put_under(dom, "cpu", guest, why))
+        total = sum(c.memory_kib for c in pl.cells) + dom.dimm_kib
+        edits.extend(_memory(dom, total, "memory equals the sum of the guest cells"))
+    elif numa is not None:
+        edits.append(Remove(numa, "all vCPUs and memory sit on one host node: one guest node is the truth"))
+        edits.extend(_memory(dom, dom.boot_memory_kib + dom.dimm_kib, "memory keeps the size the guest cells had"))
+    return edits
+
+
+def node(ctx, dom):
+    pl = ctx.placement
+    target = cpuset.format(pl.nodes)
+    new = E("numatune", None, E("memory", {"mode": "strict", "nodeset": target}))
+    for cell in dom.cells:
+        new.append(E("memnode", {"cellid": cell.id, "mode": "strict", "nodeset": target}))
+    return [Put(dom.node, new, f"keep memory on node {target}, where the vCPUs run")]
+
+
+def clamp(ctx, dom):
+    """Floating domains: nodesets that name nodes this host lacks are fixed, nothing else."""
+    old = dom.find("numatune")
+    if old is None:
+        return []
+    host_nodes = frozenset(ctx.host.node_ids)
+    new = copy(old, "numatune")
+    changed = False
+    for el in new:
+        if el.get("nodeset") is None:
+            continue
+        nodes = cpuset.parse(el.get("nodeset"))
+        if not nodes <= host_nodes:
+            el.set("nodeset", cpuset.format((nodes & host_nodes) or host_nodes))
+            changed = True
+    return [Put(dom.node, new, "the nodeset named NUMA nodes this host does not have")] if changed else []
+
+
+def run(ctx, dom):
+    mode = ctx.placement.mode
+    if mode == "dedicated":
+        return dedicated(ctx, dom)
+    if mode == "node" and ctx.placement.nodes:
+        return node(ctx, dom)
+    return clamp(ctx, dom)

@@ -1,0 +1,102 @@
+"""<vcpu> and <cputune>: dedicated pins, or a cpuset that keeps floating vCPUs off others' cores."""
+
+from lxml import etree
+
+from .. import cpuset
+from ..edits import E, Put, Remove, Set, insert
+
+PINS = ("vcpupin", "emulatorpin", "iothreadpin")
+
+
+def _clamp(cpus: frozenset[int], allowed: frozenset[int]) -> frozenset[int]:
+    inside = cpus & allowed
+    return inside if inside else allowed
+
+
+def _cputune(dom, drop: tuple[str, ...]) -> etree._Element:
+    new = E("cputune")
+    old = dom.find("cputune")
+    if old is not None:
+        for child in old:
+            if not isinstance(child.tag, str) or child.tag not in drop:
+                new.append(etree.fromstring(etree.tostring(child)))
+    return new
+
+
+def _put_cputune(dom, new, reason):
+    old = dom.find("cputune")
+    if len(new) == 0:
+        return [Remove(old, reason)] if old is not None else []
+    return [Put(dom.node, new, reason)]
+
+
+def dedicated(ctx, dom):
+    pl = ctx.placement
+    p = ctx.profile
+    edits = [
+        Set(dom.node, "vcpu/@placement", "static", "every vCPU is pinned explicitly"),
+        Set(dom.node, "vcpu/@cpuset", None, "per-vCPU pins replace the domain-wide cpuset"),
+    ]
+    drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" else ())
+    new = _cputune(dom, drop)
+    for vcpu, cpu in enumerate(pl.pins):
+        insert(new, E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}))
+    insert(new, E("emulatorpin", {"cpuset": cpuset.format(pl.emulator)}))
+    node_of_cell = [c.node for c in pl.cells] or list(pl.nodes)
+    for i, iothread in enumerate(dom.iothread_ids()):
+        node = node_of_cell[i % len(node_of_cell)]
+        local = pl.emulator & frozenset(ctx.host.cell(node).cpus)
+        insert(new, E("iothreadpin", {"iothread": iothread, "cpuset": cpuset.format(local or pl.emulator)}))
+    if p.cpu_scheduler != "none":
+        insert(new, E("vcpusched", {"vcpus": cpuset.format(range(len(pl.pins))),
+                                    "scheduler": p.cpu_scheduler, "priority": p.cpu_priority}))
+    nodes = cpuset.format(pl.nodes)
+    reason = (f"dedicated host CPUs on node {nodes}: one per vCPU, on cores nobody else runs on; "
+              f"emulator and iothreads on the non-dedicated CPUs {cpuset.format(pl.emulator)}")
+    return edits + _put_cputune(dom, new, reason)
+
+
+def shared(ctx, dom):
+    """node and float: a cpuset for the vCPUs, and existing pins kept inside it."""
+    pl = ctx.placement
+    allowed = pl.cpuset if pl.cpuset is not None else frozenset(ctx.host.cpus)
+    online = frozenset(ctx.host.cpus)
+    edits = []
+    current = dom.vcpu_cpuset
+    if pl.mode == "node":
+        target = pl.cpuset
+        why = f"vCPUs stay on node {cpuset.format(pl.nodes)} with their memory, off other domains' dedicated cores" if pl.nodes else "vCPUs stay off other domains' dedicated cores"
+    elif pl.cpuset is not None:
+        target = _clamp(current, allowed) if current else allowed
+        why = "keep floating vCPUs off the cores other domains hold as dedicated"
+    elif current and not current <= online:
+        target = _clamp(current, online)
+        why = "the cpuset named CPUs this host does not have"
+    else:
+        target = None
+    if target is not None:
+        value = None if target == online else cpuset.format(target)
+        if value is not None or current:
+            edits.append(Set(dom.node, "vcpu/@cpuset", value, why))
+        if dom.vcpu_placement == "auto":
+            edits.append(Set(dom.node, "vcpu/@placement", "static", "numad placement would ignore the cpuset"))
+    old = dom.find("cputune")
+    if old is not None:
+        new = _cputune(dom, ())
+        changed = False
+        for el in new:
+            if el.tag in PINS and el.get("cpuset") is not None:
+                pins = cpuset.parse(el.get("cpuset"))
+                fixed = _clamp(pins, allowed & online)
+                if fixed != pins:
+                    el.set("cpuset", cpuset.format(fixed))
+                    changed = True
+        if changed:
+            edits.extend(_put_cputune(dom, new, "pins moved off CPUs that are dedicated to other domains or absent"))
+    return edits
+
+
+def run(ctx, dom):
+    if ctx.placement.mode == "dedicated":
+        return dedicated(ctx, dom)
+    return shared(ctx, dom)

@@ -1,0 +1,21 @@
+"""The vmtune tag in <metadata>: the profile this domain was tuned with (the hook reads it)."""
+
+from lxml import etree
+
+from ..edits import Put, Set
+from ..model import NSMAP, TAG
+
+
+def run(ctx, dom):
+    reason = f"tag the domain with the profile it was tuned for ({ctx.profile.name}); the hook reads it"
+    tag = dom.tag
+    if tag is not None:
+        return [Set(tag, "@profile", ctx.profile.name, reason)]
+    new = etree.Element(TAG, nsmap=NSMAP)
+    new.set("profile", ctx.profile.name)
+    metadata = dom.find("metadata")
+    if metadata is None:
+        metadata = etree.Element("metadata")
+        metadata.append(new)
+        return [Put(dom.node, metadata, reason)]
+    return [Put(metadata, new, reason)]

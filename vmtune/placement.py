@@ -1,0 +1,260 @@
+"""Choosing host nodes, CPUs and hugepages for one domain, given what others hold.
+
+Pure functions of (host, reserved CPUs, ledger, request). A dedicated vCPU gets a host CPU on a
+physical core that nobody else uses: not the host's reserved cores, not a core that holds
+another domain's dedicated CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from . import cpuset
+from .claims import Ledger
+from .errors import DoesNotFit
+from .host import Host
+
+MIB = 1024
+
+
+@dataclass(frozen=True)
+class GuestCell:
+    id: int
+    node: int
+    vcpus: tuple[int, ...]
+    memory_kib: int
+
+
+@dataclass(frozen=True)
+class Request:
+    vcpus: int
+    memory_kib: int
+    smt: str = "threads"  # or "isolate"
+    hugepages: bool = True
+    spread: bool = True
+    cell_when_single: bool = False  # keep one guest NUMA cell when everything fits on one node
+
+
+@dataclass(frozen=True)
+class Placement:
+    mode: str  # "dedicated", "node" or "float"
+    nodes: tuple[int, ...] = ()
+    pins: tuple[int, ...] = ()  # host CPU of each vCPU (dedicated)
+    cells: tuple[GuestCell, ...] = ()
+    emulator: frozenset[int] = frozenset()  # emulator and iothreads (dedicated)
+    cpuset: frozenset[int] | None = None  # where floating vCPUs may run (node, float)
+    hugepage_kib: int | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "nodes": list(self.nodes),
+            "vcpupins": {str(v): c for v, c in enumerate(self.pins)},
+            "cells": [
+                {"id": c.id, "node": c.node, "vcpus": cpuset.format(c.vcpus), "memory_kib": c.memory_kib}
+                for c in self.cells
+            ],
+            "emulator": cpuset.format(self.emulator),
+            "cpuset": None if self.cpuset is None else cpuset.format(self.cpuset),
+            "hugepage_kib": self.hugepage_kib,
+        }
+
+
+def taken_cores(host: Host, cpus: frozenset[int]) -> frozenset[int]:
+    """Every online thread of every core that holds one of ``cpus``."""
+    out: set[int] = set()
+    for cpu in cpus:
+        out |= host.core_of(cpu) if cpu in host.cpus else {cpu}
+    return frozenset(out)
+
+
+def free_cores(host: Host, node: int, blocked: frozenset[int]) -> list[tuple[int, ...]]:
+    """Cores of ``node`` with no thread in ``blocked``; whole cores first, then by first thread."""
+    cores = [c for c in host.cores(node) if not blocked.intersection(c)]
+    return sorted(cores, key=lambda c: (-len(c), c[0]))
+
+
+def _capacity(cores: list[tuple[int, ...]], smt: str) -> int:
+    return len(cores) if smt == "isolate" else sum(len(c) for c in cores)
+
+
+def _take(cores: list[tuple[int, ...]], count: int, smt: str) -> list[int]:
+    out: list[int] = []
+    for core in cores:
+        threads = core[:1] if smt == "isolate" else core
+        out.extend(threads[: count - len(out)])
+        if len(out) == count:
+            break
+    return out
+
+
+def _normal_free(host: Host, ledger: Ledger, node: int) -> int | None:
+    cell = host.cell(node)
+    if not cell.memory_kib:
+        return None  # unknown
+    pool = sum(size * count for size, count in cell.pages.items())
+    return cell.memory_kib - pool - ledger.memory.get(node, 0)
+
+
+def _pages_free(host: Host, ledger: Ledger, node: int, size: int) -> int:
+    return host.cell(node).pages.get(size, 0) - ledger.hugepages.get((node, size), 0)
+
+
+def _backing(host: Host, ledger: Ledger, split: list[tuple[int, int]]) -> int | None:
+    """The largest hugepage size that backs every (node, KiB) of ``split``, or None."""
+    sizes = sorted({s for c in host.cells for s in c.pages}, reverse=True)
+    for size in sizes:
+        if all(kib % size == 0 and _pages_free(host, ledger, node, size) >= kib // size for node, kib in split):
+            return size
+    return None
+
+
+def _split_memory(total: int, shares: list[int], granule: int) -> list[int]:
+    n = sum(shares)
+    parts = [(total * s // n) // granule * granule for s in shares]
+    parts[-1] += total - sum(parts)
+    return parts
+
+
+def _memory_fit(host: Host, ledger: Ledger, nodes: tuple[int, ...], shares: list[int], req: Request):
+    """(hugepage size or None, memory per node) when memory fits, else None."""
+    sizes = sorted({s for c in host.cells for s in c.pages}, reverse=True) if req.hugepages else []
+    for size in sizes:
+        if req.memory_kib % size:
+            continue
+        parts = _split_memory(req.memory_kib, shares, size)
+        if all(p > 0 for p in parts) and _backing(host, ledger, list(zip(nodes, parts))) == size:
+            return size, parts
+    parts = _split_memory(req.memory_kib, shares, MIB)
+    for node, kib in zip(nodes, parts):
+        free = _normal_free(host, ledger, node)
+        if free is not None and free < kib:
+            return None
+    return None, parts
+
+
+def _distance(host: Host, nodes: tuple[int, ...]) -> int:
+    return sum(host.cell(a).distances.get(b, 0) for a, b in combinations(nodes, 2))
+
+
+def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request) -> Placement:
+    """Place ``req.vcpus`` dedicated vCPUs and their memory on the fewest nodes."""
+    blocked = taken_cores(host, ledger.dedicated) | taken_cores(host, reserved)
+    cores = {c.id: free_cores(host, c.id, blocked) for c in host.cells if c.cpus}
+    caps = {n: _capacity(cs, req.smt) for n, cs in cores.items()}
+    n = req.vcpus
+    for k in range(1, len(cores) + 1):
+        best = None
+        for nodes in combinations(sorted(cores), k):
+            for shares in _shares(n, [caps[x] for x in nodes]):
+                fit = _memory_fit(host, ledger, nodes, shares, req)
+                if fit is None:
+                    continue
+                size, parts = fit
+                free = sum(caps[x] for x in nodes)
+                key = (size is None, any(a != shares[0] for a in shares), _distance(host, nodes),
+                       -free if req.spread else free, nodes)
+                if best is None or key < best[0]:
+                    best = (key, nodes, shares, size, parts)
+        if best is not None:
+            _, nodes, shares, size, parts = best
+            return _build(host, reserved, blocked, cores, req, nodes, shares, size, parts)
+    total = sum(caps.values())
+    unit = "cores" if req.smt == "isolate" else "CPUs"
+    if total >= n:
+        raise DoesNotFit(
+            f"{n} dedicated vCPUs fit ({total} free {unit}) but {req.memory_kib} KiB of memory does not: "
+            "no node has that much normal memory or matching free hugepages left"
+        )
+    raise DoesNotFit(
+        f"{n} dedicated vCPUs do not fit: {total} free {unit} outside the reserved set "
+        f"({cpuset.format(reserved) or 'none'}) and other domains' dedicated CPUs"
+    )
+
+
+def _shares(n: int, caps: list[int]) -> list[list[int]]:
+    """vCPU counts per node: an even split first, then the greedy uneven one."""
+    k = len(caps)
+    out: list[list[int]] = []
+    if n % k == 0 and all(c >= n // k for c in caps):
+        out.append([n // k] * k)
+    if k > 1 and sum(caps) >= n:
+        left, uneven = n, []
+        for i, c in enumerate(caps):
+            rest = k - i - 1
+            take = min(c, left - rest)
+            uneven.append(take)
+            left -= take
+        if left == 0 and all(x > 0 for x in uneven) and uneven not in out:
+            out.append(uneven)
+    return out
+
+
+def _build(host, reserved, blocked, cores, req, nodes, shares, size, parts) -> Placement:
+    pins: list[int] = []
+    cells: list[GuestCell] = []
+    for cell_id, (node, share, kib) in enumerate(zip(nodes, shares, parts)):
+        first = len(pins)
+        pins.extend(_take(cores[node], share, req.smt))
+        cells.append(GuestCell(cell_id, node, tuple(range(first, len(pins))), kib))
+    if len(nodes) == 1 and not req.cell_when_single:
+        cells = []
+    warnings = []
+    if req.hugepages and size is None:
+        warnings.append(
+            f"no hugepages: node(s) {cpuset.format(nodes)} lack enough free hugepages of a size "
+            f"that divides {req.memory_kib} KiB; memory stays on normal pages"
+        )
+    if any(not host.cell(x).memory_kib for x in nodes):
+        warnings.append(f"memory size of node(s) {cpuset.format(nodes)} is unknown; memory fit not checked")
+    return Placement(
+        mode="dedicated",
+        nodes=tuple(nodes),
+        pins=tuple(pins),
+        cells=tuple(cells),
+        emulator=_emulator(host, reserved, blocked, nodes, frozenset(pins)),
+        hugepage_kib=size,
+        warnings=tuple(warnings),
+    )
+
+
+def _emulator(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes, pins: frozenset[int]) -> frozenset[int]:
+    """Non-dedicated CPUs for the emulator and iothreads: the node(s)' reserved CPUs first."""
+    local = frozenset(c for x in nodes for c in host.cell(x).cpus)
+    dedicated_elsewhere = blocked - reserved
+    for choice in (reserved & local, local - dedicated_elsewhere - pins,
+                   reserved & frozenset(host.cpus), frozenset(host.cpus) - dedicated_elsewhere - pins):
+        choice = choice - pins
+        if choice:
+            return choice
+    raise DoesNotFit("no CPU is left for the emulator and iothreads outside the dedicated vCPUs")
+
+
+def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placement:
+    """Floating vCPUs: kept off dedicated cores; with ``one_node``, on one node with its memory."""
+    free = frozenset(host.cpus) - taken_cores(host, ledger.dedicated)
+    if not free:
+        raise DoesNotFit("every host CPU is dedicated to another domain; nothing is left to share")
+    if not one_node:
+        return Placement(mode="float", cpuset=free if ledger.dedicated else None)
+    best = None
+    for cell in host.cells:
+        local = free & frozenset(cell.cpus)
+        if not local:
+            continue
+        avail = _normal_free(host, ledger, cell.id)
+        if avail is not None and avail < req.memory_kib:
+            continue
+        key = (-len(local) if req.spread else len(local), cell.id)
+        if best is None or key < best[0]:
+            best = (key, cell.id, local)
+    if best is None:
+        return Placement(
+            mode="node",
+            cpuset=free,
+            warnings=(f"{req.memory_kib // MIB} MiB does not fit on one node; vCPUs and memory are not bound to a node",),
+        )
+    _, node, local = best
+    return Placement(mode="node", nodes=(node,), cpuset=local)

@@ -1,0 +1,107 @@
+"""Tuning profiles: TOML data (vmtune/profiles/*.toml and the user's directory) as Profile."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+from . import schema
+from .errors import InvalidInput
+
+USER_DIR = "/etc/vmtune/profiles"
+DEFAULT = "balanced"
+BUILTIN = ("balanced", "latency", "realtime", "throughput")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything a profile decides, flattened as ``section_key``."""
+
+    name: str
+    description: str = ""
+    host_tuning: bool = False
+    cpu_mode: str = "keep"
+    cpu_pinning: str = "float"
+    cpu_smt: str = "threads"
+    cpu_scheduler: str = "none"
+    cpu_priority: int = 1
+    cpu_pmu: str = "keep"
+    cpu_kvm_hint_dedicated: bool = False
+    cpu_kvm_poll_control: bool = False
+    memory_hugepages: bool = False
+    memory_nosharepages: bool = False
+    memory_locked: bool = False
+    memory_balloon: str = "keep"
+    devices_virtio: bool = False
+    devices_disk_cache: str = "keep"
+    devices_disk_io: str = "keep"
+    devices_iothreads: bool = False
+    devices_vhost: bool = False
+    devices_max_queues: int = 8
+    guest_hpet: str = "keep"
+    guest_kvmclock: str = "keep"
+    guest_hyperv: bool = False
+
+    @property
+    def dedicated(self) -> bool:
+        return self.cpu_pinning == "dedicated"
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _flatten(data: dict) -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update({f"{key}_{k}": v for k, v in value.items()})
+        elif key != "inherit":
+            out[key] = value
+    return out
+
+
+def _source(name: str, user_dir: str | None) -> tuple[str, str]:
+    """(text, where) of profile ``name``: the user's directory first, then the built-ins."""
+    if not name or "/" in name or name.startswith("."):
+        raise InvalidInput(f"bad profile name {name!r}")
+    user = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR)) / f"{name}.toml"
+    try:
+        return user.read_text("utf-8"), str(user)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise InvalidInput(f"cannot read profile {user}: {exc.strerror}") from None
+    builtin = resources.files("vmtune").joinpath("profiles").joinpath(f"{name}.toml")
+    if builtin.is_file():
+        return builtin.read_text("utf-8"), f"vmtune/profiles/{name}.toml"
+    raise InvalidInput(f"unknown profile {name!r} (built-in: {', '.join(BUILTIN)}; yours go in {USER_DIR})")
+
+
+def _raw(name: str, user_dir: str | None, seen: tuple[str, ...] = ()) -> dict:
+    if name in seen:
+        raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(seen + (name,))})")
+    text, where = _source(name, user_dir)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
+    schema.check(data, "profile.schema.json", text, where)
+    flat = _flatten(data)
+    parent = data.get("inherit")
+    return {**_raw(parent, user_dir, seen + (name,)), **flat} if parent else flat
+
+
+def load(name: str, user_dir: str | None = None) -> Profile:
+    """Load profile ``name`` (the user's directory overrides a built-in of the same name)."""
+    return Profile(name=name, **_raw(name, user_dir))
+
+
+def names(user_dir: str | None = None) -> list[str]:
+    found = set(BUILTIN)
+    folder = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR))
+    if folder.is_dir():
+        found.update(p.stem for p in folder.glob("*.toml"))
+    return sorted(found)

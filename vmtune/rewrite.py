@@ -1,0 +1,124 @@
+"""The driver: parse, place, run the passes in order, apply their edits, serialize."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from lxml import etree
+
+from . import claims as claims_mod
+from . import config as config_mod
+from . import edits as edits_mod
+from . import placement as placement_mod
+from . import profiles, xmlsafe
+from .context import Context
+from .edits import Change, Warn
+from .errors import InvalidInput, Unsupported
+from .host import Host
+from .model import Domain
+from .passes import ORDER
+
+VIRT_TYPES = ("kvm", "qemu")
+# libvirt arch names the host reports -> domain arch names that run natively there
+ARCH_ALIASES = {"x86_64": {"x86_64"}, "aarch64": {"aarch64"}, "ppc64le": {"ppc64le", "ppc64"},
+                "ppc64": {"ppc64", "ppc64le"}, "s390x": {"s390x"}, "i686": {"i686"}}
+
+
+@dataclass(frozen=True)
+class Result:
+    xml: str
+    profile: str
+    changes: tuple[Change, ...] = ()
+    placement: dict = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "profile": self.profile,
+            "changes": [c.to_dict() for c in self.changes],
+            "placement": self.placement,
+            "warnings": list(self.warnings),
+            "xml": self.xml,
+        }
+
+
+def _check_domain(dom: Domain, host: Host) -> str:
+    if dom.node.tag != "domain":
+        raise InvalidInput(f"expected a libvirt <domain>, got <{dom.node.tag}>")
+    virt = dom.type
+    if virt not in VIRT_TYPES:
+        raise Unsupported(f"domain type {virt!r} is not tuned by vmtune (only kvm and qemu)")
+    arch = dom.arch
+    if arch and arch not in ARCH_ALIASES.get(host.arch, {host.arch}):
+        raise Unsupported(f"domain arch {arch} does not match the host arch {host.arch}")
+    if dom.vcpus < 1 or dom.vcpus > 4096:
+        raise InvalidInput(f"bad vCPU count {dom.vcpu_text!r}")
+    return virt
+
+
+def _placement(profile, host, ledger, reserved, dom, config) -> placement_mod.Placement:
+    spread = config.placement != "pack"
+    if profile.cpu_pinning == "dedicated":
+        req = placement_mod.Request(
+            vcpus=dom.vcpus,
+            memory_kib=dom.boot_memory_kib,
+            smt=config.smt.get(profile.name, profile.cpu_smt),
+            hugepages=profile.memory_hugepages,
+            spread=spread,
+            cell_when_single=bool(dom.cells) or dom.has_max_memory,
+        )
+        return placement_mod.dedicated(host, reserved, ledger, req)
+    req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)
+    return placement_mod.shared(host, ledger, req, one_node=profile.cpu_pinning == "node")
+
+
+def serialize(root: etree._Element) -> str:
+    """The whole document (comments around the root included), indented two spaces like libvirt."""
+    etree.indent(root, space="  ")
+    before = list(root.itersiblings(preceding=True))[::-1]
+    after = list(root.itersiblings())
+    parts = []
+    for node in before + [root] + after:
+        tail, node.tail = node.tail, None
+        parts.append(etree.tostring(node, encoding="unicode"))
+        node.tail = tail
+    return "\n".join(parts) + "\n"
+
+
+def rewrite(
+    xml: str | bytes,
+    host: Host,
+    profile: str | None = None,
+    claims: Iterable[str | bytes] = (),
+    *,
+    force_virtio: bool = False,
+    config: config_mod.Config | None = None,
+) -> Result:
+    """Tune domain ``xml`` for ``host`` with ``profile`` (else the domain's tag, else balanced).
+
+    ``claims`` are the XMLs of the other domains on the host. Raises InvalidInput or Unsupported
+    for input vmtune cannot tune and DoesNotFit when the domain cannot be placed.
+    """
+    config = config or config_mod.Config()
+    root = xmlsafe.parse(xml, "domain XML")
+    dom = Domain(root)
+    virt = _check_domain(dom, host)
+    name = profile or dom.tagged_profile or profiles.DEFAULT
+    prof = profiles.load(name, config.profiles_dir)
+    ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
+    reserved = config.reserved_cpus if config.reserved_cpus is not None else host.default_reserved()
+    reserved = reserved & frozenset(host.cpus)
+    placement = _placement(prof, host, ledger, reserved, dom, config)
+    ctx = Context(host, prof, placement, ledger, reserved, virt, force_virtio)
+    changes: list[Change] = []
+    warnings: list[str] = list(placement.warnings)
+    for tuning_pass in ORDER:
+        for edit in tuning_pass.run(ctx, Domain(root)):
+            if isinstance(edit, Warn):
+                warnings.append(edit.message)
+                continue
+            change = edits_mod.apply(edit)
+            if change is not None:
+                changes.append(change)
+    return Result(serialize(root), prof.name, tuple(changes), placement.to_dict(), tuple(warnings))

@@ -1,0 +1,78 @@
+"""Checking TOML data against the JSON Schemas in vmtune/schemas/.
+
+Only the keywords those schemas use are supported (type, enum, properties,
+additionalProperties: false, minimum, maximum, pattern); a test checks the shipped
+schemas stay inside that subset and agree with the ``jsonschema`` package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from importlib import resources
+
+from .errors import InvalidInput
+
+SUPPORTED = {
+    "$schema", "$id", "title", "description", "type", "enum", "properties",
+    "additionalProperties", "minimum", "maximum", "pattern", "default",
+}
+_TYPES = {
+    "object": dict, "string": str, "boolean": bool, "integer": int, "number": (int, float), "array": list,
+}
+
+
+@cache
+def load(name: str) -> dict:
+    return json.loads(resources.files("vmtune").joinpath("schemas").joinpath(name).read_text("utf-8"))
+
+
+def errors(value: object, schema: dict, where: str = "") -> list[tuple[str, str]]:
+    """Return (dotted key, message) for each way ``value`` breaks ``schema``."""
+    out: list[tuple[str, str]] = []
+    kind = schema.get("type")
+    if kind is not None:
+        want = _TYPES[kind]
+        if not isinstance(value, want) or (kind in ("integer", "number") and isinstance(value, bool)):
+            return [(where, f"must be {kind}, not {type(value).__name__}")]
+    if "enum" in schema and value not in schema["enum"]:
+        choices = ", ".join(json.dumps(v) for v in schema["enum"])
+        return [(where, f"must be one of {choices}, not {json.dumps(value)}")]
+    if "minimum" in schema and value < schema["minimum"]:
+        out.append((where, f"must be >= {schema['minimum']}"))
+    if "maximum" in schema and value > schema["maximum"]:
+        out.append((where, f"must be <= {schema['maximum']}"))
+    if "pattern" in schema and not re.search(schema["pattern"], value):
+        out.append((where, f"does not match {schema['pattern']}"))
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key, sub in value.items():
+            path = f"{where}.{key}" if where else key
+            extra = schema.get("additionalProperties", True)
+            if key in props:
+                out.extend(errors(sub, props[key], path))
+            elif extra is False:
+                out.append((path, "is not a known key"))
+            elif isinstance(extra, dict):
+                out.extend(errors(sub, extra, path))
+    return out
+
+
+def line_of(text: str, dotted: str) -> int | None:
+    """The line where the last part of ``dotted`` is set in TOML ``text`` (best effort)."""
+    key = dotted.rsplit(".", 1)[-1]
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*(\[+\s*)?{re.escape(key)}\s*(=|\])", line):
+            return number
+    return None
+
+
+def check(data: dict, schema_name: str, text: str, source: str) -> None:
+    """Raise InvalidInput naming ``source`` and the line of the first schema error."""
+    problems = errors(data, load(schema_name))
+    if problems:
+        key, message = problems[0]
+        line = line_of(text, key) if key else None
+        at = f"{source}:{line}" if line else source
+        raise InvalidInput(f"{at}: {key or 'document'} {message}")
