@@ -71,7 +71,7 @@ def from_capabilities(xml: str | bytes) -> Host:
         pages = {
             _page_kib(p): _int(p.text, "pages count")
             for p in ce.findall("pages")
-            if _page_kib(p) != base_page
+            if p.get("size") is not None and _page_kib(p) != base_page
         }
         distances = {
             _int(s.get("id"), "distance sibling id"): _int(s.get("value"), "distance value")
@@ -91,7 +91,7 @@ def from_capabilities(xml: str | bytes) -> Host:
 
     arch = (host.findtext("cpu/arch") or "").strip()
     vendor = (host.findtext("cpu/vendor") or "").strip() or None
-    return Host(arch, tuple(cells[n] for n in sorted(cells)), cpus, frozenset(), vendor)
+    return Host(arch, tuple(cells[n] for n in sorted(cells)), dict(sorted(cpus.items())), frozenset(), vendor)
 
 
 # -- sysfs ----------------------------------------------------------------------------------------

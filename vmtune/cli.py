@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_mod.load(getattr(args, "config", None))
         return COMMANDS[args.command](args, cfg)
     except VmtuneError as exc:
-        print(f"vmtune: error: {exc}", file=sys.stderr)
+        # one line, whatever the message quotes (file names, attribute values with &#10;)
+        message = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+        print(f"vmtune: error: {message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -44,8 +44,13 @@ def load(path: str | None = None) -> Config:
         raise InvalidInput(f"{where}: {exc}") from None
     schema.check(data, "config.schema.json", text, where)
     reserved = data.get("reserved_cpus")
+    try:
+        reserved_cpus = cpuset.parse(reserved) if reserved is not None else None
+    except InvalidInput as exc:
+        line = schema.line_of(text, "reserved_cpus")
+        raise InvalidInput(f"{where}:{line}: reserved_cpus: {exc}" if line else f"{where}: {exc}") from None
     return Config(
-        reserved_cpus=cpuset.parse(reserved) if reserved is not None else None,
+        reserved_cpus=reserved_cpus,
         placement=data.get("placement", "spread"),
         profiles_dir=data.get("profiles_dir"),
         smt=dict(data.get("smt", {})),

@@ -63,27 +63,36 @@ def _flatten(data: dict) -> dict:
     return out
 
 
-def _source(name: str, user_dir: str | None) -> tuple[str, str]:
+def _builtin(name: str):
+    return resources.files("vmtune").joinpath("profiles").joinpath(f"{name}.toml")
+
+
+def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tuple[str, str]:
     """(text, where) of profile ``name``: the user's directory first, then the built-ins."""
     if not name or "/" in name or name.startswith("."):
         raise InvalidInput(f"bad profile name {name!r}")
-    user = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR)) / f"{name}.toml"
-    try:
-        return user.read_text("utf-8"), str(user)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise InvalidInput(f"cannot read profile {user}: {exc.strerror}") from None
-    builtin = resources.files("vmtune").joinpath("profiles").joinpath(f"{name}.toml")
+    if not builtin_only:
+        user = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR)) / f"{name}.toml"
+        try:
+            return user.read_text("utf-8"), str(user)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise InvalidInput(f"cannot read profile {user}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise InvalidInput(f"profile {user} is not UTF-8") from None
+    builtin = _builtin(name)
     if builtin.is_file():
         return builtin.read_text("utf-8"), f"vmtune/profiles/{name}.toml"
     raise InvalidInput(f"unknown profile {name!r} (built-in: {', '.join(BUILTIN)}; yours go in {USER_DIR})")
 
 
-def _raw(name: str, user_dir: str | None, seen: tuple[str, ...] = ()) -> dict:
-    if name in seen:
-        raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(seen + (name,))})")
-    text, where = _source(name, user_dir)
+def _raw(name: str, user_dir: str | None, seen: tuple[tuple[str, str], ...] = (),
+         builtin_only: bool = False) -> dict:
+    text, where = _source(name, user_dir, builtin_only)
+    chain = tuple(n for n, _ in seen) + (name,)
+    if where in (w for _, w in seen):
+        raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(chain)})")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -91,7 +100,13 @@ def _raw(name: str, user_dir: str | None, seen: tuple[str, ...] = ()) -> dict:
     schema.check(data, "profile.schema.json", text, where)
     flat = _flatten(data)
     parent = data.get("inherit")
-    return {**_raw(parent, user_dir, seen + (name,)), **flat} if parent else flat
+    if not parent:
+        return flat
+    # a user profile that overrides a built-in may extend it: ``inherit`` of its own name is the built-in
+    own = parent == name
+    if own and not _builtin(name).is_file():
+        raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(chain + (name,))})")
+    return {**_raw(parent, user_dir, seen + ((name, where),), builtin_only=own), **flat}
 
 
 def load(name: str, user_dir: str | None = None) -> Profile:
@@ -103,5 +118,5 @@ def names(user_dir: str | None = None) -> list[str]:
     found = set(BUILTIN)
     folder = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR))
     if folder.is_dir():
-        found.update(p.stem for p in folder.glob("*.toml"))
+        found.update(p.stem for p in folder.glob("*.toml") if not p.stem.startswith("."))
     return sorted(found)

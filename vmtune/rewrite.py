@@ -86,6 +86,44 @@ def serialize(root: etree._Element) -> str:
     return "\n".join(parts) + "\n"
 
 
+def prepare(
+    xml: str | bytes,
+    host: Host,
+    profile: str | None = None,
+    claims: Iterable[str | bytes] = (),
+    *,
+    force_virtio: bool = False,
+    config: config_mod.Config | None = None,
+) -> tuple[etree._Element, Context]:
+    """Parse and check the domain, load the profile, add up the claims and place the domain."""
+    config = config or config_mod.Config()
+    root = xmlsafe.parse(xml, "domain XML")
+    dom = Domain(root)
+    virt = _check_domain(dom, host)
+    name = profile or dom.tagged_profile or profiles.DEFAULT
+    prof = profiles.load(name, config.profiles_dir)
+    ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
+    reserved = config.reserved_cpus if config.reserved_cpus is not None else host.default_reserved()
+    reserved = reserved & frozenset(host.cpus)
+    placement = _placement(prof, host, ledger, reserved, dom, config)
+    return root, Context(host, prof, placement, ledger, reserved, virt, force_virtio)
+
+
+def run_passes(root: etree._Element, ctx: Context, passes=ORDER) -> tuple[list[Change], list[str]]:
+    """Run ``passes`` in order, each on the tree the previous ones left; apply every edit."""
+    changes: list[Change] = []
+    warnings: list[str] = list(ctx.placement.warnings)
+    for tuning_pass in passes:
+        for edit in tuning_pass.run(ctx, Domain(root)):
+            if isinstance(edit, Warn):
+                warnings.append(edit.message)
+                continue
+            change = edits_mod.apply(edit)
+            if change is not None:
+                changes.append(change)
+    return changes, warnings
+
+
 def rewrite(
     xml: str | bytes,
     host: Host,
@@ -100,25 +138,6 @@ def rewrite(
     ``claims`` are the XMLs of the other domains on the host. Raises InvalidInput or Unsupported
     for input vmtune cannot tune and DoesNotFit when the domain cannot be placed.
     """
-    config = config or config_mod.Config()
-    root = xmlsafe.parse(xml, "domain XML")
-    dom = Domain(root)
-    virt = _check_domain(dom, host)
-    name = profile or dom.tagged_profile or profiles.DEFAULT
-    prof = profiles.load(name, config.profiles_dir)
-    ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
-    reserved = config.reserved_cpus if config.reserved_cpus is not None else host.default_reserved()
-    reserved = reserved & frozenset(host.cpus)
-    placement = _placement(prof, host, ledger, reserved, dom, config)
-    ctx = Context(host, prof, placement, ledger, reserved, virt, force_virtio)
-    changes: list[Change] = []
-    warnings: list[str] = list(placement.warnings)
-    for tuning_pass in ORDER:
-        for edit in tuning_pass.run(ctx, Domain(root)):
-            if isinstance(edit, Warn):
-                warnings.append(edit.message)
-                continue
-            change = edits_mod.apply(edit)
-            if change is not None:
-                changes.append(change)
-    return Result(serialize(root), prof.name, tuple(changes), placement.to_dict(), tuple(warnings))
+    root, ctx = prepare(xml, host, profile, claims, force_virtio=force_virtio, config=config)
+    changes, warnings = run_passes(root, ctx)
+    return Result(serialize(root), ctx.profile.name, tuple(changes), ctx.placement.to_dict(), tuple(warnings))

@@ -59,13 +59,33 @@ def errors(value: object, schema: dict, where: str = "") -> list[tuple[str, str]
     return out
 
 
+def _keys(text: str) -> list[str]:
+    return [k.strip().strip("\"'") for k in text.split(".")]
+
+
 def line_of(text: str, dotted: str) -> int | None:
-    """The line where the last part of ``dotted`` is set in TOML ``text`` (best effort)."""
-    key = dotted.rsplit(".", 1)[-1]
+    """The line where ``dotted`` is set in TOML ``text``, following [table] headers (best effort).
+
+    Falls back to the line of the nearest enclosing key (an inline table, a dotted key).
+    """
+    want = dotted.split(".")
+    table: list[str] = []
+    best: tuple[int, int] | None = None  # (matched parts, line)
     for number, line in enumerate(text.splitlines(), 1):
-        if re.match(rf"\s*(\[+\s*)?{re.escape(key)}\s*(=|\])", line):
+        header = re.match(r"\s*\[+\s*([^\]]+?)\s*\]+\s*(#.*)?$", line)
+        if header:
+            table = _keys(header.group(1))
+            full = table
+        else:
+            assign = re.match(r"\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*=", line)
+            if not assign:
+                continue
+            full = table + _keys(assign.group(1))
+        if full == want:
             return number
-    return None
+        if full == want[: len(full)] and (best is None or len(full) > best[0]):
+            best = (len(full), number)
+    return best[1] if best else None
 
 
 def check(data: dict, schema_name: str, text: str, source: str) -> None:

@@ -1,0 +1,172 @@
+"""Helpers for tests against the real libvirtd (qemu:///system, TCG guests), via the virsh CLI.
+
+Use the session fixture ``libvirtd`` (import it into the test module) before any helper::
+
+    from libvirt_env import libvirtd, boot, define, undefine  # noqa: F401
+
+    def test_boots(libvirtd):
+        assert guest.MARKER in boot(minimal_domain())
+
+``define(xml) -> name`` renames the domain to a unique ``vmtune-test-...`` name (and drops its
+uuid); ``undefine(name)`` destroys and undefines it. ``boot(xml)`` adds the test kernel, initrd,
+cmdline and a file serial console, starts the guest, waits for the guest's DONE line (or for it
+to stop), always cleans up, and returns the console text. virsh failures raise VirshError whose
+message is virsh's stderr. Domains this process defined are removed at session end regardless.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from lxml import etree
+
+import guest
+
+URI = "qemu:///system"
+PREFIX = "vmtune-test-"
+SETUP = Path(__file__).resolve().parent.parent / "scripts" / "setup-libvirt"
+LOG_DIR = Path("/var/log/libvirt/qemu")
+CMDLINE = "console=ttyS0 panic=-1 quiet"
+_defined: set[str] = set()
+
+
+class VirshError(RuntimeError):
+    """A virsh command failed; str() is its stderr."""
+
+
+@pytest.fixture(scope="session")
+def libvirtd():
+    """Start (or reuse) libvirtd via scripts/setup-libvirt; skip only when not root."""
+    if os.geteuid() != 0:
+        pytest.skip("libvirt integration tests need root (scripts/setup-libvirt installs and starts libvirtd)")
+    proc = subprocess.run([str(SETUP)], capture_output=True, text=True)
+    if proc.returncode:
+        pytest.fail(f"scripts/setup-libvirt failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    yield URI
+    for name in list(_defined):
+        undefine(name)
+
+
+def virsh(*args: str, check: bool = True) -> str:
+    proc = subprocess.run(["virsh", "-q", "-c", URI, *args], capture_output=True, text=True)
+    if check and proc.returncode:
+        raise VirshError(proc.stderr.strip() or f"virsh {' '.join(args)} failed")
+    return proc.stdout
+
+
+def minimal_domain(
+    extra: str = "", features: str = "", devices: str = "", vcpus: int = 1, memory_mib: int = 128
+) -> str:
+    """A diskless type='qemu' domain; ``extra`` goes inside <domain>, ``features`` inside
+    <features> (after acpi and apic), ``devices`` inside <devices>."""
+    return f"""<domain type='qemu'>
+  <name>x</name>
+  <memory unit='MiB'>{memory_mib}</memory>
+  <vcpu>{vcpus}</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os>
+  <features><acpi/><apic/>{features}</features>
+  {extra}
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <memballoon model='none'/>
+    {devices}
+  </devices>
+</domain>"""
+
+
+def define(xml: str, name: str | None = None) -> str:
+    """Define ``xml`` under ``name`` (default: a fresh unique one), without its uuid; return the name."""
+    root = etree.fromstring(xml.encode())
+    name = name or _unique_name()
+    _child(root, "name").text = name
+    for el in root.findall("uuid"):
+        root.remove(el)
+    proc = subprocess.run(
+        ["virsh", "-q", "-c", URI, "define", "/dev/stdin"], input=etree.tostring(root), capture_output=True
+    )
+    if proc.returncode:
+        raise VirshError(proc.stderr.decode(errors="replace").strip())
+    _defined.add(name)
+    return name
+
+
+def undefine(name: str) -> None:
+    """Destroy (if running) and undefine; never raises for a domain that is already gone."""
+    virsh("destroy", name, check=False)
+    virsh("undefine", name, "--nvram", "--managed-save", "--snapshots-metadata", check=False)
+    _defined.discard(name)
+
+
+def domstate(name: str) -> str:
+    return virsh("domstate", name).strip()
+
+
+def with_test_boot(xml: str, console_log: Path) -> str:
+    """``xml`` with the test kernel/initrd/cmdline and a single file-backed serial console."""
+    kernel, initrd = guest.kernel_and_initrd()
+    root = etree.fromstring(xml.encode())
+    os_el = _child(root, "os")
+    for tag in ("boot", "kernel", "initrd", "cmdline"):
+        for el in os_el.findall(tag):
+            os_el.remove(el)
+    for tag, text in (("kernel", kernel), ("initrd", initrd), ("cmdline", CMDLINE)):
+        etree.SubElement(os_el, tag).text = str(text)
+    devices = _child(root, "devices")
+    for el in devices.findall("serial") + devices.findall("console"):
+        devices.remove(el)
+    serial = etree.SubElement(devices, "serial", type="file")
+    etree.SubElement(serial, "source", path=str(console_log))
+    etree.SubElement(serial, "target", port="0")
+    return etree.tostring(root, encoding="unicode")
+
+
+def boot(xml: str, timeout: float = 60) -> str:
+    """Define and start a test guest from ``xml``; return its console text once it is done.
+
+    Raises VirshError if define/start fails, TimeoutError (with console and qemu log) if the guest
+    neither prints its DONE line nor stops within ``timeout`` seconds.
+    """
+    name = _unique_name()
+    console = LOG_DIR / f"{name}.console"
+    try:
+        define(with_test_boot(xml, console), name)
+        virsh("start", name)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = _read(console)
+            if guest.DONE in text or domstate(name) != "running":
+                return text
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{name}: no {guest.DONE} after {timeout}s\n--- console:\n{text}"
+                    f"\n--- qemu log:\n{_read(LOG_DIR / f'{name}.log')[-3000:]}"
+                )
+            time.sleep(0.2)
+    finally:
+        undefine(name)
+        console.unlink(missing_ok=True)
+        (LOG_DIR / f"{name}.log").unlink(missing_ok=True)
+
+
+def _unique_name() -> str:
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].split("::")[-1]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", test).strip("-")[:40]
+    return f"{PREFIX}{slug + '-' if slug else ''}{uuid.uuid4().hex[:8]}"
+
+
+def _child(root: etree._Element, tag: str) -> etree._Element:
+    el = root.find(tag)
+    return el if el is not None else etree.SubElement(root, tag)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
