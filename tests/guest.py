@@ -8,10 +8,13 @@ script runs. The guest's /init prints, on the serial console::
     VMTUNE-GUEST-UP
     nproc=1
     cpu_model=QEMU Virtual CPU version 2.5+
-    ...key=value lines...
-    VMTUNE-GUEST-DONE
+    ...                  (cpu_flags, mem_total_kib, numa_nodes, clocksource, virtio, disks,
+    VMTUNE-GUEST-DONE     nics as "eth0:<rx queues>", vda_io=ok|fail if there is a /dev/vda)
 
-and then powers off. ``parse_console()`` turns those lines into a dict.
+and then powers off. ``parse_console()`` turns those lines into a dict. The virtio drivers
+(modules in this kernel) are in the initramfs; the /dev/vda check reads the first 64 KiB with
+O_DIRECT and writes the same bytes back. ``vmtune.hold=N`` on the kernel cmdline keeps the guest
+up N more seconds before DONE.
 """
 
 from __future__ import annotations
@@ -31,19 +34,36 @@ MARKER = "VMTUNE-GUEST-UP"
 DONE = "VMTUNE-GUEST-DONE"
 KERNEL_PACKAGE = "linux-image-cloud-amd64"
 
+# Virtio drivers are modules in the cloud kernel; loaded in dependency order.
+MODULES = (
+    "virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci"
+    " virtio_blk failover net_failover virtio_net virtio_balloon"
+).split()
+
 INIT = f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
+mount -t devtmpfs dev /dev
+for m in {" ".join(MODULES)}; do insmod /lib/modules/$m.ko 2>/dev/null; done
 echo {MARKER}
 echo "nproc=$(nproc)"
 echo "cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "mem_total_kib=$(grep '^MemTotal' /proc/meminfo | tr -s ' ' | cut -d' ' -f2)"
-echo "numa_nodes=$(cat /sys/devices/system/node/online 2>/dev/null)"
+echo "numa_nodes=$(cat /sys/devices/system/node/online)"
 echo "clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
-echo "hypervisor=$(cat /sys/hypervisor/type 2>/dev/null)$(dmesg | grep -m1 -o 'Hypervisor detected: .*')"
 echo "virtio=$(ls /sys/bus/virtio/devices 2>/dev/null | tr '\\n' ' ')"
+echo "disks=$(ls /sys/block | grep -v '^loop\\|^ram' | tr '\\n' ' ')"
+echo "nics=$(for n in $(ls /sys/class/net | grep -v '^lo$'); do echo -n "$n:$(ls -d /sys/class/net/$n/queues/rx-* | wc -l) "; done)"
+if [ -b /dev/vda ]; then
+    io=fail
+    dd if=/dev/vda of=/tmp/blk bs=64k count=1 iflag=direct 2>/dev/null \\
+        && dd if=/tmp/blk of=/dev/vda bs=64k count=1 oflag=direct conv=fsync 2>/dev/null && io=ok
+    echo "vda_io=$io"
+fi
+hold=$(sed -n 's/.*vmtune.hold=\\([0-9]*\\).*/\\1/p' /proc/cmdline)
+[ -n "$hold" ] && sleep "$hold"
 echo {DONE}
 poweroff -f
 """
@@ -87,13 +107,18 @@ def _build(kernel: Path, initrd: Path) -> None:
         _apt_download(work, image_pkg, "busybox-static")
         vmlinuz = _extract(work, image_pkg, "./boot/")
         busybox = _extract(work, "busybox-static", "./bin/busybox")
+        modules = _extract(work, image_pkg, *(f"*/{m}.ko" for m in MODULES))
         tmp_kernel = work / "vmlinuz"
         shutil.copyfile(next(vmlinuz.glob("boot/vmlinuz-*")), tmp_kernel)
         tmp_initrd = work / "initrd.gz"
-        tmp_initrd.write_bytes(gzip.compress(_initramfs((busybox / "bin/busybox").read_bytes())))
+        kos = {m: next(modules.rglob(f"{m}.ko")).read_bytes() for m in MODULES}
+        tmp_initrd.write_bytes(gzip.compress(_initramfs((busybox / "bin/busybox").read_bytes(), kos)))
         for src, dst in ((tmp_kernel, kernel), (tmp_initrd, initrd)):
             src.chmod(0o644)
             os.replace(src, dst)
+    for old in CACHE_DIR.glob("initrd-*.gz"):  # built from an older INIT
+        if old != initrd:
+            old.unlink()
 
 
 def _run(*cmd: str, cwd: Path | None = None) -> str:
@@ -121,20 +146,19 @@ def _apt_download(dest: Path, *packages: str) -> None:
     _run("apt-get", "download", "-qq", *packages, cwd=dest)
 
 
-def _extract(work: Path, package: str, member: str) -> Path:
-    """Unpack one member (file or directory) of the downloaded package into work/package/."""
+def _extract(work: Path, package: str, *members: str) -> Path:
+    """Unpack members (tar wildcards) of the downloaded package into a fresh directory."""
     (deb,) = work.glob(f"{package}_*.deb")
-    dest = work / package
-    dest.mkdir()
+    dest = Path(tempfile.mkdtemp(dir=work))
     tar = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
-    subprocess.run(["tar", "-x", "-C", str(dest), member], stdin=tar.stdout, check=True)
+    subprocess.run(["tar", "-x", "--wildcards", "-C", str(dest), *members], stdin=tar.stdout, check=True)
     if tar.wait():
         raise RuntimeError(f"dpkg-deb --fsys-tarfile {deb} failed")
     return dest
 
 
-def _initramfs(busybox: bytes) -> bytes:
-    """A cpio (newc) archive: /init, a static busybox and the few nodes it needs."""
+def _initramfs(busybox: bytes, modules: dict[str, bytes]) -> bytes:
+    """A cpio (newc) archive: /init, a static busybox, kernel modules and the few nodes needed."""
     entries = [
         ("dev", 0o040755, b"", 0),
         ("dev/console", 0o020600, b"", os.makedev(5, 1)),
@@ -143,6 +167,10 @@ def _initramfs(busybox: bytes) -> bytes:
         ("proc", 0o040755, b"", 0),
         ("sys", 0o040755, b"", 0),
         ("bin/busybox", 0o100755, busybox, 0),
+        ("tmp", 0o041777, b"", 0),
+        ("lib", 0o040755, b"", 0),
+        ("lib/modules", 0o040755, b"", 0),
+        *((f"lib/modules/{m}.ko", 0o100644, ko, 0) for m, ko in modules.items()),
         ("init", 0o100755, INIT.encode(), 0),
     ]
     out = io.BytesIO()

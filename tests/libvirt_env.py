@@ -2,7 +2,7 @@
 
 Use the session fixture ``libvirtd`` (import it into the test module) before any helper::
 
-    from libvirt_env import libvirtd, boot, define, undefine  # noqa: F401
+    from libvirt_env import libvirtd, boot, define, minimal_domain, undefine  # noqa: F401
 
     def test_boots(libvirtd):
         assert guest.MARKER in boot(minimal_domain())
@@ -10,8 +10,11 @@ Use the session fixture ``libvirtd`` (import it into the test module) before any
 ``define(xml) -> name`` renames the domain to a unique ``vmtune-test-...`` name (and drops its
 uuid); ``undefine(name)`` destroys and undefines it. ``boot(xml)`` adds the test kernel, initrd,
 cmdline and a file serial console, starts the guest, waits for the guest's DONE line (or for it
-to stop), always cleans up, and returns the console text. virsh failures raise VirshError whose
-message is virsh's stderr. Domains this process defined are removed at session end regardless.
+to stop), always cleans up, and returns the console text (``guest.parse_console`` reads it).
+``started(xml, hold=N)`` is the context manager behind it, for looking at a running domain.
+``minimal_domain()`` builds a diskless type='qemu' domain to start from. virsh failures raise
+VirshError whose message is virsh's stderr. Domains this process defined are removed at session
+end regardless.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import re
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,7 +51,7 @@ def libvirtd():
     """Start (or reuse) libvirtd via scripts/setup-libvirt; skip only when not root."""
     if os.geteuid() != 0:
         pytest.skip("libvirt integration tests need root (scripts/setup-libvirt installs and starts libvirtd)")
-    proc = subprocess.run([str(SETUP)], capture_output=True, text=True)
+    proc = subprocess.run([str(SETUP)], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         pytest.fail(f"scripts/setup-libvirt failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
     yield URI
@@ -107,7 +113,7 @@ def domstate(name: str) -> str:
     return virsh("domstate", name).strip()
 
 
-def with_test_boot(xml: str, console_log: Path) -> str:
+def with_test_boot(xml: str, console_log: Path, cmdline: str = "") -> str:
     """``xml`` with the test kernel/initrd/cmdline and a single file-backed serial console."""
     kernel, initrd = guest.kernel_and_initrd()
     root = etree.fromstring(xml.encode())
@@ -115,7 +121,7 @@ def with_test_boot(xml: str, console_log: Path) -> str:
     for tag in ("boot", "kernel", "initrd", "cmdline"):
         for el in os_el.findall(tag):
             os_el.remove(el)
-    for tag, text in (("kernel", kernel), ("initrd", initrd), ("cmdline", CMDLINE)):
+    for tag, text in (("kernel", kernel), ("initrd", initrd), ("cmdline", f"{CMDLINE} {cmdline}".strip())):
         etree.SubElement(os_el, tag).text = str(text)
     devices = _child(root, "devices")
     for el in devices.findall("serial") + devices.findall("console"):
@@ -126,32 +132,59 @@ def with_test_boot(xml: str, console_log: Path) -> str:
     return etree.tostring(root, encoding="unicode")
 
 
-def boot(xml: str, timeout: float = 60) -> str:
-    """Define and start a test guest from ``xml``; return its console text once it is done.
+@dataclass
+class Guest:
+    name: str
+    console_log: Path
 
-    Raises VirshError if define/start fails, TimeoutError (with console and qemu log) if the guest
-    neither prints its DONE line nor stops within ``timeout`` seconds.
-    """
-    name = _unique_name()
-    console = LOG_DIR / f"{name}.console"
-    try:
-        define(with_test_boot(xml, console), name)
-        virsh("start", name)
+    def console(self) -> str:
+        return _read(self.console_log)
+
+    def qemu_log(self) -> str:
+        return _read(LOG_DIR / f"{self.name}.log")
+
+    def wait(self, line: str = guest.DONE, timeout: float = 60) -> str:
+        """Console text once ``line`` appears or the domain stops; TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
         while True:
-            text = _read(console)
-            if guest.DONE in text or domstate(name) != "running":
+            text = self.console()
+            if line in text.replace("\r", "").split("\n") or domstate(self.name) != "running":
                 return text
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"{name}: no {guest.DONE} after {timeout}s\n--- console:\n{text}"
-                    f"\n--- qemu log:\n{_read(LOG_DIR / f'{name}.log')[-3000:]}"
+                    f"{self.name}: no {line} after {timeout}s\n--- console:\n{text}"
+                    f"\n--- qemu log:\n{self.qemu_log()[-3000:]}"
                 )
             time.sleep(0.2)
+
+
+@contextmanager
+def started(xml: str, hold: int = 0) -> Iterator[Guest]:
+    """Define and start a test guest from ``xml``; destroy and undefine it on exit.
+
+    ``hold`` keeps the guest up that many seconds after it printed its facts (for inspecting a
+    running domain: ``g.wait(guest.MARKER)`` then e.g. ``virsh("vcpupin", g.name)``).
+    Raises VirshError if define or start fails.
+    """
+    name = _unique_name()
+    g = Guest(name, LOG_DIR / f"{name}.console")
+    try:
+        define(with_test_boot(xml, g.console_log, f"vmtune.hold={hold}" if hold else ""), g.name)
+        virsh("start", g.name)
+        yield g
     finally:
-        undefine(name)
-        console.unlink(missing_ok=True)
-        (LOG_DIR / f"{name}.log").unlink(missing_ok=True)
+        undefine(g.name)
+        g.console_log.unlink(missing_ok=True)
+        (LOG_DIR / f"{g.name}.log").unlink(missing_ok=True)
+
+
+def boot(xml: str, timeout: float = 60) -> str:
+    """Boot a test guest from ``xml`` to its DONE line (or until it stops); return the console.
+
+    Raises VirshError if define/start fails, TimeoutError (with console and qemu log) on timeout.
+    """
+    with started(xml) as g:
+        return g.wait(timeout=timeout)
 
 
 def _unique_name() -> str:

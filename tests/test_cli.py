@@ -24,12 +24,10 @@ EXAMPLES = ROOT / "examples"
 HOST = EXAMPLES / "hosts" / "2node-smt.xml"
 DB = EXAMPLES / "db-4vcpu.xml"
 STOCK = EXAMPLES / "stock-latency.xml"
-CORPUS = Path("/work/shared/corpus")
+CORPUS = Path(os.environ.get("VMTUNE_CORPUS", ROOT.parent / "shared" / "corpus"))
 H = ["--host", str(HOST)]
 # the example host keeps the first core of each node: CPUs 0,16 (node 0) and 8,24 (node 1)
 EXAMPLE_RESERVED = {0, 8, 16, 24}
-
-corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="the shared libvirt corpus is not here")
 
 
 @pytest.fixture(autouse=True)
@@ -589,3 +587,14 @@ def test_python_m_vmtune_usage_error_is_exit_2(tmp_path):
     proc = run_proc("rewrite", tmp=tmp_path)
     assert proc.returncode == 2
     assert b"usage: vmtune" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+def test_in_place_follows_a_symlink(tmp_path):
+    """-i on a symlink rewrites the file it points to and leaves the link a link."""
+    real = tmp_path / "real.xml"
+    real.write_text(DB.read_text())
+    link = tmp_path / "link.xml"
+    link.symlink_to(real)
+    assert cli.main(["rewrite", str(link), "-i", *H, "--profile", "latency"]) == 0
+    assert link.is_symlink()
+    assert "vmtune:tune" in real.read_text()

@@ -75,3 +75,16 @@ def test_corpus_inputs_valid_where_expected(path):
     if not schema_available():
         pytest.skip("libvirt's domain.rng is not installed")
     assert validate_domain(path.read_bytes()) == []
+
+
+TAG_RNG = etree.RelaxNG(etree.parse(str(EXAMPLES.parent / "schemas" / "vmtune-tag.rng")))
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_tag_matches_its_schema(profile):
+    """The tag a rewrite leaves validates against schemas/vmtune-tag.rng; a bad one does not."""
+    result = vmtune.rewrite((EXAMPLES / "db-4vcpu.xml").read_bytes(), HOSTS["2node-smt.xml"], profile)
+    tag = etree.fromstring(result.xml.encode()).find("metadata/{https://vmtune.dev/xmlns/1}tune")
+    assert TAG_RNG.validate(etree.ElementTree(tag)), TAG_RNG.error_log
+    bad = etree.fromstring('<t:tune xmlns:t="https://vmtune.dev/xmlns/1" profile="../x"/>')
+    assert not TAG_RNG.validate(etree.ElementTree(bad))

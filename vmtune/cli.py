@@ -113,7 +113,8 @@ def cmd_rewrite(args, cfg) -> int:
     source = _read(args.domain, "domain XML")
     claims = [_read(path, "claimed domain XML") for path in args.claim]
     result = rewrite(source, _host(args), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
-    target = args.domain if args.in_place else args.output
+    # -i on a symlink rewrites the file it points to, as sed -i --follow-symlinks would
+    target = os.path.realpath(args.domain) if args.in_place else args.output
     if target:
         write_atomic(target, result.xml, mode_from=args.domain if args.in_place else None)
     if args.json:

@@ -69,7 +69,7 @@ def _builtin(name: str):
 
 def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tuple[str, str]:
     """(text, where) of profile ``name``: the user's directory first, then the built-ins."""
-    if not name or "/" in name or name.startswith("."):
+    if not name or "/" in name or "\0" in name or name.startswith("."):
         raise InvalidInput(f"bad profile name {name!r}")
     if not builtin_only:
         user = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR)) / f"{name}.toml"

@@ -10,7 +10,7 @@ def run(ctx, dom):
         wants.append(("hpet", "no", "the emulated HPET is slow to read and trap-heavy"))
     if p.guest_kvmclock == "on" and ctx.kvm:
         wants.append(("kvmclock", "yes", "kvm-clock is the paravirtual clocksource"))
-    if dom.is_windows and p.guest_hyperv:
+    if dom.is_windows and p.guest_hyperv and ctx.kvm:
         wants.append(("hypervclock", "yes", "Hyper-V reference time for Windows guests"))
     if not wants:
         return []
