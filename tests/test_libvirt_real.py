@@ -6,6 +6,7 @@ domains are defined as type='qemu' (libvirt refuses type='kvm' without /dev/kvm)
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -90,3 +91,26 @@ def test_windows_tuning_boots_under_tcg(libvirtd):
     result = vmtune.rewrite(xml, vmtune.Host.probe(), "latency")
     assert etree.fromstring(result.xml.encode()).find("features/hyperv/vpindex") is None
     assert guest.DONE in boot(result.xml)
+
+
+FREE_2M = Path("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+
+
+def test_hugepage_backed_guest_runs_from_the_pool(libvirtd):
+    """A latency guest small enough for the free 2 MiB pages gets hugepages, and while it runs
+    its memory comes out of the hugepage pool, with its vCPU on the pinned host CPU."""
+    from libvirt_env import minimal_domain, started
+
+    host = vmtune.Host.probe()
+    free = host.cell(host.node_ids[0]).pages.get(2048, 0)
+    if free < 64:
+        pytest.skip(f"only {free} free 2 MiB pages (setup-libvirt reserves 128)")
+    result = vmtune.rewrite(minimal_domain(memory_mib=128), host, "latency")
+    assert result.placement["hugepage_kib"] == 2048, result.warnings
+    with started(result.xml, hold=3) as g:
+        g.wait(guest.MARKER, timeout=60)
+        in_use = free - int(FREE_2M.read_text())
+        info = virsh("vcpuinfo", g.name)
+    assert in_use >= 64, f"{in_use} pages taken from the pool"
+    running_on = re.search(r"^CPU:\s+(\d+)", info, re.M).group(1)
+    assert int(running_on) == result.placement["vcpupins"]["0"], info

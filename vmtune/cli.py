@@ -130,8 +130,7 @@ def cmd_rewrite(args, cfg) -> int:
     elif args.explain:
         print(f"profile {result.profile}: {len(result.changes)} change(s)")
         for change in result.changes:
-            print(f"{change.element}: {change.before or '(none)'} -> {change.after or '(removed)'}")
-            print(f"    {change.reason}")
+            print(f"{change.element}: {change.before or '(none)'} -> {change.after or '(removed)'}  # {change.reason}")
     elif not target:
         sys.stdout.write(result.xml)
     return 0

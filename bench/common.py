@@ -1,0 +1,109 @@
+"""Shared pieces: the machine description, robust statistics, and result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The shared corpus sits beside the checkout (the same rule as tests/conftest.py).
+CORPUS = Path(os.environ.get("VMTUNE_CORPUS", ROOT.parent / "shared" / "corpus"))
+EXAMPLES = ROOT / "examples"
+SCHEMA_VERSION = 1
+REQUIRED_KEYS = ("case", "variant", "virt_type", "unit", "p50", "p99", "spread", "runs",
+                 "machine", "python", "lxml")
+
+
+def machine() -> dict:
+    """CPU model, logical CPUs (the ones this process may use too), kernel and load."""
+    model = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    hypervisor = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            hypervisor = bool(re.search(r"^flags\s*:.*\bhypervisor\b", f.read(), re.M))
+    except OSError:
+        pass
+    return {
+        "cpu_model": model or platform.processor() or None,
+        "cores": os.cpu_count(),
+        "usable_cpus": usable,
+        "under_hypervisor": hypervisor,
+        "kernel": platform.release(),
+        "loadavg_at_start": load,
+    }
+
+
+def versions() -> dict:
+    from lxml import etree
+
+    import vmtune
+
+    return {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "python_executable": sys.executable,
+        "lxml": ".".join(map(str, etree.LXML_VERSION)),
+        "libxml2": ".".join(map(str, etree.LIBXML_VERSION)),
+        "vmtune": vmtune.__version__,
+    }
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (q in [0, 1]) of a non-empty list."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def spread(values: list[float]) -> dict:
+    """The spread of one figure across repetitions: median, quartiles, min and max."""
+    return {
+        "median": statistics.median(values),
+        "q1": quantile(values, 0.25),
+        "q3": quantile(values, 0.75),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def summarize(runs: list[dict], keys: tuple[str, ...]) -> dict:
+    """Per-run figures -> {key: spread across runs} for each of ``keys``."""
+    return {k: spread([r[k] for r in runs]) for k in keys}
+
+
+def write_result(out_dir: Path, record: dict) -> Path:
+    missing = [k for k in REQUIRED_KEYS if k not in record]
+    if missing:
+        raise ValueError(f"result {record.get('case')}/{record.get('variant')} lacks {missing}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{record['case']}--{record['variant']}") + ".json"
+    path = out_dir / name
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
