@@ -12,6 +12,7 @@ import pytest
 from vmtune import cli, config, schema
 from vmtune.config import Config
 from vmtune.errors import InvalidInput
+from schema_paths import jsonschema_paths as _paths
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "examples" / "hosts" / "2node-smt.xml"
@@ -234,16 +235,7 @@ def test_mini_validator_agrees_with_jsonschema_on_configs(data, valid):
 
 
 def jsonschema_paths(data) -> set[str]:
-    """The dotted keys `jsonschema` finds at fault (an unexpected key counts at its own path)."""
-    out = set()
-    for error in VALIDATOR.iter_errors(data):
-        base = [str(p) for p in error.absolute_path]
-        if error.validator == "additionalProperties" and error.validator_value is False:
-            known = error.schema.get("properties", {})
-            out |= {".".join(base + [key]) for key in error.instance if key not in known}
-        else:
-            out.add(".".join(base))
-    return out
+    return _paths(VALIDATOR, data)
 
 
 # -- what it changes ----------------------------------------------------------------------------

@@ -1,0 +1,16 @@
+"""What the `jsonschema` package finds at fault, as vmtune.schema.errors names it."""
+
+from __future__ import annotations
+
+
+def jsonschema_paths(validator, data) -> set[str]:
+    """The dotted keys ``validator`` finds at fault (an unexpected key counts at its own path)."""
+    out = set()
+    for error in validator.iter_errors(data):
+        base = [str(p) for p in error.absolute_path]
+        if error.validator == "additionalProperties" and error.validator_value is False:
+            known = error.schema.get("properties", {})
+            out |= {".".join(base + [key]) for key in error.instance if key not in known}
+        else:
+            out.add(".".join(base))
+    return out
