@@ -16,3 +16,6 @@ settings.register_profile(
 )
 settings.register_profile("thorough", max_examples=600, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "vmtune"))
+
+# The real-libvirtd fixture, for every test module that asks for it by name.
+from libvirt_env import libvirtd  # noqa: E402,F401

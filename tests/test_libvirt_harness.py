@@ -6,7 +6,7 @@ import pytest
 
 import guest
 from conftest import CORPUS
-from libvirt_env import VirshError, boot, define, libvirtd, minimal_domain, started, virsh  # noqa: F401
+from libvirt_env import VirshError, boot, define, minimal_domain, started, virsh
 from libvirt_schema import schema_available, validate_domain
 
 # Corpus domains that the installed domain.rng (libvirt 9.0, Debian 12) rejects; the comment is the

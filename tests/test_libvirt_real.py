@@ -16,7 +16,7 @@ from lxml import etree
 import guest
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from libvirt_env import VirshError, boot, define, libvirtd, undefine, virsh  # noqa: F401
+from libvirt_env import VirshError, boot, define, undefine, virsh
 from test_corpus import NEWER_THAN_SCHEMA, REFUSED
 from vmtune.errors import DoesNotFit
 

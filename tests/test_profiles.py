@@ -91,7 +91,7 @@ def test_profile_schema_is_a_valid_2020_12_schema():
 def keywords(node) -> set[str]:
     """Every keyword used in a schema, recursing into properties and sub-schemas."""
     out = set(node)
-    for key, sub in node.get("properties", {}).items():
+    for sub in node.get("properties", {}).values():
         out |= keywords(sub)
     if isinstance(node.get("additionalProperties"), dict):
         out |= keywords(node["additionalProperties"])
