@@ -262,3 +262,18 @@ def test_memory_only_node_is_not_given_vcpus():
     host = Host(host.arch, cells, host.cpus, host.isolated, host.vendor)
     r = vmtune.rewrite(domain(2), host, "latency")
     assert r.placement["nodes"] == [0]
+
+
+def test_claimed_strict_memory_is_subtracted():
+    """Memory another domain binds strictly to a node is not offered again: the next VM that
+    would not fit beside it goes to the other node."""
+    host = make_host(mem_gib=16)
+    big = vmtune.rewrite(named(domain(2, mib=12 * 1024), "big"), host, "latency")
+    assert big.placement["hugepage_kib"] is None
+    nxt = vmtune.rewrite(named(domain(2, mib=8 * 1024), "next"), host, "latency", [big.xml])
+    assert nxt.placement["nodes"] != big.placement["nodes"]
+    # 4 GiB are left beside "big" and 8 GiB beside "next": a third 8 GiB VM fits only there
+    third = vmtune.rewrite(named(domain(2, mib=8 * 1024), "third"), host, "latency", [big.xml, nxt.xml])
+    assert third.placement["nodes"] == nxt.placement["nodes"]
+    with pytest.raises(DoesNotFit, match="memory"):
+        vmtune.rewrite(named(domain(2, mib=8 * 1024), "fourth"), host, "latency", [big.xml, nxt.xml, third.xml])

@@ -104,6 +104,10 @@ def _parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profiles", help="list the tuning profiles")
     prof.add_argument("--config", metavar="FILE")
     prof.add_argument("--json", action="store_true")
+
+    hook = sub.add_parser("hook", help="install or remove the libvirt hook")
+    hook.add_argument("action", choices=("install", "uninstall"))
+    hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks)")
     return parser
 
 
@@ -165,7 +169,19 @@ def cmd_profiles(args, cfg) -> int:
     return 0
 
 
-COMMANDS = {"rewrite": cmd_rewrite, "topology": cmd_topology, "profiles": cmd_profiles}
+def cmd_hook(args, cfg) -> int:
+    from .hook import install
+
+    if args.action == "install":
+        path = install.install(args.hooks_dir)
+        print(f"installed {path}; restart libvirtd (or virtqemud) so that it sees a new hook")
+    else:
+        path = install.uninstall(args.hooks_dir)
+        print(f"removed {path}" if path else f"{install.hook_path(args.hooks_dir)} was not installed")
+    return 0
+
+
+COMMANDS = {"rewrite": cmd_rewrite, "topology": cmd_topology, "profiles": cmd_profiles, "hook": cmd_hook}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -131,9 +131,6 @@ class Domain(View):
     numa_placement = Prop("numatune/memory/@placement")
     iothreads_text = Prop("iothreads")
 
-    def __init__(self, node: etree._Element):
-        super().__init__(node)
-
     # -- counts and sizes ---------------------------------------------------------------------
     @property
     def vcpus(self) -> int:

@@ -1,7 +1,7 @@
 """<memoryBacking> (hugepages, nosharepages, locked) and the balloon."""
 
 from .. import cpuset
-from ..edits import E, Put, Set, insert
+from ..edits import E, Put, Remove, Set, insert
 from ._xml import copy, put_under
 
 
@@ -25,8 +25,8 @@ def _backing(ctx, dom):
         if wanted and new.find(flag) is None:
             insert(new, E(flag))
             reasons.append(why)
-    if old is None and len(new) == 0:
-        return []
+    if len(new) == 0:
+        return [] if old is None else [Remove(old, "hugepages removed: the chosen nodes cannot back this memory")]
     reason = "; ".join(reasons) or "hugepages removed: the chosen nodes cannot back this memory"
     return [Put(dom.node, new, reason)]
 

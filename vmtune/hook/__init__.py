@@ -1,0 +1,213 @@
+"""The libvirt qemu hook: host low-latency state while latency VMs run, with leases.
+
+libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main`` handles:
+
+- an untagged domain (no ``https://vmtune.dev/xmlns/1`` in the XML bytes), any op: exit 0, silent,
+  before anything heavy is imported (``hooks/qemu`` makes the same check before importing vmtune);
+- ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``): record a lease
+  with the host CPUs its vCPUs pin; the first lease saves the host state and tunes the host
+  (hoststate). vCPU pins that overlap another lease refuse the start (exit 1, one stderr line)
+  unless the config's ``[hook] on_conflict = "warn"``;
+- ``release end ANY``: drop the lease; the last one restores the saved host state;
+- ``reconnect begin``: never fails; makes sure the running domain has its lease;
+- every other op: exit 0, print nothing.
+
+Logs go to stderr and syslog, never stdout. ``VMTUNE_DRY_RUN=1`` logs and changes nothing;
+``VMTUNE_SYSFS`` (default ``/sys``) and ``VMTUNE_STATE_DIR`` (default ``/run/vmtune``) move the host.
+Not yet here: the hugepage top-up and the ``migrate``/``restore`` XML filter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+
+MARK = b"https://vmtune.dev/xmlns/1"
+log = logging.getLogger("vmtune.hook")
+
+__all__ = ["MARK", "main"]
+
+
+class _Stderr(logging.Handler):
+    """Writes to whatever sys.stderr is at the time (pytest swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - logging must never break the hook
+            pass
+
+
+def _setup_logging() -> None:
+    if getattr(log, "_vmtune_ready", False):
+        return
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    err = _Stderr()
+    err.setFormatter(logging.Formatter("vmtune-hook: %(message)s"))
+    log.addHandler(err)
+    if os.path.exists("/dev/log") and os.environ.get("VMTUNE_SYSLOG", "1") != "0":
+        from logging.handlers import SysLogHandler
+        try:
+            syslog = SysLogHandler(address="/dev/log", facility=SysLogHandler.LOG_DAEMON)
+            syslog.setFormatter(logging.Formatter("vmtune-hook[%(process)d]: %(message)s"))
+            log.addHandler(syslog)
+        except OSError:
+            pass
+    log._vmtune_ready = True  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    uuid: str
+    profile: str | None
+    cpus: frozenset[int]  # host CPUs the vCPUs are pinned to
+
+
+def _domain(name: str, xml: bytes) -> Domain:
+    from .. import model, xmlsafe
+
+    dom = model.Domain(xmlsafe.parse(xml, "domain XML"))
+    cpus: frozenset[int] = frozenset().union(*dom.vcpupins().values()) if dom.vcpupins() else frozenset()
+    return Domain(name=dom.name or name, uuid=dom.uuid or f"name:{dom.name or name}",
+                  profile=dom.tagged_profile, cpus=cpus)
+
+
+def _wants_host_tuning(profile: str | None, cfg) -> bool:
+    if not profile:
+        return False
+    from .. import profiles
+
+    return profiles.load(profile, cfg.profiles_dir).host_tuning
+
+
+class Hook:
+    """One hook call's view of the host: sysfs root, state store, config, dry run."""
+
+    def __init__(self, cfg, sysfs: str | None = None, store=None, dry_run: bool | None = None):
+        from .leases import Store
+
+        self.cfg = cfg
+        self.dry_run = os.environ.get("VMTUNE_DRY_RUN", "") not in ("", "0") if dry_run is None else dry_run
+        self.sysfs = sysfs or os.environ.get("VMTUNE_SYSFS") or "/sys"
+        self.store = store or Store(dry_run=self.dry_run)
+        self.settings = dict(cfg.hook)
+
+    def _tune(self, dom: Domain):
+        from . import hoststate
+
+        if self.settings.get("cstate_scope", "host") != "host":
+            log.warning("cstate_scope %r is not implemented yet; using host", self.settings["cstate_scope"])
+        knobs = hoststate.plan(
+            self.sysfs,
+            max_cstate_latency_us=int(self.settings.get("max_cstate_latency_us",
+                                                        hoststate.DEFAULT_MAX_CSTATE_LATENCY_US)),
+            ksm=str(self.settings.get("ksm", "off")),
+        )
+        log.info("%s: first latency lease: saving the host state and tuning the host", dom.name)
+        return hoststate.apply(self.sysfs, knobs, dry_run=self.dry_run)
+
+    def lease(self, dom: Domain, refuse_conflicts: bool) -> int:
+        """Record the lease (and tune the host for the first one); 1 if refused for a conflict."""
+        from . import hoststate
+        from .. import cpuset
+
+        with self.store.locked() as state:
+            clashes = state.conflicts(dom.uuid, dom.cpus)
+            if clashes:
+                what = "; ".join(f"domain {other!r} holds CPUs {cpuset.format(cpus)}" for other, cpus in clashes)
+                if refuse_conflicts and self.settings.get("on_conflict", "refuse") != "warn":
+                    log.error("%s: refusing to start: its vCPU pins overlap another latency domain: %s",
+                              dom.name, what)
+                    return 1
+                log.warning("%s: vCPU pins overlap another latency domain: %s", dom.name, what)
+            state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus)
+            applied = None
+            if state.baseline is None:
+                applied = state.baseline = self._tune(dom)
+            try:
+                self.store.commit(state)
+            except BaseException:
+                if applied:
+                    log.error("%s: cannot record the lease; undoing the host tuning", dom.name)
+                    hoststate.restore(self.sysfs, applied, dry_run=self.dry_run)
+                raise
+            log.info("%s: lease taken (CPUs %s, %d lease(s))", dom.name, cpuset.format(dom.cpus) or "-",
+                     len(state.leases))
+        return 0
+
+    def release(self, uuid: str | None, name: str) -> int:
+        from . import hoststate
+
+        with self.store.locked() as state:
+            key = state.find(uuid, name)
+            if key is None:
+                return 0
+            del state.leases[key]
+            if not state.leases and state.baseline is not None:
+                log.info("%s: last latency lease released: restoring the host state", name)
+                hoststate.restore(self.sysfs, state.baseline, dry_run=self.dry_run)
+                state.baseline = None
+            else:
+                log.info("%s: lease released (%d left)", name, len(state.leases))
+            self.store.commit(state)
+        return 0
+
+
+def _run(argv: list[str], data: bytes) -> int:
+    from .. import config as config_mod
+
+    name = argv[0] if argv else "?"
+    op = (argv[1] if len(argv) > 1 else "", argv[2] if len(argv) > 2 else "")
+    if op == ("release", "end"):
+        try:
+            dom = _domain(name, data)
+            uuid, name = dom.uuid, dom.name
+        except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases by name
+            log.warning("%s: cannot read the domain XML (%s); releasing by name", name, exc)
+            uuid = None
+        try:
+            cfg = config_mod.load()
+        except Exception as exc:  # noqa: BLE001 - a broken config must not keep the host tuned
+            log.warning("%s: %s; releasing with the default settings", name, exc)
+            cfg = config_mod.Config()
+        return Hook(cfg).release(uuid, name)
+    # prepare begin / reconnect begin: only latency-tagged domains matter
+    try:
+        dom = _domain(name, data)
+        cfg = config_mod.load()
+        latency = _wants_host_tuning(dom.profile, cfg)
+    except Exception as exc:  # noqa: BLE001 - we cannot tell it is ours: log, let it start
+        log.error("%s: %s %s: ignoring the domain: %s", name, *op, exc)
+        return 0
+    if not latency:
+        return 0
+    return Hook(cfg).lease(dom, refuse_conflicts=op == ("prepare", "begin"))
+
+
+def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int:
+    """Run one hook call: ``argv`` is ``[NAME, OP, SUBOP, EXTRA]``, ``stdin`` the domain XML."""
+    if argv is None:
+        argv = sys.argv[1:]
+    try:
+        if stdin is None:
+            stdin = sys.stdin.buffer.read()
+        data = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
+    except Exception:  # noqa: BLE001 - cannot tell whose domain: not ours
+        return 0
+    if MARK not in data:
+        return 0  # untagged: not ours
+    op = tuple(argv[1:3])
+    if op not in (("prepare", "begin"), ("release", "end"), ("reconnect", "begin")):
+        return 0
+    _setup_logging()
+    name = argv[0] if argv else "?"
+    try:
+        return _run(list(argv), data)
+    except Exception as exc:  # noqa: BLE001 - the hook's last line of defence
+        log.error("%s: %s %s failed: %s: %s", name, *op, type(exc).__name__, exc)
+        return 1 if op == ("prepare", "begin") else 0

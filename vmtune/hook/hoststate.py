@@ -1,0 +1,172 @@
+"""Host knobs the hook tunes while a latency VM runs, with tuned's apply / verify / restore lifecycle.
+
+A knob is a sysfs file and the value vmtune wants in it. ``apply`` reads each value before it
+writes, and returns what it changed as records ``{"path", "before", "after"}`` (``after`` is what
+the kernel reads back). ``restore`` walks those records backwards, so a governor is restored before
+its energy_performance_preference, and writes ``before`` back only where the live value is still
+the one vmtune wrote: a value someone changed since is left alone, with a warning.
+
+All paths are relative to the sysfs root (``/sys``, or ``$VMTUNE_SYSFS`` in tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import cpuset
+
+log = logging.getLogger("vmtune.hook")
+
+CPU_DIR = "devices/system/cpu"
+KSM_RUN = "kernel/mm/ksm/run"
+PERFORMANCE = "performance"
+DEFAULT_MAX_CSTATE_LATENCY_US = 10
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One sysfs file (relative to the sysfs root) and the value vmtune wants in it."""
+
+    path: str
+    want: str
+
+
+def read(sysfs: str, path: str) -> str | None:
+    """The knob's live value, stripped; None if the file does not exist."""
+    try:
+        with open(os.path.join(sysfs, path), encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def write(sysfs: str, path: str, value: str) -> None:
+    with open(os.path.join(sysfs, path), "w", encoding="ascii") as fh:
+        fh.write(value)
+
+
+def online_cpus(sysfs: str) -> list[int]:
+    """The online CPUs (``devices/system/cpu/online``, else every ``cpuN`` directory)."""
+    text = read(sysfs, f"{CPU_DIR}/online")
+    if text is not None:
+        return sorted(cpuset.parse(text))
+    found = [m.group(1) for p in Path(sysfs, CPU_DIR).glob("cpu*") if (m := re.fullmatch(r"cpu(\d+)", p.name))]
+    return sorted(int(n) for n in found)
+
+
+def _cpufreq_knobs(sysfs: str, cpu: int) -> list[Knob]:
+    base = f"{CPU_DIR}/cpu{cpu}/cpufreq"
+    if read(sysfs, f"{base}/scaling_governor") is None:
+        return []
+    available = read(sysfs, f"{base}/scaling_available_governors")
+    if available is not None and PERFORMANCE not in available.split():
+        log.warning("cpu%d: no %s governor (available: %s); cpufreq left alone", cpu, PERFORMANCE, available)
+        return []
+    knobs = []
+    # EPP first: intel_pstate refuses a non-performance EPP under the performance governor, so the
+    # governor is set last and (restore walks backwards) restored first.
+    if read(sysfs, f"{base}/energy_performance_preference") is not None:
+        knobs.append(Knob(f"{base}/energy_performance_preference", PERFORMANCE))
+    knobs.append(Knob(f"{base}/scaling_governor", PERFORMANCE))
+    return knobs
+
+
+def _cpuidle_knobs(sysfs: str, cpu: int, max_latency_us: int) -> list[Knob]:
+    base = Path(sysfs, CPU_DIR, f"cpu{cpu}", "cpuidle")
+    states = sorted((p for p in base.glob("state*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
+    knobs = []
+    for state in states:
+        rel = f"{CPU_DIR}/cpu{cpu}/cpuidle/{state.name}"
+        try:
+            latency = int(read(sysfs, f"{rel}/latency") or "")
+        except ValueError:
+            continue
+        if latency > max_latency_us and read(sysfs, f"{rel}/disable") is not None:
+            knobs.append(Knob(f"{rel}/disable", "1"))
+    return knobs
+
+
+def plan(sysfs: str, max_cstate_latency_us: int = DEFAULT_MAX_CSTATE_LATENCY_US, ksm: str = "off",
+         cpus: list[int] | None = None) -> list[Knob]:
+    """The host's low-latency state, in the order to apply it: per CPU EPP then governor, the
+    C-states deeper than ``max_cstate_latency_us``, then KSM off (unless ``ksm == "keep"``)."""
+    targets = online_cpus(sysfs) if cpus is None else sorted(cpus)
+    knobs: list[Knob] = []
+    for cpu in targets:
+        knobs += _cpufreq_knobs(sysfs, cpu)
+    for cpu in targets:
+        knobs += _cpuidle_knobs(sysfs, cpu, max_cstate_latency_us)
+    if ksm == "off" and read(sysfs, KSM_RUN) is not None:
+        knobs.append(Knob(KSM_RUN, "0"))
+    return knobs
+
+
+def apply(sysfs: str, knobs: list[Knob], dry_run: bool = False) -> list[dict[str, str]]:
+    """Set every knob that is not already at its value; return what was changed, in order.
+
+    A knob that cannot be written is logged and skipped (the rest of the host still gets tuned).
+    """
+    saved: list[dict[str, str]] = []
+    for knob in knobs:
+        before = read(sysfs, knob.path)
+        if before is None or before == knob.want:
+            continue
+        if dry_run:
+            log.info("dry run: would set %s: %s -> %s", knob.path, before, knob.want)
+            continue
+        try:
+            write(sysfs, knob.path, knob.want)
+        except OSError as exc:
+            log.warning("cannot set %s to %s: %s", knob.path, knob.want, exc.strerror or exc)
+            continue
+        after = read(sysfs, knob.path)
+        if after is None or after == before:
+            continue
+        saved.append({"path": knob.path, "before": before, "after": after})
+    if saved:
+        log.info("host tuned: %d value(s) changed", len(saved))
+    return saved
+
+
+def verify(sysfs: str, saved: list[dict[str, str]]) -> list[tuple[str, str, str | None]]:
+    """The records whose live value is no longer what vmtune wrote: (path, wrote, now)."""
+    drifted = []
+    for rec in saved:
+        now = read(sysfs, rec["path"])
+        if now != rec["after"]:
+            drifted.append((rec["path"], rec["after"], now))
+    return drifted
+
+
+def restore(sysfs: str, saved: list[dict[str, str]], dry_run: bool = False) -> list[str]:
+    """Write back the values ``apply`` saved, newest first; return the paths left alone.
+
+    A value that someone changed since vmtune wrote it is theirs now: it is left alone, with a
+    warning. A value that cannot be written back is logged and skipped.
+    """
+    left: list[str] = []
+    for rec in reversed(saved):
+        path, before, after = rec["path"], rec["before"], rec["after"]
+        now = read(sysfs, path)
+        if now is None:
+            log.warning("%s is gone; not restored", path)
+            left.append(path)
+            continue
+        if now != after:
+            log.warning("%s was changed since vmtune set it to %s (now %s); left alone, not restored to %s",
+                        path, after, now, before)
+            left.append(path)
+            continue
+        if dry_run:
+            log.info("dry run: would restore %s: %s -> %s", path, now, before)
+            continue
+        try:
+            write(sysfs, path, before)
+        except OSError as exc:
+            log.warning("cannot restore %s to %s: %s", path, before, exc.strerror or exc)
+            left.append(path)
+    return left

@@ -1,0 +1,87 @@
+"""Installing the hook as ``HOOKS_DIR/qemu.d/50-vmtune`` (libvirt >= 6.5 runs every executable there).
+
+The installed file is ``hooks/qemu`` with the interpreter that runs vmtune now (``sys.executable``,
+so the hook never goes through a slow shim) in its ``#!`` line. An existing ``HOOKS_DIR/qemu`` (a
+monolithic hook of someone else's) is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import InvalidInput
+
+DEFAULT_HOOKS_DIR = "/etc/libvirt/hooks"
+HOOK_NAME = "50-vmtune"
+SIGNATURE = "# vmtune libvirt hook"
+
+# Kept in sync with hooks/qemu (tests/test_hook.py checks): the only difference is the #! line.
+SCRIPT = '''#!{python}
+{signature}: `vmtune hook install` writes this file, `vmtune hook uninstall` removes it.
+"""libvirt qemu hook (qemu NAME OP SUBOP EXTRA, domain XML on stdin): see vmtune/hook/__init__.py."""
+import sys
+
+MARK = b"https://vmtune.dev/xmlns/1"
+
+
+def _run():
+    try:
+        data = sys.stdin.buffer.read()
+    except Exception:
+        return 0
+    if MARK not in data:
+        return 0  # untagged: not vmtune's domain; exit before importing anything heavy
+    from vmtune.hook import main
+
+    return main(sys.argv[1:], data)
+
+
+if __name__ == "__main__":
+    sys.exit(_run())
+'''
+
+
+def script(python: str | None = None) -> str:
+    return SCRIPT.format(python=python or sys.executable, signature=SIGNATURE)
+
+
+def hook_path(hooks_dir: str | None = None) -> Path:
+    return Path(hooks_dir or DEFAULT_HOOKS_DIR) / "qemu.d" / HOOK_NAME
+
+
+def install(hooks_dir: str | None = None, python: str | None = None) -> Path:
+    """Write the hook (atomically, mode 0755), creating directories; return its path."""
+    target = hook_path(hooks_dir)
+    if target.exists() and SIGNATURE not in target.read_text(errors="replace"):
+        raise InvalidInput(f"{target} exists and is not vmtune's hook; not overwritten")
+    try:
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".vmtune-", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(script(python))
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise InvalidInput(f"cannot install {target}: {exc.strerror or exc}") from None
+    return target
+
+
+def uninstall(hooks_dir: str | None = None) -> Path | None:
+    """Remove vmtune's hook; return its path, or None if it was not installed."""
+    target = hook_path(hooks_dir)
+    if not target.exists():
+        return None
+    if SIGNATURE not in target.read_text(errors="replace"):
+        raise InvalidInput(f"{target} is not vmtune's hook; not removed")
+    try:
+        target.unlink()
+    except OSError as exc:
+        raise InvalidInput(f"cannot remove {target}: {exc.strerror or exc}") from None
+    return target
