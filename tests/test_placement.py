@@ -277,3 +277,25 @@ def test_claimed_strict_memory_is_subtracted():
     assert third.placement["nodes"] == nxt.placement["nodes"]
     with pytest.raises(DoesNotFit, match="memory"):
         vmtune.rewrite(named(domain(2, mib=8 * 1024), "fourth"), host, "latency", [big.xml, nxt.xml, third.xml])
+
+
+def test_throughput_vms_spread_by_memory():
+    """Throughput VMs bound to one node each alternate between equal nodes instead of filling
+    node 0 first (the numad lesson for shared CPUs)."""
+    host = make_host(mem_gib=64)
+    placed = []
+    for i in range(4):
+        placed.append(vmtune.rewrite(named(domain(2, mib=8192), f"t{i}"), host, "throughput", [p.xml for p in placed]))
+    assert [p.placement["nodes"][0] for p in placed].count(0) == 2
+
+
+def test_claims_are_read_once():
+    """Planning many domains reads each claim's XML once, not once per rewrite."""
+    from vmtune import claims
+
+    host = make_host()
+    xml = vmtune.rewrite(named(domain(2), "c"), host, "latency").xml
+    claims.read.cache_clear()
+    for i in range(3):
+        vmtune.rewrite(named(domain(1), f"n{i}"), host, "latency", [xml])
+    assert claims.read.cache_info().misses == 1

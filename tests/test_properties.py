@@ -92,10 +92,20 @@ def test_pins_inside_host(xml, host, profile):
         assert cpuset.parse(el.get("nodeset")) <= set(host.node_ids)
 
 
-@given(domains(), x86_hosts, st.sampled_from(("latency", "realtime")))
-def test_dedicated_pins(xml, host, profile):
+@st.composite
+def host_and_fitting_domain(draw):
+    """A host, and a domain with no more vCPUs than the host has CPUs outside its reserved cores."""
+    host = draw(x86_hosts)
+    free = len(set(host.cpus) - taken_cores(host, host.default_reserved()))
+    assume(free >= 1)
+    return host, draw(domains(max_vcpus=min(8, free)))
+
+
+@given(host_and_fitting_domain(), st.sampled_from(("latency", "realtime")))
+def test_dedicated_pins(host_and_xml, profile):
     """A latency VM pins each vCPU to its own host CPU, none reserved, the emulator elsewhere,
     and its guest topology multiplies out to its vCPU count."""
+    host, xml = host_and_xml
     result = rewrite_or_skip(xml, host, profile)
     out = etree.fromstring(result.xml.encode())
     vcpus = int(out.findtext("vcpu"))

@@ -247,7 +247,9 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
         avail = _normal_free(host, ledger, cell.id)
         if avail is not None and avail < req.memory_kib:
             continue
-        key = (-len(local) if req.spread else len(local), cell.id)
+        # spread by the memory other domains left on the node, then by its shared CPUs
+        room = avail if avail is not None else 0
+        key = (-room, -len(local), cell.id) if req.spread else (room, len(local), cell.id)
         if best is None or key < best[0]:
             best = (key, cell.id, local)
     if best is None:
