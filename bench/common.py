@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("VMTUNE_CORPUS", ROOT.parent / "shared" / "corpus"))
 EXAMPLES = ROOT / "examples"
 SCHEMA_VERSION = 1
-REQUIRED_KEYS = ("case", "variant", "virt_type", "unit", "p50", "p99", "spread", "runs",
+# Every result file has these keys (tests/test_bench.py checks them).
+REQUIRED_KEYS = ("case", "variant", "virt_type", "p50_ms", "p99_ms", "spread", "runs",
                  "machine", "python", "lxml")
 
 
@@ -65,7 +66,22 @@ def versions() -> dict:
         "lxml": ".".join(map(str, etree.LXML_VERSION)),
         "libxml2": ".".join(map(str, etree.LIBXML_VERSION)),
         "vmtune": vmtune.__version__,
+        "git": _git(),
     }
+
+
+def _git() -> str | None:
+    """The checkout's commit, with "+dirty" when vmtune/ has uncommitted changes (read-only git)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "vmtune"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
 
 
 def quantile(values: list[float], q: float) -> float:

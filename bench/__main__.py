@@ -1,0 +1,71 @@
+"""bench/run [--quick] [--out DIR] [--virt-type qemu|kvm]: run the benchmarks, write JSON results.
+
+Only part 2 of issue 5 (what vmtune costs) exists so far; part 1 (guest gains) and the hook
+timing are still to come. ``--virt-type`` is accepted and recorded in every result: it is the
+``type=`` of the generated placement domains (the corpus domains keep their own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import costs
+from .common import ROOT, machine, versions, write_result
+
+FULL = {"rewrite_runs": 9, "rewrite_inner": 5, "sizes": (10, 30, 100, 300), "placement_runs": 5, "place_inner": 10}
+QUICK = {"rewrite_runs": 3, "rewrite_inner": 1, "sizes": (10, 30, 100), "placement_runs": 3, "place_inner": 3}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/run", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="every part, short (about 15 s here)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON goes")
+    ap.add_argument("--virt-type", choices=("qemu", "kvm"), default="qemu",
+                    help="recorded in every result; type= of the generated domains (default qemu: TCG)")
+    ap.add_argument("--cprofile", action="store_true",
+                    help="also write a cProfile of planning the largest N (not timed)")
+    args = ap.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    start = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"[{time.monotonic() - start:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    common = {
+        "virt_type": args.virt_type,
+        "virt_type_note": ("part 2 runs in-process and starts no guest; the virt type only sets "
+                           "type= of the generated placement domains"),
+        "quick": args.quick,
+        "machine": machine(),
+        **versions(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    records = costs.rewrite_throughput(cfg["rewrite_runs"], cfg["rewrite_inner"], log)
+    records += costs.placement(cfg["sizes"], cfg["placement_runs"], cfg["place_inner"], args.virt_type, log)
+    written = []
+    for rec in records:
+        # the case, variant and figures first, then the context every result carries
+        written.append(write_result(args.out, {**{k: rec[k] for k in ("case", "variant")}, **common, **rec}))
+    if args.cprofile:
+        path = args.out / f"cprofile-plan-all-N{max(cfg['sizes'])}.txt"
+        costs.profile_plan_all(max(cfg["sizes"]), args.virt_type, path)
+        log(f"wrote {path}")
+    summary = [{k: r.get(k) for k in ("case", "variant", "p50_ms", "p99_ms", "rewrites_per_s", "total_s")}
+               for r in records]
+    index = {"quick": args.quick, "virt_type": args.virt_type, "elapsed_s": time.monotonic() - start,
+             "files": [p.name for p in written], "summary": summary}
+    (args.out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    for row in summary:
+        figs = "  ".join(f"{k}={v:.3g}" for k, v in row.items() if isinstance(v, float))
+        print(f"{row['case']:22} {row['variant']:11} {figs}")
+    log(f"{len(written)} result files in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
