@@ -37,7 +37,7 @@ class _Stderr(logging.Handler):
         try:
             sys.stderr.write(self.format(record) + "\n")
             sys.stderr.flush()
-        except Exception:  # noqa: BLE001 - logging must never break the hook
+        except Exception:  # noqa: BLE001,S110 - logging must never break the hook
             pass
 
 
@@ -113,8 +113,8 @@ class Hook:
 
     def lease(self, dom: Domain, refuse_conflicts: bool) -> int:
         """Record the lease (and tune the host for the first one); 1 if refused for a conflict."""
-        from . import hoststate
         from .. import cpuset
+        from . import hoststate
 
         with self.store.locked() as state:
             clashes = state.conflicts(dom.uuid, dom.cpus)

@@ -1,0 +1,515 @@
+"""The libvirt hook (vmtune.hook) against a sysfs-shaped tree in a temporary directory."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vmtune import cli, hook
+from vmtune.hook import hoststate, install, leases
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOK = ROOT / "hooks" / "qemu"
+CPU = "devices/system/cpu"
+
+ORIGINAL_GOVERNOR = "powersave"
+ORIGINAL_EPP = "balance_performance"
+
+
+def build_sysfs(root: Path, cpus: int = 4, offline: tuple[int, ...] = (4,)) -> Path:
+    """CPUs 0..cpus-1 online (plus ``offline`` ones present but offline); cpu3 has no EPP."""
+    def put(rel: str, value: str) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(value + "\n")
+
+    put(f"{CPU}/online", f"0-{cpus - 1}")
+    for cpu in list(range(cpus)) + list(offline):
+        base = f"{CPU}/cpu{cpu}"
+        put(f"{base}/cpufreq/scaling_governor", ORIGINAL_GOVERNOR)
+        put(f"{base}/cpufreq/scaling_available_governors", "performance powersave")
+        if cpu != 3:
+            put(f"{base}/cpufreq/energy_performance_preference", ORIGINAL_EPP)
+        for k, (name, latency) in enumerate([("POLL", 0), ("C1", 2), ("C1E", 10), ("C6", 133)]):
+            put(f"{base}/cpuidle/state{k}/name", name)
+            put(f"{base}/cpuidle/state{k}/latency", str(latency))
+            put(f"{base}/cpuidle/state{k}/disable", "0")
+    put("kernel/mm/ksm/run", "1")
+    return root
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text().strip() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def value(root: Path, rel: str) -> str:
+    return (root / rel).read_text().strip()
+
+
+def domain(name: str, uuid: str, profile: str | None = "latency", pins: str | None = "2") -> str:
+    tag = (f'<metadata><vmtune:tune xmlns:vmtune="https://vmtune.dev/xmlns/1" profile="{profile}"/></metadata>'
+           if profile else "")
+    cputune = f"<cputune><vcpupin vcpu='0' cpuset='{pins}'/></cputune>" if pins else ""
+    return (f"<domain type='kvm'><name>{name}</name><uuid>{uuid}</uuid>{tag}"
+            f"<memory unit='MiB'>128</memory><vcpu>1</vcpu>{cputune}</domain>")
+
+
+UUID_A = "11111111-1111-1111-1111-111111111111"
+UUID_B = "22222222-2222-2222-2222-222222222222"
+A = domain("vm-a", UUID_A, pins="2")
+B = domain("vm-b", UUID_B, pins="3")
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A fake host: $VMTUNE_SYSFS tree, state dir, empty config and profiles dir; syslog off."""
+    sysfs = build_sysfs(tmp_path / "sys")
+    config = tmp_path / "vmtune.toml"
+    config.write_text("")
+    (tmp_path / "profiles").mkdir()
+    monkeypatch.setenv("VMTUNE_SYSFS", str(sysfs))
+    monkeypatch.setenv("VMTUNE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("VMTUNE_CONFIG", str(config))
+    monkeypatch.setenv("VMTUNE_PROFILES", str(tmp_path / "profiles"))
+    monkeypatch.setenv("VMTUNE_SYSLOG", "0")
+    monkeypatch.delenv("VMTUNE_DRY_RUN", raising=False)
+    return tmp_path
+
+
+def call(xml: str, name: str, op: str, sub: str, extra: str = "-") -> int:
+    return hook.main([name, op, sub, extra], xml.encode())
+
+
+def state(env: Path) -> dict:
+    return json.loads((env / "state" / "state.json").read_text())
+
+
+def assert_tuned(sysfs: Path) -> None:
+    for cpu in range(4):
+        assert value(sysfs, f"{CPU}/cpu{cpu}/cpufreq/scaling_governor") == "performance"
+        assert value(sysfs, f"{CPU}/cpu{cpu}/cpuidle/state3/disable") == "1"
+        for k in (0, 1, 2):  # exit latency <= 10 us stays enabled
+            assert value(sysfs, f"{CPU}/cpu{cpu}/cpuidle/state{k}/disable") == "0"
+    for cpu in (0, 1, 2):
+        assert value(sysfs, f"{CPU}/cpu{cpu}/cpufreq/energy_performance_preference") == "performance"
+    assert value(sysfs, "kernel/mm/ksm/run") == "0"
+    assert value(sysfs, f"{CPU}/cpu4/cpufreq/scaling_governor") == ORIGINAL_GOVERNOR  # offline: untouched
+
+
+# -- lifecycles ---------------------------------------------------------------------------------
+
+def test_two_vms_host_tuned_until_the_last_stops(env, capsys):
+    """The first lease tunes the host, the second leaves it alone, the last release restores it exactly."""
+    sysfs = env / "sys"
+    before = snapshot(sysfs)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert_tuned(sysfs)
+    tuned = snapshot(sysfs)
+    assert call(B, "vm-b", "prepare", "begin") == 0
+    assert snapshot(sysfs) == tuned
+    assert set(state(env)["leases"]) == {UUID_A, UUID_B}
+    assert state(env)["leases"][UUID_A]["cpus"] == "2"
+    assert call(A, "vm-a", "release", "end") == 0
+    assert snapshot(sysfs) == tuned
+    assert list(state(env)["leases"]) == [UUID_B]
+    assert call(B, "vm-b", "release", "end") == 0
+    assert snapshot(sysfs) == before
+    assert state(env) == {"version": 1, "leases": {}, "baseline": None}
+    assert capsys.readouterr().out == ""
+
+
+def test_start_that_fails_after_prepare_restores(env, capsys):
+    """prepare begin, then release end failed (the start failed): the host is restored."""
+    before = snapshot(env / "sys")
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert call(A, "vm-a", "stopped", "end", "failed") == 0
+    assert call(A, "vm-a", "release", "end", "failed") == 0
+    assert snapshot(env / "sys") == before
+    assert state(env)["leases"] == {}
+    assert capsys.readouterr().out == ""
+
+
+def test_crash_of_one_vm_keeps_the_other_tuned(env):
+    """A crashed domain's release drops only its lease; the survivor keeps the host tuned."""
+    before = snapshot(env / "sys")
+    call(A, "vm-a", "prepare", "begin")
+    call(B, "vm-b", "prepare", "begin")
+    assert call(A, "vm-a", "release", "end", "crashed") == 0
+    assert_tuned(env / "sys")
+    assert list(state(env)["leases"]) == [UUID_B]
+    call(B, "vm-b", "release", "end", "shutdown")
+    assert snapshot(env / "sys") == before
+
+
+def test_release_of_an_unknown_domain_does_nothing(env):
+    """Releasing a domain without a lease changes neither the host nor the leases."""
+    call(A, "vm-a", "prepare", "begin")
+    tuned, leases_before = snapshot(env / "sys"), state(env)
+    assert call(B, "vm-b", "release", "end", "-") == 0
+    assert snapshot(env / "sys") == tuned
+    assert state(env) == leases_before
+
+
+def test_release_by_name_when_the_xml_is_unreadable(env):
+    """A release whose XML cannot be parsed still drops the lease, found by name."""
+    before = snapshot(env / "sys")
+    call(A, "vm-a", "prepare", "begin")
+    broken = '<domain><metadata xmlns:v="https://vmtune.dev/xmlns/1">'
+    assert call(broken, "vm-a", "release", "end") == 0
+    assert state(env)["leases"] == {}
+    assert snapshot(env / "sys") == before
+
+
+def test_reconnect_recreates_a_lost_lease_and_never_fails(env, capsys):
+    """reconnect begin makes sure the lease exists, is idempotent, and exits 0 even on conflict or error."""
+    assert call(A, "vm-a", "reconnect", "begin") == 0
+    assert list(state(env)["leases"]) == [UUID_A]
+    assert_tuned(env / "sys")
+    first = state(env)
+    assert call(A, "vm-a", "reconnect", "begin") == 0
+    assert state(env)["baseline"] == first["baseline"]
+    clash = domain("vm-c", "33333333-3333-3333-3333-333333333333", pins="2")
+    assert call(clash, "vm-c", "reconnect", "begin") == 0  # already running: warn, keep its lease
+    assert "vm-a" in capsys.readouterr().err
+    assert len(state(env)["leases"]) == 2
+    (env / "state" / "state.json").unlink()
+    (env / "state" / "lock").unlink()
+    (env / "state").rmdir()
+    (env / "state").write_text("not a directory")
+    assert call(A, "vm-a", "reconnect", "begin") == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_reconnect_with_the_lease_in_place_keeps_the_baseline(env):
+    """A libvirtd restart (reconnect) of running domains changes nothing; the later release restores."""
+    before = snapshot(env / "sys")
+    call(A, "vm-a", "prepare", "begin")
+    saved = state(env)
+    assert call(A, "vm-a", "reconnect", "begin") == 0
+    assert state(env)["baseline"] == saved["baseline"]
+    call(A, "vm-a", "release", "end", "shutdown")
+    assert snapshot(env / "sys") == before
+
+
+# -- conflicts ----------------------------------------------------------------------------------
+
+def test_overlapping_pins_refuse_the_start(env, capsys):
+    """vCPU pins overlapping another lease: exit 1, one stderr line naming the other domain and CPUs."""
+    call(domain("vm-a", UUID_A, pins="2-3"), "vm-a", "prepare", "begin")
+    capsys.readouterr()
+    rc = call(domain("vm-b", UUID_B, pins="3,5"), "vm-b", "prepare", "begin")
+    out = capsys.readouterr()
+    assert rc == 1
+    assert out.out == ""
+    lines = out.err.splitlines()
+    assert len(lines) == 1, out.err
+    assert "vm-a" in lines[0] and "CPUs 3" in lines[0] and "vm-b" in lines[0]
+    assert list(state(env)["leases"]) == [UUID_A]
+
+
+def test_warn_mode_lets_overlapping_pins_start(env, capsys):
+    """on_conflict = "warn": the start goes ahead with a warning naming the other domain."""
+    (env / "vmtune.toml").write_text('[hook]\non_conflict = "warn"\n')
+    call(domain("vm-a", UUID_A, pins="2-3"), "vm-a", "prepare", "begin")
+    assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "prepare", "begin") == 0
+    assert "vm-a" in capsys.readouterr().err
+    assert set(state(env)["leases"]) == {UUID_A, UUID_B}
+
+
+def test_pins_that_do_not_overlap_start(env, capsys):
+    """Disjoint pins are no conflict; a prepare again for the same domain is no conflict with itself."""
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert call(B, "vm-b", "prepare", "begin") == 0
+    assert len(state(env)["leases"]) == 2
+
+
+# -- untagged, other ops, dry run ---------------------------------------------------------------
+
+@pytest.mark.parametrize("profile", [None, "balanced", "throughput"])
+def test_untagged_or_non_latency_domains_change_nothing(env, capsys, profile):
+    """No tag, or a profile without host tuning: exit 0, no output, no state, host untouched."""
+    before = snapshot(env / "sys")
+    xml = domain("vm-x", UUID_A, profile=profile)
+    for op, sub in [("prepare", "begin"), ("start", "begin"), ("reconnect", "begin"), ("release", "end")]:
+        assert call(xml, "vm-x", op, sub) == 0
+    assert snapshot(env / "sys") == before
+    assert not (env / "state" / "state.json").exists()
+    assert capsys.readouterr().out == ""
+
+
+def test_untagged_is_silent_with_a_broken_config_and_state_dir(env, capsys, monkeypatch):
+    """Untagged domain, any op, config malformed and state dir impossible: exit 0, nothing printed."""
+    (env / "vmtune.toml").write_text("[hook\n")
+    (env / "blocker").write_text("")
+    monkeypatch.setenv("VMTUNE_STATE_DIR", str(env / "blocker" / "state"))
+    xml = domain("vm-x", UUID_A, profile=None)
+    for op, sub in [("prepare", "begin"), ("reconnect", "begin"), ("release", "end"), ("migrate", "begin")]:
+        assert call(xml, "vm-x", op, sub) == 0
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("op,sub,extra", [
+    ("start", "begin", "-"), ("started", "begin", "-"), ("stopped", "end", "-"), ("migrate", "begin", "-"),
+    ("restore", "begin", "-"), ("attach", "begin", "-"), ("prepare", "end", "-")])
+def test_other_ops_do_nothing(env, capsys, op, sub, extra):
+    """Ops the hook does not handle exit 0 and print nothing, for tagged domains too."""
+    before = snapshot(env / "sys")
+    assert call(A, "vm-a", op, sub, extra) == 0
+    assert snapshot(env / "sys") == before
+    assert not (env / "state").exists()
+    assert capsys.readouterr() == ("", "")
+
+
+def test_untagged_error_is_logged_and_exits_0(env, capsys):
+    """Malformed XML that merely mentions the namespace: log it, exit 0 (we cannot tell it is ours)."""
+    rc = call('<domain><!-- https://vmtune.dev/xmlns/1 -->', "vm-x", "prepare", "begin")
+    out = capsys.readouterr()
+    assert rc == 0 and out.out == "" and "vm-x" in out.err
+
+
+def test_dry_run_changes_nothing(env, capsys, monkeypatch):
+    """VMTUNE_DRY_RUN=1 logs what it would change and writes neither sysfs nor the state dir."""
+    monkeypatch.setenv("VMTUNE_DRY_RUN", "1")
+    before = snapshot(env / "sys")
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert call(A, "vm-a", "release", "end") == 0
+    out = capsys.readouterr()
+    assert snapshot(env / "sys") == before
+    assert not (env / "state").exists()
+    assert "would set" in out.err and out.out == ""
+
+
+def test_user_profile_with_host_tuning_is_latency(env):
+    """A user profile that asks for host tuning takes a lease; the built-in realtime does too."""
+    (env / "profiles" / "fast.toml").write_text('inherit = "balanced"\nhost_tuning = true\n')
+    call(domain("vm-a", UUID_A, profile="fast"), "vm-a", "prepare", "begin")
+    call(domain("vm-b", UUID_B, profile="realtime", pins="3"), "vm-b", "prepare", "begin")
+    assert set(state(env)["leases"]) == {UUID_A, UUID_B}
+
+
+def test_ksm_keep_and_latency_threshold_from_config(env):
+    """[hook] ksm = "keep" leaves KSM running; max_cstate_latency_us = 1 also disables C1 and C1E."""
+    (env / "vmtune.toml").write_text('[hook]\nksm = "keep"\nmax_cstate_latency_us = 1\n')
+    call(A, "vm-a", "prepare", "begin")
+    sysfs = env / "sys"
+    assert value(sysfs, "kernel/mm/ksm/run") == "1"
+    assert [value(sysfs, f"{CPU}/cpu0/cpuidle/state{k}/disable") for k in range(4)] == ["0", "1", "1", "1"]
+
+
+# -- drift, order, failure to record ------------------------------------------------------------
+
+def test_drifted_value_is_left_alone_with_a_warning(env, capsys):
+    """Someone changed cpu1's governor while tuned: it is left alone (with a warning), the rest restored."""
+    sysfs = env / "sys"
+    before = snapshot(sysfs)
+    call(A, "vm-a", "prepare", "begin")
+    gov1 = f"{CPU}/cpu1/cpufreq/scaling_governor"
+    (sysfs / gov1).write_text("schedutil\n")
+    saved = state(env)["baseline"]
+    assert [d[0] for d in hoststate.verify(str(sysfs), saved)] == [gov1]
+    capsys.readouterr()
+    call(A, "vm-a", "release", "end")
+    err = capsys.readouterr().err
+    assert gov1 in err and "left alone" in err
+    after = snapshot(sysfs)
+    assert after.pop(gov1) == "schedutil"
+    before.pop(gov1)
+    assert after == before
+
+
+def test_restore_sets_the_governor_before_the_epp(env, monkeypatch):
+    """Apply writes EPP then governor; restore writes governor then EPP (intel_pstate's rule)."""
+    sysfs = str(env / "sys")
+    writes: list[str] = []
+    real = hoststate.write
+    monkeypatch.setattr(hoststate, "write", lambda root, path, v: (writes.append(path), real(root, path, v)))
+    saved = hoststate.apply(sysfs, hoststate.plan(sysfs))
+    cpu0 = [w.rsplit("/", 1)[1] for w in writes if "/cpu0/cpufreq/" in w]
+    assert cpu0 == ["energy_performance_preference", "scaling_governor"]
+    writes.clear()
+    assert hoststate.restore(sysfs, saved) == []
+    cpu0 = [w.rsplit("/", 1)[1] for w in writes if "/cpu0/cpufreq/" in w]
+    assert cpu0 == ["scaling_governor", "energy_performance_preference"]
+
+
+def test_a_lease_that_cannot_be_recorded_undoes_the_tuning(env, capsys, monkeypatch):
+    """If the state file cannot be written, the host is restored and the start refused."""
+    before = snapshot(env / "sys")
+
+    def fail(self, state):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(leases.Store, "commit", fail)
+    assert call(A, "vm-a", "prepare", "begin") == 1
+    assert snapshot(env / "sys") == before
+    assert "No space left" in capsys.readouterr().err
+
+
+def test_state_file_is_replaced_whole(env):
+    """After each call the state file is valid JSON and no temporary file is left behind."""
+    call(A, "vm-a", "prepare", "begin")
+    call(B, "vm-b", "prepare", "begin")
+    assert sorted(p.name for p in (env / "state").iterdir()) == ["lock", "state.json"]
+    assert state(env)["version"] == 1
+
+
+def test_corrupt_state_starts_empty_and_is_kept_aside(env, capsys):
+    """An unreadable state file is moved aside (logged), and the hook goes on from an empty state."""
+    (env / "state").mkdir()
+    (env / "state" / "state.json").write_text("{nope")
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert list(state(env)["leases"]) == [UUID_A]
+    assert any(p.name.startswith("state.json.corrupt-") for p in (env / "state").iterdir())
+    assert "unreadable" in capsys.readouterr().err
+
+
+# -- two processes at once ----------------------------------------------------------------------
+
+def _racer(barrier, xml: str, name: str, queue) -> None:
+    barrier.wait()
+    queue.put(hook.main([name, "prepare", "begin", "-"], xml.encode()))
+
+
+def test_racing_prepares_keep_both_leases_and_one_baseline(env):
+    """Two prepares in two processes at once: both leases recorded, the baseline saved once (the original)."""
+    ctx = multiprocessing.get_context("fork")
+    sysfs = env / "sys"
+    before = snapshot(sysfs)
+    for round_ in range(15):
+        xmls = [domain(f"vm-{round_}-{i}", f"{round_:08d}-0000-0000-0000-{i:012d}", pins=str(i)) for i in (0, 1)]
+        barrier, queue = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_racer, args=(barrier, x, f"vm-{round_}-{i}", queue)) for i, x in enumerate(xmls)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(30)
+        assert sorted(queue.get(timeout=5) for _ in procs) == [0, 0]
+        got = state(env)
+        assert len(got["leases"]) == 2, got
+        assert all(rec["before"] != "performance" for rec in got["baseline"]), got["baseline"]
+        for i, x in enumerate(xmls):
+            call(x, f"vm-{round_}-{i}", "release", "end")
+        assert snapshot(sysfs) == before
+
+
+# -- the executable hook ------------------------------------------------------------------------
+
+def run_hook(xml: str, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    environ = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, str(HOOK), *args], input=xml.encode(), capture_output=True,
+                          env=environ, timeout=60, check=False)
+
+
+def test_hook_script_tunes_and_restores(env):
+    """hooks/qemu as a real process: prepare takes the lease and tunes, release restores; stdout stays empty."""
+    before = snapshot(env / "sys")
+    p = run_hook(A, "vm-a", "prepare", "begin", "-")
+    assert (p.returncode, p.stdout) == (0, b""), p.stderr
+    assert list(state(env)["leases"]) == [UUID_A]
+    assert_tuned(env / "sys")
+    p = run_hook(A, "vm-a", "release", "end", "destroyed")
+    assert (p.returncode, p.stdout) == (0, b""), p.stderr
+    assert snapshot(env / "sys") == before
+
+
+def test_hook_script_refuses_a_conflict(env):
+    """hooks/qemu exits 1 with one stderr line for overlapping pins."""
+    run_hook(A, "vm-a", "prepare", "begin", "-")
+    p = run_hook(domain("vm-b", UUID_B, pins="2"), "vm-b", "prepare", "begin", "-")
+    assert p.returncode == 1 and p.stdout == b""
+    assert len(p.stderr.decode().splitlines()) == 1 and "vm-a" in p.stderr.decode()
+
+
+def test_hook_script_untagged_is_silent_even_with_an_unwritable_state_dir(env, tmp_path):
+    """Untagged domain, state dir impossible: exit 0, no stdout, no stderr, no vmtune import."""
+    bogus = tmp_path / "file"
+    bogus.write_text("")
+    before = snapshot(env / "sys")
+    xml = domain("vm-x", UUID_A, profile=None)
+    for args in (["prepare", "begin", "-"], ["release", "end", "-"], ["migrate", "begin", "-"]):
+        p = run_hook(xml, "vm-x", *args, env_extra={"VMTUNE_STATE_DIR": str(bogus / "state")})
+        assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
+    assert snapshot(env / "sys") == before
+
+
+def test_hook_script_untagged_imports_neither_vmtune_nor_lxml(env):
+    """The untagged fast path decides on the bytes before importing vmtune (and so lxml)."""
+    p = subprocess.run([sys.executable, "-X", "importtime", str(HOOK), "vm-x", "prepare", "begin", "-"],
+                       input=domain("vm-x", UUID_A, profile=None).encode(), capture_output=True, timeout=60,
+                       check=False)
+    assert p.returncode == 0 and p.stdout == b""
+    imported = [line.rsplit("|", 1)[-1].strip() for line in p.stderr.decode().splitlines()]
+    assert not [m for m in imported if m.startswith(("vmtune", "lxml"))]
+
+
+def test_repo_hook_is_the_installed_script():
+    """hooks/qemu is install.script() with a portable #! line."""
+    assert HOOK.read_text() == install.script("/usr/bin/env python3")
+    assert os.access(HOOK, os.X_OK)
+
+
+# -- vmtune hook install / uninstall ------------------------------------------------------------
+
+def test_cli_install_and_uninstall(tmp_path, capsys):
+    """install writes qemu.d/50-vmtune (executable, #! sys.executable), keeps DIR/qemu; uninstall removes it."""
+    hooks_dir = tmp_path / "hooks"
+    hooks_dir.mkdir()
+    (hooks_dir / "qemu").write_text("#!/bin/sh\necho theirs\n")
+    assert cli.main(["hook", "install", "--hooks-dir", str(hooks_dir)]) == 0
+    assert "restart" in capsys.readouterr().out
+    target = hooks_dir / "qemu.d" / "50-vmtune"
+    assert target.read_text().splitlines()[0] == f"#!{sys.executable}"
+    assert os.access(target, os.X_OK)
+    assert (hooks_dir / "qemu").read_text() == "#!/bin/sh\necho theirs\n"
+    p = subprocess.run([str(target), "vm-x", "prepare", "begin", "-"], input=b"<domain/>", capture_output=True,
+                       check=False)
+    assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
+    assert cli.main(["hook", "install", "--hooks-dir", str(hooks_dir)]) == 0  # again: replaces its own
+    assert cli.main(["hook", "uninstall", "--hooks-dir", str(hooks_dir)]) == 0
+    assert not target.exists()
+    assert (hooks_dir / "qemu").exists()
+    assert cli.main(["hook", "uninstall", "--hooks-dir", str(hooks_dir)]) == 0
+    assert "not installed" in capsys.readouterr().out
+
+
+def test_cli_install_never_overwrites_a_foreign_file(tmp_path, capsys):
+    """A 50-vmtune that is not vmtune's is neither overwritten nor removed (exit 1)."""
+    target = tmp_path / "qemu.d" / "50-vmtune"
+    target.parent.mkdir(parents=True)
+    target.write_text("#!/bin/sh\n")
+    assert cli.main(["hook", "install", "--hooks-dir", str(tmp_path)]) == 1
+    assert cli.main(["hook", "uninstall", "--hooks-dir", str(tmp_path)]) == 1
+    assert target.read_text() == "#!/bin/sh\n"
+    assert "not vmtune's hook" in capsys.readouterr().err
+
+
+# -- a real cpuidle state -----------------------------------------------------------------------
+
+def _real_cpuidle_state() -> str | None:
+    for state_dir in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpuidle/state[1-9]*")):
+        if (state_dir / "disable").exists():
+            return str(state_dir.relative_to("/sys"))
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.skipif(_real_cpuidle_state() is None, reason="no cpuidle states on this machine")
+def test_real_cpuidle_state_is_disabled_and_restored():
+    """On this machine: apply disables a real cpuidle state, restore puts back its value."""
+    rel = _real_cpuidle_state() + "/disable"
+    original = hoststate.read("/sys", rel)
+    want = "0" if original == "1" else "1"
+    saved = hoststate.apply("/sys", [hoststate.Knob(rel, want)])
+    try:
+        assert hoststate.read("/sys", rel) == want
+        assert saved == [{"path": rel, "before": original, "after": want}]
+    finally:
+        assert hoststate.restore("/sys", saved) == []
+    assert hoststate.read("/sys", rel) == original
