@@ -598,3 +598,16 @@ def test_in_place_follows_a_symlink(tmp_path):
     assert cli.main(["rewrite", str(link), "-i", *H, "--profile", "latency"]) == 0
     assert link.is_symlink()
     assert "vmtune:tune" in real.read_text()
+
+
+def test_library_api_survives_importing_the_cli():
+    """vmtune.rewrite stays the function after every submodule is imported (no module shadows it)."""
+    import vmtune
+    import vmtune.cli  # noqa: F401
+    import vmtune.driver  # noqa: F401
+    import vmtune.hook  # noqa: F401
+
+    assert callable(vmtune.rewrite) and vmtune.rewrite.__module__ == "vmtune.driver"
+    assert set(vmtune.__all__) <= set(dir(vmtune))
+    for name in vmtune.__all__:
+        assert getattr(vmtune, name) is not None

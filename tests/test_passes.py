@@ -15,7 +15,7 @@ import pytest
 import vmtune
 from conftest import CORPUS, EXAMPLES
 from vmtune import passes
-from vmtune.rewrite import prepare, run_passes, serialize
+from vmtune.driver import prepare, run_passes, serialize
 
 GOLDEN = Path(__file__).parent / "golden"
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())

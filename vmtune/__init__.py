@@ -6,21 +6,38 @@
     print(result.xml)
     for change in result.changes:
         print(change.element, change.reason)
+
+The names below are imported on first use, so that ``vmtune.hook`` (run by libvirt for every
+domain start) loads only the modules it needs.
 """
 
-from .config import Config
-from .config import load as load_config
-from .edits import Change
-from .errors import DoesNotFit, InvalidInput, Unsupported, VmtuneError
-from .host import Cell, Cpu, Host
-from .placement import Placement
-from .profiles import Profile
-from .profiles import load as load_profile
-from .rewrite import Result, rewrite
+from __future__ import annotations
+
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Cell", "Change", "Config", "Cpu", "DoesNotFit", "Host", "InvalidInput", "Placement",
-    "Profile", "Result", "Unsupported", "VmtuneError", "load_config", "load_profile", "rewrite",
-]
+_EXPORTS = {
+    "Cell": ("host", "Cell"), "Cpu": ("host", "Cpu"), "Host": ("host", "Host"),
+    "Change": ("edits", "Change"), "Config": ("config", "Config"), "load_config": ("config", "load"),
+    "DoesNotFit": ("errors", "DoesNotFit"), "InvalidInput": ("errors", "InvalidInput"),
+    "Unsupported": ("errors", "Unsupported"), "VmtuneError": ("errors", "VmtuneError"),
+    "Placement": ("placement", "Placement"), "Profile": ("profiles", "Profile"),
+    "load_profile": ("profiles", "load"), "Result": ("driver", "Result"), "rewrite": ("driver", "rewrite"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'vmtune' has no attribute {name!r}") from None
+    value = getattr(import_module(f".{module}", __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -16,7 +16,7 @@ from . import config as config_mod
 from . import cpuset, profiles
 from .errors import InvalidInput, VmtuneError
 from .host import Host
-from .rewrite import rewrite
+from .driver import rewrite
 
 MAX_INPUT = 8 * 1024 * 1024
 
