@@ -513,3 +513,41 @@ def test_real_cpuidle_state_is_disabled_and_restored():
     finally:
         assert hoststate.restore("/sys", saved) == []
     assert hoststate.read("/sys", rel) == original
+
+
+# -- HOOKS_DIR/vmtune.env: libvirtd scrubs the hook's environment -------------------------------
+
+def test_installed_hook_reads_vmtune_env_beside_qemu_d(env, tmp_path):
+    """Run as libvirt does (env scrubbed to PATH/HOME/LC_ALL), the installed hook takes VMTUNE_*
+    from HOOKS_DIR/vmtune.env; other names there are ignored."""
+    hooks = tmp_path / "hooks"
+    script = install.install(str(hooks))
+    (hooks / "vmtune.env").write_text(
+        "# test host\n"
+        f"VMTUNE_SYSFS={env / 'sys'}\n"
+        f"VMTUNE_STATE_DIR='{env / 'state'}'\n"
+        f"VMTUNE_CONFIG={env / 'vmtune.toml'}\n"
+        "VMTUNE_SYSLOG=0\n"
+        "PYTHONPATH=/nonexistent\n"
+    )
+    scrubbed = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root", "LC_ALL": "C"}
+    p = subprocess.run([str(script), "vm-a", "prepare", "begin", "-"], input=A.encode(), capture_output=True,
+                       env=scrubbed, timeout=60, check=False)
+    assert (p.returncode, p.stdout) == (0, b""), p.stderr
+    assert list(state(env)["leases"]) == [UUID_A]
+    assert_tuned(env / "sys")
+    p = subprocess.run([str(script), "vm-a", "release", "end", "-"], input=A.encode(), capture_output=True,
+                       env=scrubbed, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    assert state(env)["leases"] == {}
+
+
+def test_env_file_only_applies_to_qemu_d_and_never_overrides(tmp_path, monkeypatch):
+    (tmp_path / "vmtune.env").write_text("VMTUNE_SYSFS=/from-file\nVMTUNE_STATE_DIR=/file-state\nOTHER=1\n")
+    assert hook.env_file(str(tmp_path / "qemu.d" / "50-vmtune")) == str(tmp_path / "vmtune.env")
+    assert hook.env_file(str(tmp_path / "qemu")) is None
+    monkeypatch.setenv("VMTUNE_SYSFS", "/from-env")
+    monkeypatch.delenv("VMTUNE_STATE_DIR", raising=False)
+    monkeypatch.delenv("OTHER", raising=False)
+    assert hook.load_env_file(str(tmp_path / "vmtune.env")) == {"VMTUNE_STATE_DIR": "/file-state"}
+    assert os.environ["VMTUNE_SYSFS"] == "/from-env" and "OTHER" not in os.environ

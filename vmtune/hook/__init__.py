@@ -14,7 +14,14 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
 
 Logs go to stderr and syslog, never stdout. ``VMTUNE_DRY_RUN=1`` logs and changes nothing;
 ``VMTUNE_SYSFS`` (default ``/sys``) and ``VMTUNE_STATE_DIR`` (default ``/run/vmtune``) move the host.
-Not yet here: the hugepage top-up and the ``migrate``/``restore`` XML filter.
+
+libvirtd runs hooks with a scrubbed environment (libvirt 9.0 passes only PATH, HOME, LC_ALL=C and a
+few more), so ``VMTUNE_*`` variables set on the daemon never reach the hook. When the hook runs as
+``HOOKS_DIR/qemu.d/50-vmtune``, ``HOOKS_DIR/vmtune.env`` (``VMTUNE_NAME=value`` lines, ``#``
+comments; other names ignored) supplies them; a variable already in the environment wins.
+- ``migrate begin`` / ``restore begin``: print the domain re-pinned for this host, or nothing when
+  it is already right here; exit 1 when it cannot be placed here (repin.py);
+Not yet here: the hugepage top-up.
 """
 
 from __future__ import annotations
@@ -39,6 +46,42 @@ class _Stderr(logging.Handler):
             sys.stderr.flush()
         except Exception:  # noqa: BLE001,S110 - logging must never break the hook
             pass
+
+
+ENV_FILE = "vmtune.env"
+REPIN_OPS = (("migrate", "begin"), ("restore", "begin"))  # libvirt reads stdout as the new XML
+
+
+def env_file(script: str | None = None) -> str | None:
+    """``HOOKS_DIR/vmtune.env`` when ``script`` (default ``sys.argv[0]``) is ``HOOKS_DIR/qemu.d/NAME``."""
+    script = script if script is not None else (sys.argv[0] if sys.argv else "")
+    folder = os.path.dirname(os.path.abspath(script)) if script else ""
+    if os.path.basename(folder) != "qemu.d":
+        return None
+    return os.path.join(os.path.dirname(folder), ENV_FILE)
+
+
+def load_env_file(path: str | None) -> dict[str, str]:
+    """Set the ``VMTUNE_*`` variables from ``path`` that the environment lacks; return those set."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return {}
+    added = {}
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, val = line.partition("=")
+        key, val = key.strip(), val.strip()
+        if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
+            val = val[1:-1]
+        if key.startswith("VMTUNE_") and key not in os.environ:
+            os.environ[key] = added[key] = val
+    return added
 
 
 def _setup_logging() -> None:
@@ -176,6 +219,10 @@ def _run(argv: list[str], data: bytes) -> int:
             log.warning("%s: %s; releasing with the default settings", name, exc)
             cfg = config_mod.Config()
         return Hook(cfg).release(uuid, name)
+    if op in REPIN_OPS:
+        from . import repin
+
+        return repin.run(name, data, config_mod.load(), sys.stdout)
     # prepare begin / reconnect begin: only latency-tagged domains matter
     try:
         dom = _domain(name, data)
@@ -201,8 +248,9 @@ def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int
         return 0
     if MARK not in data:
         return 0  # untagged: not ours
+    load_env_file(env_file())
     op = tuple(argv[1:3])
-    if op not in (("prepare", "begin"), ("release", "end"), ("reconnect", "begin")):
+    if op not in (("prepare", "begin"), ("release", "end"), ("reconnect", "begin"), *REPIN_OPS):
         return 0
     _setup_logging()
     name = argv[0] if argv else "?"

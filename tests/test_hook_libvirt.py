@@ -1,0 +1,157 @@
+"""The hook under the real libvirtd: installed with ``vmtune hook install``, run by the daemon.
+
+libvirtd runs hooks with a scrubbed environment (PATH, HOME, LC_ALL=C and little else), so the
+``VMTUNE_*`` variables it is started with never reach the hook: the test points the hook at its
+fake sysfs tree and state dir through ``HOOKS_DIR/vmtune.env`` (see vmtune/hook/__init__.py), and
+checks that the daemon really scrubs (if a libvirt release stops scrubbing, the env file is still
+read, and ``test_libvirtd_scrubs_the_hook_environment`` says so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import vmtune
+from libvirt_env import minimal_domain, started, virsh
+from test_hook import CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
+from vmtune import cli
+from vmtune.hook import install
+
+HOOKS_DIR = Path("/etc/libvirt/hooks")
+ENV_FILE = HOOKS_DIR / "vmtune.env"
+PIDFILE = Path("/run/libvirtd.pid")
+URI = "qemu:///system"
+
+
+def _libvirtd_pid() -> int | None:
+    try:
+        pid = int(PIDFILE.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+    return pid if comm == "libvirtd" else None
+
+
+def restart_libvirtd(extra_env: dict[str, str]) -> None:
+    """Stop the running libvirtd (by its pid file), start ``libvirtd -d`` with ``extra_env`` added to
+    an environment without VMTUNE_* variables, wait until it answers."""
+    pid = _libvirtd_pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"libvirtd (pid {pid}) did not stop")
+            time.sleep(0.1)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("VMTUNE_")}
+    environ.update(extra_env)
+    subprocess.run(["libvirtd", "-d"], env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True, timeout=60)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["virsh", "-c", URI, "version"], capture_output=True).returncode:
+        if time.monotonic() > deadline:
+            raise TimeoutError("libvirtd does not answer after a restart")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def hooked(libvirtd, tmp_path):
+    """vmtune's hook installed in /etc/libvirt/hooks and seen by a restarted libvirtd, pointed at a
+    fake sysfs tree and a temporary state dir; afterwards the hook is gone and libvirtd restarted
+    with its normal environment."""
+    hook_file = install.hook_path(str(HOOKS_DIR))
+    if hook_file.exists() or ENV_FILE.exists():
+        pytest.skip(f"{hook_file} or {ENV_FILE} already exists; not touching a real installation")
+    sysfs = build_sysfs(tmp_path / "sys", cpus=2, offline=())
+    config = tmp_path / "vmtune.toml"
+    config.write_text("")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "probe").mkdir()
+    settings = {
+        "VMTUNE_SYSFS": str(sysfs),
+        "VMTUNE_STATE_DIR": str(tmp_path / "state"),
+        "VMTUNE_CONFIG": str(config),
+        "VMTUNE_PROFILES": str(tmp_path / "profiles"),
+        "VMTUNE_SYSLOG": "0",
+    }
+    try:
+        assert cli.main(["hook", "install", "--hooks-dir", str(HOOKS_DIR)]) == 0
+        # A probe in qemu.d records the environment libvirtd gives its hooks.
+        probe = hook_file.parent / "49-vmtune-test-env-probe"
+        probe.write_text(f"#!/bin/sh\nenv > {tmp_path / 'probe'}/\"$1-$2-$3\".env\ncat >/dev/null\n")
+        probe.chmod(0o755)
+        ENV_FILE.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        restart_libvirtd(settings)  # as asked: the daemon gets them too (they do not reach the hook)
+        yield {"sysfs": sysfs, "state": tmp_path / "state" / "state.json", "probe": tmp_path / "probe",
+               "settings": settings}
+    finally:
+        try:
+            (hook_file.parent / "49-vmtune-test-env-probe").unlink(missing_ok=True)
+            ENV_FILE.unlink(missing_ok=True)
+            cli.main(["hook", "uninstall", "--hooks-dir", str(HOOKS_DIR)])
+            try:
+                hook_file.parent.rmdir()  # only if empty: qemu.d was created for this test
+            except OSError:
+                pass
+        finally:
+            restart_libvirtd({})
+
+
+def _leases(state: Path) -> dict:
+    return json.loads(state.read_text())["leases"] if state.exists() else {}
+
+
+def _wait_for(predicate, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys):
+    """A latency-tagged and an untagged domain run together: one lease (the tagged one), the fake host
+    tuned; after both stop, no leases and every fake sysfs value as it was."""
+    sysfs, state = hooked["sysfs"], hooked["state"]
+    before = snapshot(sysfs)
+    tagged_xml = vmtune.rewrite(minimal_domain(), vmtune.Host.probe(), "latency").xml
+    assert "https://vmtune.dev/xmlns/1" in tagged_xml
+    with started(tagged_xml, hold=60) as tagged, started(minimal_domain(), hold=60) as plain:
+        assert virsh("domstate", tagged.name).strip() == "running"
+        assert virsh("domstate", plain.name).strip() == "running"
+        leases = _leases(state)
+        assert [lease["name"] for lease in leases.values()] == [tagged.name], leases
+        assert list(leases) == [virsh("domuuid", tagged.name).strip()]
+        for cpu in (0, 1):
+            assert value(sysfs, f"{CPU}/cpu{cpu}/cpufreq/scaling_governor") == "performance"
+        assert value(sysfs, "kernel/mm/ksm/run") == "0"
+        assert json.loads(state.read_text())["baseline"]
+    assert _wait_for(lambda: _leases(state) == {}), _leases(state)
+    assert json.loads(state.read_text())["baseline"] is None
+    assert value(sysfs, f"{CPU}/cpu0/cpufreq/scaling_governor") == ORIGINAL_GOVERNOR
+    assert snapshot(sysfs) == before
+
+
+def test_libvirtd_scrubs_the_hook_environment(hooked):
+    """What the daemon passes to hooks: the VMTUNE_* it was started with do not arrive (hence
+    HOOKS_DIR/vmtune.env)."""
+    with started(minimal_domain(), hold=30) as g:
+        assert virsh("domstate", g.name).strip() == "running"
+        seen = hooked["probe"] / f"{g.name}-prepare-begin.env"
+        assert _wait_for(seen.exists)
+        environ = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+    daemon = Path(f"/proc/{_libvirtd_pid()}/environ").read_bytes().split(b"\0")
+    assert f"VMTUNE_SYSFS={hooked['settings']['VMTUNE_SYSFS']}".encode() in daemon  # the daemon has it
+    assert not [k for k in environ if k.startswith("VMTUNE_")], environ  # the hook does not
+    assert "PATH" in environ

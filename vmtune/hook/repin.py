@@ -1,0 +1,224 @@
+"""The ``migrate begin`` / ``restore begin`` filter: re-pin a latency domain for this host.
+
+libvirt reads the hook's stdout as the new domain XML for these two ops (empty stdout: keep it).
+``filter_xml`` returns the XML re-pinned for this host, ``None`` when the domain is already right
+here (or not latency-tagged), and raises DoesNotFit when it cannot be placed here.
+
+Only ABI-neutral parts change: the ``cpuset`` of ``cputune``'s vcpupin/emulatorpin/iothreadpin,
+``numatune``'s memory and memnode ``nodeset``, and hugepage ``page`` nodesets. Those elements are
+spliced into the incoming text, so every other byte (devices, CPU model and topology, memory sizes,
+guest NUMA cells) is what came in. A placement that would need different guest NUMA cells is
+refused rather than applied.
+
+The host comes from sysfs (``$VMTUNE_SYSFS``), the other domains' dedicated CPUs from the leases:
+the hook never calls libvirt.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+
+from lxml import etree
+
+from .. import cpuset
+from ..claims import Claim, Ledger
+from ..errors import DoesNotFit
+from ..host import Host
+from ..model import Domain
+
+PINS = ("vcpupin", "emulatorpin", "iothreadpin")
+
+
+def ledger_from_leases(leases: dict[str, dict], skip_uuid: str | None, skip_name: str | None) -> Ledger:
+    """A Ledger of the other leased domains' dedicated CPUs (leases know no memory)."""
+    kept = []
+    for key, lease in sorted(leases.items()):
+        if key == skip_uuid or (skip_name and lease.get("name") == skip_name):
+            continue
+        cpus = frozenset(cpuset.parse(lease.get("cpus", "")))
+        kept.append(Claim(lease.get("name"), key, lease.get("profile"), cpus, cpus))
+    dedicated = frozenset().union(*(c.dedicated for c in kept)) if kept else frozenset()
+    return Ledger(tuple(kept), dedicated)
+
+
+def _problems(dom: Domain, host: Host, ledger: Ledger) -> list[str]:
+    """Why the domain's current pins are not right on ``host`` (empty: keep them)."""
+    from ..placement import taken_cores
+
+    out = []
+    online = frozenset(host.cpus)
+    pins = dom.vcpupins()
+    if len(pins) < dom.vcpus:
+        out.append("not every vCPU is pinned")
+    vcpu_cpus = frozenset().union(*pins.values()) if pins else frozenset()
+    if not vcpu_cpus <= online:
+        out.append(f"CPUs {cpuset.format(vcpu_cpus - online)} are not online here")
+    taken = taken_cores(host, ledger.dedicated)
+    if vcpu_cpus & taken:
+        out.append(f"CPUs {cpuset.format(vcpu_cpus & taken)} are held by another latency domain")
+    for el in [*dom.iter("cputune/emulatorpin"), *dom.iter("cputune/iothreadpin")]:
+        cpus = cpuset.parse(el.get("cpuset") or "")
+        if not cpus <= online or cpus & ledger.dedicated:
+            out.append(f"{el.tag} {el.get('cpuset')} is not usable here")
+    nodes = frozenset(host.node_ids)
+    for el in [*dom.iter("numatune/memory"), *dom.iter("numatune/memnode")]:
+        if el.get("nodeset") is not None and not cpuset.parse(el.get("nodeset")) <= nodes:
+            out.append(f"numatune nodeset {el.get('nodeset')} names nodes this host lacks")
+    bound = dom.numa_nodeset if dom.find("numatune/memory") is not None else None
+    if bound and vcpu_cpus <= online:
+        far = {host.cpus[c].node for c in vcpu_cpus} - set(bound)
+        if far:
+            out.append(f"vCPUs run on node(s) {cpuset.format(far)} outside the memory nodeset")
+    return out
+
+
+def _cells(dom: Domain) -> list[tuple[int, frozenset[int]]]:
+    return sorted((c.id, frozenset(c.cpus)) for c in dom.cells)
+
+
+def _place(xml: bytes, host: Host, ledger: Ledger, cfg) -> etree._Element:
+    """The domain as the rewriter's placement passes leave it on ``host`` (a new tree)."""
+    from .. import driver, profiles
+    from ..context import Context
+    from ..passes import memory, numa, pinning
+    from .. import xmlsafe
+
+    root = xmlsafe.parse(xml, "domain XML")
+    dom = Domain(root)
+    virt = driver._check_domain(dom, host)
+    prof = profiles.load(dom.tagged_profile, cfg.profiles_dir)
+    reserved = cfg.reserved_cpus if cfg.reserved_cpus is not None else host.default_reserved()
+    reserved = reserved & frozenset(host.cpus)
+    placement = driver._placement(prof, host, ledger, reserved, dom, cfg)
+    ctx = Context(host, prof, placement, ledger, reserved, virt)
+    driver.run_passes(root, ctx, passes=(pinning, numa, memory))
+    return root
+
+
+def _indent_of(text: str, start: int) -> str:
+    line_start = text.rfind("\n", 0, start) + 1
+    prefix = text[line_start:start]
+    return prefix if prefix.strip() == "" else "  "
+
+
+def _serialize(el: etree._Element, indent: str) -> str:
+    el = copy.deepcopy(el)
+    el.tail = None
+    etree.indent(el, space="  ")
+    lines = etree.tostring(el, encoding="unicode").split("\n")
+    return "\n".join([lines[0]] + [indent + line for line in lines[1:]])
+
+
+def _span(text: str, tag: str, within: tuple[int, int] | None = None) -> tuple[int, int] | None:
+    """The character span of the first ``<tag ...>...</tag>`` or ``<tag .../>`` (outside comments)."""
+    lo, hi = within or (0, len(text))
+    clean = re.sub(r"<!--.*?-->", lambda m: " " * len(m.group(0)), text[lo:hi], flags=re.S)
+    m = re.search(rf"<{tag}(\s[^>]*?)?(/>|>.*?</{tag}\s*>)", clean, flags=re.S)
+    return (lo + m.start(), lo + m.end()) if m else None
+
+
+def _splice(text: str, tag: str, new: etree._Element, within: tuple[int, int] | None = None) -> str:
+    span = _span(text, tag, within)
+    if span is None:  # no such element yet: add it just before </domain>
+        end = text.rfind("</domain>")
+        indent = _indent_of(text, end) + "  "
+        return text[:end] + "  " + _serialize(new, indent) + "\n" + text[end:]
+    start, end = span
+    return text[:start] + _serialize(new, _indent_of(text, start)) + text[end:]
+
+
+def _new_cputune(old: etree._Element | None, placed: etree._Element | None) -> etree._Element:
+    new = etree.Element("cputune") if old is None else copy.deepcopy(old)
+    fresh = [copy.deepcopy(el) for el in (placed if placed is not None else []) if el.tag in PINS]
+    first = next((i for i, el in enumerate(new) if el.tag in PINS), len(new))
+    for el in [el for el in new if el.tag in PINS]:
+        new.remove(el)
+    for i, el in enumerate(fresh):
+        new.insert(first + i, el)
+    return new
+
+
+def _new_numatune(old: etree._Element | None, placed: etree._Element | None) -> etree._Element | None:
+    if placed is None:
+        return None
+    if old is None:
+        return copy.deepcopy(placed)
+    new = copy.deepcopy(old)
+    mem, pmem = new.find("memory"), placed.find("memory")
+    if mem is not None and pmem is not None and pmem.get("nodeset") is not None:
+        mem.set("nodeset", pmem.get("nodeset"))
+    elif mem is None and pmem is not None:
+        new.insert(0, copy.deepcopy(pmem))
+    pnodes = {el.get("cellid"): el.get("nodeset") for el in placed.findall("memnode")}
+    for el in new.findall("memnode"):
+        if pnodes.get(el.get("cellid")) is not None:
+            el.set("nodeset", pnodes[el.get("cellid")])
+    return new
+
+
+def _sig(el: etree._Element | None, attr: str) -> list:
+    if el is None:
+        return []
+    return [(c.tag, c.get("vcpu"), c.get("iothread"), c.get("cellid"), c.get("size"),
+             frozenset(cpuset.parse(c.get(attr))) if c.get(attr) is not None else None)
+            for c in el.iter() if c is not el]
+
+
+def filter_xml(xml: bytes, host: Host, leases: dict[str, dict], cfg) -> str | None:
+    """The domain XML re-pinned for ``host``, or None when it is already right here."""
+    from .. import xmlsafe
+    from . import _wants_host_tuning
+
+    root = xmlsafe.parse(xml, "domain XML")
+    dom = Domain(root)
+    if not _wants_host_tuning(dom.tagged_profile, cfg):
+        return None
+    ledger = ledger_from_leases(leases, dom.uuid, dom.name)
+    if not _problems(dom, host, ledger):
+        return None
+    placed = Domain(_place(xml, host, ledger, cfg))  # raises DoesNotFit
+    if _cells(placed) != _cells(dom):
+        raise DoesNotFit("placing it here would change its guest NUMA cells "
+                         f"({len(dom.cells)} -> {len(placed.cells)}); not an ABI-neutral change")
+    still = _problems(placed, host, ledger)
+    if still:
+        raise DoesNotFit("; ".join(still))
+    text = xml.decode("utf-8")
+    old_ct, new_ct = dom.find("cputune"), _new_cputune(dom.find("cputune"), placed.find("cputune"))
+    if _sig(old_ct, "cpuset") != _sig(new_ct, "cpuset"):
+        text = _splice(text, "cputune", new_ct)
+    old_nt = dom.find("numatune")
+    new_nt = _new_numatune(old_nt, placed.find("numatune"))
+    if new_nt is not None and _sig(old_nt, "nodeset") != _sig(new_nt, "nodeset"):
+        text = _splice(text, "numatune", new_nt)
+    old_hp, new_hp = dom.find("memoryBacking/hugepages"), placed.find("memoryBacking/hugepages")
+    if old_hp is not None and new_hp is not None:
+        hp = copy.deepcopy(old_hp)
+        fresh = {p.get("size"): p.get("nodeset") for p in new_hp.findall("page")}
+        for page in hp.findall("page"):
+            if fresh.get(page.get("size")) is not None:
+                page.set("nodeset", fresh[page.get("size")])
+        if _sig(old_hp, "nodeset") != _sig(hp, "nodeset"):
+            text = _splice(text, "hugepages", hp, within=_span(text, "memoryBacking"))
+    return None if text == xml.decode("utf-8") else text
+
+
+def run(name: str, data: bytes, cfg, out) -> int:
+    """The hook op: print the re-pinned XML to ``out`` (or nothing); 1 when it cannot be placed."""
+    from . import leases as leases_mod, log
+
+    sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
+    try:
+        host = Host.from_sysfs(sysfs)
+        current = leases_mod.Store().read().leases
+        new = filter_xml(data, host, current, cfg)
+    except DoesNotFit as exc:
+        log.error("%s: cannot be placed on this host: %s", name, " ".join(str(exc).split()))
+        return 1
+    if new is not None:
+        log.info("%s: re-pinned for this host", name)
+        out.write(new)
+        out.flush()
+    return 0
