@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 
+from . import cli_doctor, cli_live
 from . import config as config_mod
 from . import cpuset, profiles
 from .errors import InvalidInput, VmtuneError
@@ -108,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     hook = sub.add_parser("hook", help="install or remove the libvirt hook")
     hook.add_argument("action", choices=("install", "uninstall"))
     hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks)")
+    cli_live.add_parsers(sub)    # tag, untag, apply, revert, plan: domains libvirt already knows
+    cli_doctor.add_parsers(sub)  # doctor: what is wrong with this host
     return parser
 
 
@@ -181,7 +184,8 @@ def cmd_hook(args, cfg) -> int:
     return 0
 
 
-COMMANDS = {"rewrite": cmd_rewrite, "topology": cmd_topology, "profiles": cmd_profiles, "hook": cmd_hook}
+COMMANDS = {"rewrite": cmd_rewrite, "topology": cmd_topology, "profiles": cmd_profiles, "hook": cmd_hook,
+            **cli_live.COMMANDS, **cli_doctor.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:
