@@ -536,6 +536,22 @@ def test_profiles_ignores_hidden_files_in_the_user_dir(tmp_path, capsys, monkeyp
     assert len(out.splitlines()) == 4
 
 
+def test_profiles_lists_the_good_ones_when_one_is_broken(tmp_path, capsys, monkeypatch):
+    """One broken user profile is named on stderr (exit 1) and the other profiles are still listed."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "broken.toml").write_text("cpu = [not toml\n")
+    (folder / "fine.toml").write_text('description = "fine"\ninherit = "latency"\n')
+    monkeypatch.setenv("VMTUNE_PROFILES", str(folder))
+    rc, out, err = run(capsys, "profiles")
+    assert rc == 1
+    assert [line.split()[0] for line in out.splitlines()] == ["balanced", "fine", "latency", "realtime", "throughput"]
+    assert err.startswith("vmtune: error: profile broken: ") and len(err.splitlines()) == 1
+    rc, out, err = run(capsys, "profiles", "--json")
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert rc == 1 and "error" in rows["broken"] and rows["fine"]["cpu_pinning"] == "dedicated"
+
+
 # -- a real process -----------------------------------------------------------------------------
 def test_python_m_vmtune_prints_the_same_as_in_process(tmp_path, capsys):
     """`python -m vmtune rewrite` prints the same XML as the in-process CLI and exits 0."""

@@ -163,13 +163,22 @@ def cmd_topology(args, cfg) -> int:
 
 
 def cmd_profiles(args, cfg) -> int:
-    rows = [profiles.load(name, cfg.profiles_dir) for name in profiles.names(cfg.profiles_dir)]
+    """Every profile; a broken one is listed with its error (exit 1), the others still show."""
+    rows, broken = [], {}
+    for name in profiles.names(cfg.profiles_dir):
+        try:
+            rows.append(profiles.load(name, cfg.profiles_dir))
+        except InvalidInput as exc:
+            broken[name] = str(exc).replace("\n", "\\n")
     if args.json:
-        print(json.dumps([p.to_dict() for p in rows], indent=2))
-        return 0
-    for p in rows:
-        print(f"{p.name:<12} {p.description}")
-    return 0
+        print(json.dumps([p.to_dict() for p in rows] + [{"name": n, "error": e} for n, e in broken.items()],
+                         indent=2))
+    else:
+        for p in rows:
+            print(f"{p.name:<12} {p.description}")
+    for name, error in broken.items():
+        print(f"vmtune: error: profile {name}: {error}", file=sys.stderr)
+    return InvalidInput.exit_code if broken else 0
 
 
 def cmd_hook(args, cfg) -> int:
