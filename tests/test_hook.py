@@ -449,6 +449,26 @@ def test_hook_script_untagged_imports_neither_vmtune_nor_lxml(env):
     assert not [m for m in imported if m.startswith(("vmtune", "lxml"))]
 
 
+def test_hook_script_tagged_domain_on_an_ignored_op_imports_nothing(env):
+    """A tagged domain on an op the hook ignores exits before reading stdin or importing vmtune."""
+    for op, sub in [("start", "begin"), ("started", "begin"), ("stopped", "end"), ("prepare", "end")]:
+        p = subprocess.run([sys.executable, "-X", "importtime", str(HOOK), "vm-a", op, sub, "-"],
+                           input=A.encode(), capture_output=True, timeout=60, check=False)
+        assert p.returncode == 0 and p.stdout == b""
+        imported = [line.rsplit("|", 1)[-1].strip() for line in p.stderr.decode().splitlines()]
+        assert not [m for m in imported if m.startswith(("vmtune", "lxml"))], (op, sub)
+    assert not (env / "state").exists()
+
+
+def test_hook_script_ops_are_the_hooks_handled_ops():
+    """The ops list in hooks/qemu is vmtune.hook.HANDLED_OPS (install writes it there)."""
+    import runpy
+
+    assert runpy.run_path(str(HOOK), run_name="not_main")["OPS"] == hook.HANDLED_OPS
+    assert set(hook.HANDLED_OPS) == {("prepare", "begin"), ("release", "end"), ("reconnect", "begin"),
+                                     ("migrate", "begin"), ("restore", "begin")}
+
+
 def test_repo_hook_is_the_installed_script():
     """hooks/qemu is install.script() with a portable #! line."""
     assert HOOK.read_text() == install.script("/usr/bin/env python3")

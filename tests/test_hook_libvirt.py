@@ -73,8 +73,14 @@ def hooked(libvirtd, tmp_path):
     if hook_file.exists() or ENV_FILE.exists():
         pytest.skip(f"{hook_file} or {ENV_FILE} already exists; not touching a real installation")
     sysfs = build_sysfs(tmp_path / "sys", cpus=2, offline=())
+    pool = sysfs / "devices/system/node/node0/hugepages/hugepages-2048kB"  # enough free: no top-up
+    pool.mkdir(parents=True)
+    for leaf in ("nr_hugepages", "free_hugepages"):
+        (pool / leaf).write_text("1024\n")
     config = tmp_path / "vmtune.toml"
-    config.write_text("")
+    # The daemon is shared: while the hook is installed it also sees other sessions' tagged domains.
+    # "warn" keeps it from refusing theirs (or theirs from refusing this test's) over shared pins.
+    config.write_text('[hook]\non_conflict = "warn"\n')
     (tmp_path / "profiles").mkdir()
     (tmp_path / "probe").mkdir()
     settings = {
@@ -122,7 +128,11 @@ def _wait_for(predicate, timeout: float = 20) -> bool:
 
 def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys):
     """A latency-tagged and an untagged domain run together: one lease (the tagged one), the fake host
-    tuned; after both stop, no leases and every fake sysfs value as it was."""
+    tuned; after both stop, no leases and every fake sysfs value as it was.
+
+    Tagged domains that other sessions start on the same daemon meanwhile get leases too (the hook
+    is the daemon's); the checks are about this test's two domains, and the final restore is only
+    checked when no such foreign lease is left."""
     sysfs, state = hooked["sysfs"], hooked["state"]
     before = snapshot(sysfs)
     tagged_xml = vmtune.rewrite(minimal_domain(), vmtune.Host.probe(), "latency").xml
@@ -131,13 +141,19 @@ def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys):
         assert virsh("domstate", tagged.name).strip() == "running"
         assert virsh("domstate", plain.name).strip() == "running"
         leases = _leases(state)
-        assert [lease["name"] for lease in leases.values()] == [tagged.name], leases
-        assert list(leases) == [virsh("domuuid", tagged.name).strip()]
+        ours = {key: lease for key, lease in leases.items() if lease["name"] in (tagged.name, plain.name)}
+        assert [lease["name"] for lease in ours.values()] == [tagged.name], leases
+        assert list(ours) == [virsh("domuuid", tagged.name).strip()]
+        if "<hugepages>" in tagged_xml:  # the rewriter backs it with 2M pages on node 0 when this host has them
+            assert next(iter(ours.values()))["hugepages"] == {"0:2048": {"need": 64, "added": 0}}
         for cpu in (0, 1):
             assert value(sysfs, f"{CPU}/cpu{cpu}/cpufreq/scaling_governor") == "performance"
         assert value(sysfs, "kernel/mm/ksm/run") == "0"
         assert json.loads(state.read_text())["baseline"]
-    assert _wait_for(lambda: _leases(state) == {}), _leases(state)
+    assert _wait_for(lambda: tagged.name not in [lease["name"] for lease in _leases(state).values()]), _leases(state)
+    foreign = _leases(state)
+    if foreign:
+        pytest.skip(f"other sessions' tagged domains hold leases here: {sorted(v['name'] for v in foreign.values())}")
     assert json.loads(state.read_text())["baseline"] is None
     assert value(sysfs, f"{CPU}/cpu0/cpufreq/scaling_governor") == ORIGINAL_GOVERNOR
     assert snapshot(sysfs) == before

@@ -21,7 +21,8 @@ _EXPORTS = {
     "Cell": ("host", "Cell"), "Cpu": ("host", "Cpu"), "Host": ("host", "Host"),
     "Change": ("edits", "Change"), "Config": ("config", "Config"), "load_config": ("config", "load"),
     "DoesNotFit": ("errors", "DoesNotFit"), "InvalidInput": ("errors", "InvalidInput"),
-    "Unsupported": ("errors", "Unsupported"), "VmtuneError": ("errors", "VmtuneError"),
+    "Unsupported": ("errors", "Unsupported"), "Unavailable": ("errors", "Unavailable"),
+    "VmtuneError": ("errors", "VmtuneError"),
     "Placement": ("placement", "Placement"), "Profile": ("profiles", "Profile"),
     "load_profile": ("profiles", "load"), "Result": ("driver", "Result"), "rewrite": ("driver", "rewrite"),
 }

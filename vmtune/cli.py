@@ -1,6 +1,7 @@
 """The command line: a thin adapter over the library.
 
-Exit codes: 0 done; 1 invalid input; 2 usage; 3 the domain does not fit on the host.
+Exit codes: 0 done; 1 invalid input (``plan``: a problem found); 2 usage; 3 the domain does not fit
+on the host; 4 libvirt-python is not installed or libvirt cannot be reached (the live commands).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import difflib
 import json
 import os
 import sys
-import tempfile
 
 from . import cli_doctor, cli_live
 from . import config as config_mod
 from . import cpuset, profiles
+from .atomic import write_atomic  # moved to the library; vmtune.cli.write_atomic still works
 from .errors import InvalidInput, VmtuneError
 from .host import Host
 from .driver import rewrite
@@ -37,29 +38,6 @@ def _read(path: str, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput(f"{what} {path} is not UTF-8") from None
-
-
-def write_atomic(path: str, text: str, mode_from: str | None = None) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: all or nothing."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".vmtune-", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        source = mode_from if mode_from and os.path.exists(mode_from) else None
-        os.chmod(tmp, os.stat(source).st_mode & 0o7777 if source else 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from None
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _host(args) -> Host:

@@ -1,14 +1,45 @@
 """`vmtune doctor`: what is wrong with this host, before anyone tunes anything (a thin adapter).
 
 ``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg) -> int``.
+Exit 0 when nothing FAILs, 1 when something does (or the input is bad: one ``vmtune: error:`` line).
 """
 
 from __future__ import annotations
 
 import argparse
-
-COMMANDS: dict = {}
+import json
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """Nothing yet."""
+    p = sub.add_parser(
+        "doctor", help="find what is wrong with this host (read-only)",
+        description="Check the host's CPU frequency, C-states, memory, virtualization, other tuners, "
+                    "vmtune's own state and its domains; one line per finding. Exit 1 when anything FAILs. "
+                    "Give --sysfs/--proc/--root for a captured tree: the parts not given are not read.")
+    p.add_argument("--sysfs", metavar="DIR", help="sysfs tree (default /sys)")
+    p.add_argument("--proc", metavar="DIR", help="proc tree (default /proc)")
+    p.add_argument("--root", metavar="DIR", help="the tree holding dev/, run/ and etc/ (default /)")
+    p.add_argument("--connect", metavar="URI",
+                   help="read the domains from libvirt (default: /run/libvirt/qemu status files)")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--no-measure", action="store_true",
+                   help="skip the busy-loop clock measurement (0.2 s per core, this machine only)")
+    p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
+
+
+def cmd_doctor(args, cfg) -> int:
+    from .doctor import Roots, diagnose
+
+    report = diagnose(Roots.given(args.sysfs, args.proc, args.root), measure=not args.no_measure,
+                      connect=args.connect, config=cfg)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        for finding in report.findings:
+            print(finding.line())
+        counts = ", ".join(f"{n} {level}" for level, n in report.counts().items())
+        print(f"doctor: {counts}" + ("  (exit 1: something FAILs)" if report.failed else ""))
+    return 1 if report.failed else 0
+
+
+COMMANDS: dict = {"doctor": cmd_doctor}

@@ -1,14 +1,235 @@
 """The commands over a live libvirt: tag, untag, apply, revert, plan (a thin adapter).
 
 ``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg) -> int``.
+The work is in vmtune/live/ and vmtune/audit.py. Exit codes as in vmtune/cli.py: 0 done; 1 invalid
+input (an unknown domain, libvirt refusing an XML) or, for ``plan``, a problem found; 2 usage; 3 a
+domain does not fit; 4 libvirt-python is missing or libvirt cannot be reached.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import json
+import sys
+
+from . import cpuset
 
 COMMANDS: dict = {}
 
 
+def _common(p: argparse.ArgumentParser) -> None:
+    from .live.connect import DEFAULT_URI
+
+    p.add_argument("-c", "--connect", metavar="URI", default=DEFAULT_URI, help=f"libvirt URI (default {DEFAULT_URI})")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """Nothing yet."""
+    tag = sub.add_parser("tag", help="tag a libvirt domain with a profile (its metadata only)",
+                         description="Write the vmtune tag into a domain's persistent definition; nothing else changes.")
+    tag.add_argument("name", metavar="NAME", help="domain name")
+    tag.add_argument("--profile", metavar="P", required=True, help="profile name (vmtune profiles lists them)")
+    _common(tag)
+
+    untag = sub.add_parser("untag", help="remove the vmtune tag from a libvirt domain",
+                           description="Remove the vmtune tag from a domain's persistent definition; nothing else changes.")
+    untag.add_argument("name", metavar="NAME", help="domain name")
+    _common(untag)
+
+    ap = sub.add_parser("apply", help="tune libvirt domains in place (define the rewritten XML)",
+                        description="Rewrite each domain's persistent XML for this host and define it. "
+                                    "The first apply keeps the XML it replaced for vmtune revert.")
+    ap.add_argument("names", metavar="NAME", nargs="*", help="domain names")
+    ap.add_argument("--all", action="store_true", help="every defined domain (latency ones placed first)")
+    ap.add_argument("--match", metavar="GLOB", action="append", default=[],
+                    help="with --all: only domains whose name matches GLOB (repeatable); the others stay claims")
+    ap.add_argument("--profile", metavar="P", help="profile for every domain (default: each one's tag, else balanced)")
+    ap.add_argument("--live", action="store_true",
+                    help="also move running domains' vCPUs, emulator and iothreads onto the new pins now")
+    ap.add_argument("--dry-run", action="store_true", help="print the diff per domain; define nothing")
+    ap.add_argument("--force-virtio", action="store_true", help="move Windows guests' boot disk and NICs to virtio too")
+    _common(ap)
+    ap.set_defaults(usage_error=ap.error)
+
+    rv = sub.add_parser("revert", help="define a domain's XML from before vmtune's first apply",
+                        description="Define again the XML the domain had before vmtune's first apply.")
+    rv.add_argument("name", metavar="NAME", help="domain name")
+    _common(rv)
+
+    plan = sub.add_parser("plan", help="every domain of the host, and what is wrong (exit 1 if anything)",
+                          description="One table for the whole host: domains, their pins, nodes and hugepages, "
+                                      "what is left per node, and every problem. Exit 1 when there is a problem.")
+    _common(plan)
+
+
+# -- tag, untag -----------------------------------------------------------------------------------------
+def cmd_tag(args, cfg) -> int:
+    from .live import connect, domains, tagging
+
+    with connect.connection(args.connect) as conn:
+        dom = domains.lookup(conn, args.name, args.connect)
+        before = tagging.tag(dom, args.profile, cfg)
+        name, uuid = dom.name(), dom.UUIDString()
+    if args.json:
+        print(json.dumps({"name": name, "uuid": uuid, "profile": args.profile, "previous": before}, indent=2))
+    elif before == args.profile:
+        print(f"{name}: already tagged {args.profile}")
+    else:
+        print(f"{name}: tagged {args.profile}" + (f" (was {before})" if before else ""))
+    return 0
+
+
+def cmd_untag(args, cfg) -> int:
+    from .live import connect, domains, tagging
+
+    with connect.connection(args.connect) as conn:
+        dom = domains.lookup(conn, args.name, args.connect)
+        before = tagging.untag(dom)
+        name, uuid = dom.name(), dom.UUIDString()
+    if args.json:
+        print(json.dumps({"name": name, "uuid": uuid, "previous": before}, indent=2))
+    else:
+        print(f"{name}: untagged (was {before})" if before else f"{name}: was not tagged")
+    return 0
+
+
+# -- apply, revert --------------------------------------------------------------------------------------
+def cmd_apply(args, cfg) -> int:
+    from .live import apply as apply_mod
+    from .live import connect
+
+    if args.all and args.names:
+        args.usage_error("name domains or give --all, not both")
+    if not args.all and not args.names:
+        args.usage_error("name at least one domain, or give --all")
+    if args.match and not args.all:
+        args.usage_error("--match goes with --all")
+    with connect.connection(args.connect) as conn:
+        outcomes = apply_mod.apply(
+            conn, args.connect, None if args.all else args.names, match=args.match, profile=args.profile,
+            live=args.live, dry_run=args.dry_run, config=cfg, force_virtio=args.force_virtio)
+    if args.json:
+        rows = []
+        for o in outcomes:
+            row = o.to_dict()
+            if args.dry_run:
+                row["diff"] = _diff(o) if o.step.changed else ""
+            rows.append(row)
+        print(json.dumps({"dry_run": args.dry_run, "domains": rows}, indent=2))
+        return 0
+    for o in outcomes:
+        step = o.step
+        for warning in step.result.warnings if step.result else ():
+            print(f"vmtune: warning: {o.name}: {warning}", file=sys.stderr)
+        if step.error is not None:
+            print(f"{o.name}: skipped: {step.error}")
+        elif args.dry_run:
+            if step.changed:
+                sys.stdout.write(_diff(o))
+            print(f"{o.name}: {step.profile}: {_count(step)}; dry run, nothing defined", file=sys.stderr)
+        else:
+            what = f"{_count(step)}, defined" if o.defined else "unchanged"
+            print(f"{o.name}: {step.profile}: {what}")
+        if o.live:
+            vcpus = " ".join(f"{v}->{c}" for v, c in o.live["vcpus"].items())
+            iothreads = " ".join(f"{i}->{c}" for i, c in o.live["iothreads"].items())
+            print(f"{o.name}: live: vCPUs {vcpus or '-'}; emulator {o.live['emulator']}; iothreads {iothreads or '-'}")
+        for note in o.notes:
+            print(f"{o.name}: {o.state}: {note}")
+    return 0
+
+
+def _count(step) -> str:
+    n = len(step.result.changes)
+    return f"{n} change{'s' if n != 1 else ''}"
+
+
+def _diff(o) -> str:
+    from . import xmlsafe
+    from .driver import serialize
+
+    # libvirt's XML through the rewriter's serializer first, so that only what changed shows
+    before = serialize(xmlsafe.parse(o.before, "domain XML"))
+    return "".join(difflib.unified_diff(
+        before.splitlines(keepends=True), o.step.result.xml.splitlines(keepends=True),
+        fromfile=f"{o.name} (libvirt)", tofile=f"{o.name} (vmtune {o.step.profile})"))
+
+
+def cmd_revert(args, cfg) -> int:
+    from .live import apply as apply_mod
+    from .live import connect
+
+    with connect.connection(args.connect) as conn:
+        done = apply_mod.revert(conn, args.connect, args.name)
+    if args.json:
+        print(json.dumps(done.to_dict(), indent=2))
+        return 0
+    print(f"{done.name}: reverted to the XML it had before vmtune's first apply")
+    if done.state != "shut off":
+        print(f"{done.name}: {done.state}: the definition takes effect at the next boot")
+    return 0
+
+
+# -- plan -----------------------------------------------------------------------------------------------
+def cmd_plan(args, cfg) -> int:
+    from .audit import audit
+    from .live import connect, domains, hostview
+
+    with connect.connection(args.connect) as conn:
+        host = hostview.host(conn)
+        every = domains.every(conn)
+    report = audit(host, [(d.xml, d.state) for d in every], config=cfg)
+    if args.json:
+        data = report.to_dict()
+        data["uri"] = args.connect
+        print(json.dumps(data, indent=2))
+    else:
+        _print_plan(report)
+    return 0 if report.ok else 1
+
+
+def _pages(size_kib: int) -> str:
+    return f"{size_kib // 1048576}G" if size_kib >= 1048576 else f"{size_kib // 1024}M"
+
+
+def _table(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def _print_plan(report) -> None:
+    rows = [["DOMAIN", "PROFILE", "STATE", "VCPUS", "PINNED", "NODES", "HUGEPAGES"]]
+    for r in report.rows:
+        pages = ("-" if not r.hugepage_kib else
+                 " ".join(f"{n}:{c}x{_pages(r.hugepage_kib)}" for n, c in sorted(r.hugepages.items()))
+                 or f"{_pages(r.hugepage_kib)} (any node)")
+        rows.append([r.name, r.profile or "-", r.state, str(r.vcpus), cpuset.format(r.pinned) or "-",
+                     cpuset.format(r.nodes) or "-", pages])
+    if report.rows:
+        _table(rows)
+    else:
+        print("no domains")
+    print()
+    nodes = [["NODE", "CPUS", "RESERVED", "DEDICATED", "FREE FOR DEDICATED", "MEMORY MiB", "FREE MiB",
+              "HUGEPAGES FREE/NEEDED"]]
+    for n in report.nodes:
+        pages = " ".join(f"{_pages(size)}:{free}/{need}" for size, (free, need) in sorted(n.hugepages.items())) or "-"
+        nodes.append([str(n.node), cpuset.format(n.cpus) or "-", cpuset.format(n.reserved) or "-",
+                      cpuset.format(n.dedicated) or "-", cpuset.format(n.free_dedicated) or "-",
+                      str(n.memory_kib // 1024) if n.memory_kib else "?",
+                      "?" if n.free_kib is None else str(n.free_kib // 1024), pages])
+    _table(nodes)
+    print()
+    if report.ok:
+        print("no problems")
+        return
+    print(f"{len(report.problems)} problem{'s' if len(report.problems) != 1 else ''}:")
+    width = max(len(p.kind) for p in report.problems)
+    for p in report.problems:
+        print(f"  {p.kind.ljust(width)}  {p.message}")
+
+
+COMMANDS = {"tag": cmd_tag, "untag": cmd_untag, "apply": cmd_apply, "revert": cmd_revert, "plan": cmd_plan}

@@ -3,7 +3,8 @@
     VmtuneError                 every error vmtune raises on purpose
     ├── InvalidInput            the XML, a profile or the config is malformed or unsupported (exit 1)
     │   └── Unsupported         valid XML that vmtune refuses: foreign arch, a non-kvm/qemu domain
-    └── DoesNotFit              the domain cannot be placed on this host (exit 3)
+    ├── DoesNotFit              the domain cannot be placed on this host (exit 3)
+    └── Unavailable             libvirt-python is not installed, or libvirt cannot be reached (exit 4)
 """
 
 
@@ -25,3 +26,9 @@ class DoesNotFit(VmtuneError):
     """The domain does not fit on the host with the CPUs, memory and hugepages left."""
 
     exit_code = 3
+
+
+class Unavailable(VmtuneError):
+    """libvirt-python is missing, or the libvirt URI cannot be reached (or the connection dropped)."""
+
+    exit_code = 4

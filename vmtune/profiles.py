@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, fields
-from importlib import resources
 from pathlib import Path
 
 from . import schema
@@ -64,7 +63,7 @@ def _flatten(data: dict) -> dict:
 
 
 def _builtin(name: str):
-    return resources.files("vmtune").joinpath("profiles").joinpath(f"{name}.toml")
+    return Path(__file__).resolve().parent / "profiles" / f"{name}.toml"
 
 
 def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tuple[str, str]:

@@ -2,39 +2,52 @@
 
 libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main`` handles:
 
-- an untagged domain (no ``https://vmtune.dev/xmlns/1`` in the XML bytes), any op: exit 0, silent,
-  before anything heavy is imported (``hooks/qemu`` makes the same check before importing vmtune);
-- ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``): record a lease
-  with the host CPUs its vCPUs pin; the first lease saves the host state and tunes the host
-  (hoststate). vCPU pins that overlap another lease refuse the start (exit 1, one stderr line)
-  unless the config's ``[hook] on_conflict = "warn"``;
-- ``release end ANY``: drop the lease; the last one restores the saved host state;
-- ``reconnect begin``: never fails; makes sure the running domain has its lease;
+- an op outside ``HANDLED_OPS``, any domain: exit 0, silent, without reading stdin; an untagged
+  domain (no ``https://vmtune.dev/xmlns/1`` in the XML bytes), any op: exit 0, silent. Both are
+  decided before anything heavy is imported, and ``hooks/qemu`` makes the same two checks before
+  importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it);
+- ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``): take a lease
+  with the host CPUs its vCPUs pin (lifecycle.py). vCPU pins that overlap another lease refuse the
+  start (exit 1, one stderr line) unless the config's ``[hook] on_conflict = "warn"``. Hugepage
+  pools on the domain's nodes that are short get topped up (hugepages.py; too few after compaction:
+  exit 1, one line, pools and state as before). The first lease saves the host state and tunes the
+  host (hoststate.py); with ``cstate_scope = "pinned"`` every lease disables the deep C-states of
+  its own pinned CPUs only;
+- ``release end ANY``: drop the lease; give back the hugepages it added while they are free; restore
+  its CPUs' C-states unless another lease pins them (scope pinned); the last lease restores the
+  saved host state;
+- ``reconnect begin``: never fails; makes sure the running domain has its lease (no top-up);
+- ``migrate begin`` / ``restore begin``: print the domain re-pinned for this host, or nothing when
+  it is already right here; exit 1 when it cannot be placed here (repin.py);
 - every other op: exit 0, print nothing.
 
+Crash safety: the records of what a lease will change are committed to the state file before the
+first sysfs write ("journal first", leases.py); a hook killed half-way leaves them, and the next
+call settles them against sysfs so that the release restores exactly.
+
 Logs go to stderr and syslog, never stdout. ``VMTUNE_DRY_RUN=1`` logs and changes nothing;
-``VMTUNE_SYSFS`` (default ``/sys``) and ``VMTUNE_STATE_DIR`` (default ``/run/vmtune``) move the host.
+``VMTUNE_SYSFS`` (default ``/sys``), ``VMTUNE_PROCFS`` (default: ``proc`` beside the sysfs root,
+for ``vm/compact_memory``) and ``VMTUNE_STATE_DIR`` (default ``/run/vmtune``) move the host.
 
 libvirtd runs hooks with a scrubbed environment (libvirt 9.0 passes only PATH, HOME, LC_ALL=C and a
 few more), so ``VMTUNE_*`` variables set on the daemon never reach the hook. When the hook runs as
 ``HOOKS_DIR/qemu.d/50-vmtune``, ``HOOKS_DIR/vmtune.env`` (``VMTUNE_NAME=value`` lines, ``#``
 comments; other names ignored) supplies them; a variable already in the environment wins.
-- ``migrate begin`` / ``restore begin``: print the domain re-pinned for this host, or nothing when
-  it is already right here; exit 1 when it cannot be placed here (repin.py);
-Not yet here: the hugepage top-up.
 """
+
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 MARK = b"https://vmtune.dev/xmlns/1"
 log = logging.getLogger("vmtune.hook")
 
-__all__ = ["MARK", "main"]
+__all__ = ["HANDLED_OPS", "MARK", "main"]
 
 
 class _Stderr(logging.Handler):
@@ -49,7 +62,11 @@ class _Stderr(logging.Handler):
 
 
 ENV_FILE = "vmtune.env"
+LEASE_OPS = (("prepare", "begin"), ("release", "end"), ("reconnect", "begin"))
 REPIN_OPS = (("migrate", "begin"), ("restore", "begin"))  # libvirt reads stdout as the new XML
+# Every op the hook acts on. `vmtune hook install` writes this list into the script (install.py),
+# which exits on any other op before reading stdin or importing vmtune.
+HANDLED_OPS = LEASE_OPS + REPIN_OPS
 
 
 def env_file(script: str | None = None) -> str | None:
@@ -109,15 +126,22 @@ class Domain:
     uuid: str
     profile: str | None
     cpus: frozenset[int]  # host CPUs the vCPUs are pinned to
+    pages: Mapping[str, int] = field(default_factory=dict)  # hugepages needed per "node:size KiB" pool
 
 
-def _domain(name: str, xml: bytes) -> Domain:
+def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
     from .. import model, xmlsafe
 
     dom = model.Domain(xmlsafe.parse(xml, "domain XML"))
     cpus: frozenset[int] = frozenset().union(*dom.vcpupins().values()) if dom.vcpupins() else frozenset()
+    need: dict[str, int] = {}
+    if pages:
+        from . import hugepages
+
+        sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
+        need = hugepages.needs(dom, lambda: hugepages.default_size(sysfs))
     return Domain(name=dom.name or name, uuid=dom.uuid or f"name:{dom.name or name}",
-                  profile=dom.tagged_profile, cpus=cpus)
+                  profile=dom.tagged_profile, cpus=cpus, pages=need)
 
 
 def _wants_host_tuning(profile: str | None, cfg) -> bool:
@@ -126,79 +150,6 @@ def _wants_host_tuning(profile: str | None, cfg) -> bool:
     from .. import profiles
 
     return profiles.load(profile, cfg.profiles_dir).host_tuning
-
-
-class Hook:
-    """One hook call's view of the host: sysfs root, state store, config, dry run."""
-
-    def __init__(self, cfg, sysfs: str | None = None, store=None, dry_run: bool | None = None):
-        from .leases import Store
-
-        self.cfg = cfg
-        self.dry_run = os.environ.get("VMTUNE_DRY_RUN", "") not in ("", "0") if dry_run is None else dry_run
-        self.sysfs = sysfs or os.environ.get("VMTUNE_SYSFS") or "/sys"
-        self.store = store or Store(dry_run=self.dry_run)
-        self.settings = dict(cfg.hook)
-
-    def _tune(self, dom: Domain):
-        from . import hoststate
-
-        if self.settings.get("cstate_scope", "host") != "host":
-            log.warning("cstate_scope %r is not implemented yet; using host", self.settings["cstate_scope"])
-        knobs = hoststate.plan(
-            self.sysfs,
-            max_cstate_latency_us=int(self.settings.get("max_cstate_latency_us",
-                                                        hoststate.DEFAULT_MAX_CSTATE_LATENCY_US)),
-            ksm=str(self.settings.get("ksm", "off")),
-        )
-        log.info("%s: first latency lease: saving the host state and tuning the host", dom.name)
-        return hoststate.apply(self.sysfs, knobs, dry_run=self.dry_run)
-
-    def lease(self, dom: Domain, refuse_conflicts: bool) -> int:
-        """Record the lease (and tune the host for the first one); 1 if refused for a conflict."""
-        from .. import cpuset
-        from . import hoststate
-
-        with self.store.locked() as state:
-            clashes = state.conflicts(dom.uuid, dom.cpus)
-            if clashes:
-                what = "; ".join(f"domain {other!r} holds CPUs {cpuset.format(cpus)}" for other, cpus in clashes)
-                if refuse_conflicts and self.settings.get("on_conflict", "refuse") != "warn":
-                    log.error("%s: refusing to start: its vCPU pins overlap another latency domain: %s",
-                              dom.name, what)
-                    return 1
-                log.warning("%s: vCPU pins overlap another latency domain: %s", dom.name, what)
-            state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus)
-            applied = None
-            if state.baseline is None:
-                applied = state.baseline = self._tune(dom)
-            try:
-                self.store.commit(state)
-            except BaseException:
-                if applied:
-                    log.error("%s: cannot record the lease; undoing the host tuning", dom.name)
-                    hoststate.restore(self.sysfs, applied, dry_run=self.dry_run)
-                raise
-            log.info("%s: lease taken (CPUs %s, %d lease(s))", dom.name, cpuset.format(dom.cpus) or "-",
-                     len(state.leases))
-        return 0
-
-    def release(self, uuid: str | None, name: str) -> int:
-        from . import hoststate
-
-        with self.store.locked() as state:
-            key = state.find(uuid, name)
-            if key is None:
-                return 0
-            del state.leases[key]
-            if not state.leases and state.baseline is not None:
-                log.info("%s: last latency lease released: restoring the host state", name)
-                hoststate.restore(self.sysfs, state.baseline, dry_run=self.dry_run)
-                state.baseline = None
-            else:
-                log.info("%s: lease released (%d left)", name, len(state.leases))
-            self.store.commit(state)
-        return 0
 
 
 def _run(argv: list[str], data: bytes) -> int:
@@ -218,6 +169,8 @@ def _run(argv: list[str], data: bytes) -> int:
         except Exception as exc:  # noqa: BLE001 - a broken config must not keep the host tuned
             log.warning("%s: %s; releasing with the default settings", name, exc)
             cfg = config_mod.Config()
+        from .lifecycle import Hook
+
         return Hook(cfg).release(uuid, name)
     if op in REPIN_OPS:
         from . import repin
@@ -233,13 +186,19 @@ def _run(argv: list[str], data: bytes) -> int:
         return 0
     if not latency:
         return 0
-    return Hook(cfg).lease(dom, refuse_conflicts=op == ("prepare", "begin"))
+    from .lifecycle import Hook
+
+    prepare = op == ("prepare", "begin")
+    return Hook(cfg).lease(_domain(name, data, pages=True), refuse_conflicts=prepare, top_up=prepare)
 
 
 def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int:
     """Run one hook call: ``argv`` is ``[NAME, OP, SUBOP, EXTRA]``, ``stdin`` the domain XML."""
     if argv is None:
         argv = sys.argv[1:]
+    op = tuple(argv[1:3])
+    if op not in HANDLED_OPS:
+        return 0  # an op the hook ignores (libvirt ignores EPIPE when a hook leaves stdin unread)
     try:
         if stdin is None:
             stdin = sys.stdin.buffer.read()
@@ -249,9 +208,6 @@ def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int
     if MARK not in data:
         return 0  # untagged: not ours
     load_env_file(env_file())
-    op = tuple(argv[1:3])
-    if op not in (("prepare", "begin"), ("release", "end"), ("reconnect", "begin"), *REPIN_OPS):
-        return 0
     _setup_logging()
     name = argv[0] if argv else "?"
     try:

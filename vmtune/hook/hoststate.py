@@ -6,6 +6,11 @@ the kernel reads back). ``restore`` walks those records backwards, so a governor
 its energy_performance_preference, and writes ``before`` back only where the live value is still
 the one vmtune wrote: a value someone changed since is left alone, with a warning.
 
+``intend`` is the journal of an ``apply``: the same records, marked pending, with the wanted value
+as ``after``; the hook commits them before it writes anything. ``settle`` turns the journal of a
+hook that died into exact records (a knob still at ``before`` was never written), and ``restore``
+skips a knob that is already back at ``before``, so restoring twice is harmless.
+
 All paths are relative to the sysfs root (``/sys``, or ``$VMTUNE_SYSFS`` in tests).
 """
 
@@ -91,18 +96,62 @@ def _cpuidle_knobs(sysfs: str, cpu: int, max_latency_us: int) -> list[Knob]:
 
 
 def plan(sysfs: str, max_cstate_latency_us: int = DEFAULT_MAX_CSTATE_LATENCY_US, ksm: str = "off",
-         cpus: list[int] | None = None) -> list[Knob]:
+         cpus: list[int] | None = None, cstates: bool = True) -> list[Knob]:
     """The host's low-latency state, in the order to apply it: per CPU EPP then governor, the
-    C-states deeper than ``max_cstate_latency_us``, then KSM off (unless ``ksm == "keep"``)."""
+    C-states deeper than ``max_cstate_latency_us`` (unless ``cstates`` is false: scope ``pinned``
+    leaves them to ``cstate_plan``), then KSM off (unless ``ksm == "keep"``)."""
     targets = online_cpus(sysfs) if cpus is None else sorted(cpus)
     knobs: list[Knob] = []
     for cpu in targets:
         knobs += _cpufreq_knobs(sysfs, cpu)
-    for cpu in targets:
-        knobs += _cpuidle_knobs(sysfs, cpu, max_cstate_latency_us)
+    if cstates:
+        knobs += cstate_plan(sysfs, targets, max_cstate_latency_us)
     if ksm == "off" and read(sysfs, KSM_RUN) is not None:
         knobs.append(Knob(KSM_RUN, "0"))
     return knobs
+
+
+def cstate_plan(sysfs: str, cpus, max_cstate_latency_us: int = DEFAULT_MAX_CSTATE_LATENCY_US) -> list[Knob]:
+    """The C-states deeper than ``max_cstate_latency_us`` on those of ``cpus`` that are online."""
+    online = set(online_cpus(sysfs))
+    knobs: list[Knob] = []
+    for cpu in sorted(set(cpus) & online):
+        knobs += _cpuidle_knobs(sysfs, cpu, max_cstate_latency_us)
+    return knobs
+
+
+def cpu_of(path: str) -> int | None:
+    """The CPU a knob belongs to (``devices/system/cpu/cpuN/...``), None for host-wide knobs."""
+    m = re.match(rf"{CPU_DIR}/cpu(\d+)/", path)
+    return int(m.group(1)) if m else None
+
+
+def intend(sysfs: str, knobs: list[Knob]) -> list[dict]:
+    """The journal for ``apply``: a pending record for every knob that is not at its value yet.
+
+    Written to the state file before any sysfs value changes, so that a hook killed half-way
+    leaves a record of everything it may have changed (``settle`` and ``restore`` read it).
+    """
+    out = []
+    for knob in knobs:
+        before = read(sysfs, knob.path)
+        if before is not None and before != knob.want:
+            out.append({"path": knob.path, "before": before, "after": knob.want, "pending": True})
+    return out
+
+
+def settle(sysfs: str, records: list[dict]) -> list[dict]:
+    """Journal records of a hook that died, made exact: a knob still at ``before`` was never
+    written (dropped); the others become ordinary records (``restore`` judges them)."""
+    out = []
+    for rec in records:
+        if rec.get("pending"):
+            now = read(sysfs, rec["path"])
+            if now is None or now == rec["before"]:
+                continue
+            rec = {k: v for k, v in rec.items() if k != "pending"}
+        out.append(rec)
+    return out
 
 
 def apply(sysfs: str, knobs: list[Knob], dry_run: bool = False) -> list[dict[str, str]]:
@@ -155,6 +204,8 @@ def restore(sysfs: str, saved: list[dict[str, str]], dry_run: bool = False) -> l
         if now is None:
             log.warning("%s is gone; not restored", path)
             left.append(path)
+            continue
+        if now == before:  # already the original (a journal record the hook never got to write)
             continue
         if now != after:
             log.warning("%s was changed since vmtune set it to %s (now %s); left alone, not restored to %s",

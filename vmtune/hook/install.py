@@ -19,15 +19,19 @@ HOOK_NAME = "50-vmtune"
 SIGNATURE = "# vmtune libvirt hook"
 
 # Kept in sync with hooks/qemu (tests/test_hook.py checks): the only difference is the #! line.
+# The ops list comes from vmtune.hook.HANDLED_OPS, so it is defined in one place.
 SCRIPT = '''#!{python}
 {signature}: `vmtune hook install` writes this file, `vmtune hook uninstall` removes it.
 """libvirt qemu hook (qemu NAME OP SUBOP EXTRA, domain XML on stdin): see vmtune/hook/__init__.py."""
 import sys
 
 MARK = b"https://vmtune.dev/xmlns/1"
+OPS = {ops}
 
 
 def _run():
+    if tuple(sys.argv[2:4]) not in OPS:
+        return 0  # an op vmtune ignores: exit before reading stdin (libvirt ignores EPIPE) or importing
     try:
         data = sys.stdin.buffer.read()
     except Exception:  # noqa: BLE001 - unreadable stdin: not a domain vmtune can know
@@ -45,7 +49,10 @@ if __name__ == "__main__":
 
 
 def script(python: str | None = None) -> str:
-    return SCRIPT.format(python=python or sys.executable, signature=SIGNATURE)
+    from . import HANDLED_OPS
+
+    ops = "(  # vmtune.hook.HANDLED_OPS\n" + "".join(f"    {op!r},\n" for op in HANDLED_OPS) + ")"
+    return SCRIPT.format(python=python or sys.executable, signature=SIGNATURE, ops=ops)
 
 
 def hook_path(hooks_dir: str | None = None) -> Path:

@@ -3,11 +3,23 @@
 ``$VMTUNE_STATE_DIR/state.json`` (default ``/run/vmtune``, so a reboot starts clean)::
 
     {"version": 1,
-     "leases": {"<uuid>": {"name": "db1", "profile": "latency", "cpus": "2-3", "since": 1700000000.0}},
+     "leases": {"<uuid>": {"name": "db1", "profile": "latency", "cpus": "2-3", "since": 1700000000.0,
+                           "hugepages": {"0:2048": {"need": 512, "added": 100}},
+                           "cstates": [{"path": "...", "before": "0", "after": "1"}, ...]}},
      "baseline": [{"path": "...", "before": "powersave", "after": "performance"}, ...] | null}
 
 ``cpus`` are the host CPUs the domain's vCPUs are pinned to. ``baseline`` is what the first lease
 changed on the host (hoststate.apply's records); it is null while no lease holds the host tuned.
+``hugepages`` (domains backed by hugepages) holds, per ``node:size`` pool, the pages the domain
+needs and the pages its prepare added (hugepages.py). ``cstates`` (``cstate_scope = "pinned"``) are
+the C-state records of the lease's CPUs; when the lease goes, records of CPUs that another lease
+still pins pass to that lease, the others are restored.
+
+Journal first: before the hook writes a sysfs value it commits the records it is about to create,
+marked ``"pending": true`` (knobs) or ``"raising"``/``"lowering": {"from": nr, "to": nr}`` (pools).
+The final commit replaces them with what the kernel read back. A hook killed in between leaves the
+journal, and the next call under the lock settles it against sysfs (lifecycle.py), so the release
+still restores exactly what was changed. Keys are only ever added, so older readers still work.
 Every read-modify-write happens under an exclusive ``flock`` on ``lock`` in the same directory, and
 the file is replaced atomically (temporary file, fsync, rename), so two hooks running at once never
 lose a lease or save the baseline twice.
@@ -56,8 +68,15 @@ class State:
                 return key
         return None
 
-    def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int]) -> None:
-        self.leases[uuid] = {"name": name, "profile": profile, "cpus": cpuset.format(cpus), "since": time.time()}
+    def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int]) -> dict:
+        """Record (or renew) the lease; a renewed lease keeps the records of what it changed."""
+        old = self.leases.get(uuid) or {}
+        lease = {"name": name, "profile": profile, "cpus": cpuset.format(cpus), "since": time.time()}
+        for kept in ("hugepages", "cstates"):
+            if old.get(kept):
+                lease[kept] = old[kept]
+        self.leases[uuid] = lease
+        return lease
 
     def conflicts(self, uuid: str, cpus: frozenset[int]) -> list[tuple[str, frozenset[int]]]:
         """(other domain's name, shared CPUs) for every other lease whose pins overlap ``cpus``."""

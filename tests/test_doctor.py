@@ -1,0 +1,494 @@
+"""vmtune doctor: captured trees with the seeds' problems, the healthy tree, the output shapes,
+and this machine for real.
+
+The trees come from doctortrees.py. The clock measurement is injected (``measure=at(MHz)``) on
+captured trees: their CPUs are not this machine's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import doctortrees as trees
+import pytest
+
+import vmtune.config
+from vmtune import cli
+from vmtune.doctor import Measurement, Roots, diagnose, measure
+from vmtune.doctor.findings import LEVELS
+
+GOVERNOR = "devices/system/cpu/cpufreq/policy0/scaling_governor"
+GOVERNORS = "devices/system/cpu/cpufreq/policy*/scaling_governor"  # the source of a finding over every policy
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path_factory, monkeypatch):
+    """No /etc/vmtune, $VMTUNE_* or user profiles of the machine leak into a test."""
+    empty = tmp_path_factory.mktemp("no-config")
+    for var in ("VMTUNE_CONFIG", "VMTUNE_STATE_DIR", "VMTUNE_SYSFS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(vmtune.config, "DEFAULT_PATH", str(empty / "no-such-vmtune.toml"))
+    monkeypatch.setenv("VMTUNE_PROFILES", str(empty))
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return trees.healthy(tmp_path / "host")
+
+
+def at(mhz: float):
+    """A measurement that finds every CPU at ``mhz``."""
+    return lambda cpu: Measurement(mhz, "injected")
+
+
+def found(report, area: str, *needles: str, level: str | None = None):
+    """The findings of ``area`` whose text holds every needle (and that have ``level``)."""
+    return [f for f in report.findings if f.area == area and (level is None or f.level == level)
+            and all(n in f"{f.source} {f.found} {f.want} {f.fix}" for n in needles)]
+
+
+def levels(report, area: str) -> set[str]:
+    return {f.level for f in report.findings if f.area == area}
+
+
+def no_crash(report) -> None:
+    crashed = [f.line() for f in report.findings if f.source == "vmtune"]
+    assert not crashed, crashed
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# -- the healthy host ---------------------------------------------------------------------------------
+def test_healthy_tree_has_nothing_to_fix(tree):
+    """A host tuned the way vmtune wants it gives no FAIL and no WARN, and the clock measures at 100%."""
+    report = diagnose(tree.roots(), measure=at(2400))
+    no_crash(report)
+    assert not [f.line() for f in report.findings if f.level in ("WARN", "FAIL")]
+    assert not report.failed
+    assert report.environment.kind == "bare-metal"
+    assert found(report, "cpufreq", "2400 MHz under load, 100% of 2400 MHz nominal (base_frequency)", level="OK")
+    assert found(report, "cpuidle", "C6 (exit 133 µs) disabled", level="OK")
+
+
+def test_every_area_reports(tree):
+    """Each area says something about the healthy tree, so none is silently left out."""
+    report = diagnose(tree.roots(), measure=False)
+    assert {f.area for f in report.findings} == {"environment", "cpufreq", "cpuidle", "memory", "virt", "tuners",
+                                                 "state", "domains"}
+
+
+# -- frequency ------------------------------------------------------------------------------------------
+def test_powersave_at_half_speed_fails(tree):
+    """The first seed: powersave, the CPUs at 1.2 GHz of 2.4 under load: FAIL, and the governor named."""
+    trees.powersave(tree)
+    report = diagnose(tree.roots(), measure=at(1200))
+    assert report.failed
+    (slow,) = found(report, "cpufreq", "1200 MHz under load, 50% of 2400 MHz nominal", level="FAIL")
+    assert "CPUs 0-3" in slow.found  # one thread per core is measured
+    assert "performance" in slow.fix
+    assert found(report, "cpufreq", GOVERNORS, "powersave", level="WARN")
+    assert found(report, "cpufreq", "energy_performance_preference", "power", level="WARN")
+
+
+@pytest.mark.parametrize("mhz, level", [(3100, "OK"), (2200, "OK"), (2100, "WARN"), (1500, "WARN"), (1400, "FAIL")],
+                         ids=["turbo", "92pct", "87pct", "62pct", "58pct"])
+def test_measured_clock_levels(tree, mhz, level):
+    """WARN below 90% of the nominal maximum, FAIL below 60%."""
+    report = diagnose(tree.roots(), measure=at(mhz))
+    (measured,) = found(report, "cpufreq", "under load")
+    assert measured.level == level, measured.line()
+
+
+def test_slow_cpus_are_named(tree):
+    """Only the slow cores are reported slow; the others are OK on a line of their own."""
+    report = diagnose(tree.roots(), measure=lambda cpu: Measurement(1200 if cpu == 2 else 2400, "injected"))
+    assert [f.found.rsplit("CPUs ", 1)[1] for f in found(report, "cpufreq", "under load", level="FAIL")] == ["2"]
+    assert [f.found.rsplit("CPUs ", 1)[1] for f in found(report, "cpufreq", "under load", level="OK")] == ["0-1,3"]
+
+
+def test_captured_tree_is_not_measured_on_this_machine(tree, monkeypatch):
+    """With a captured sysfs the busy loop never runs: this machine's CPUs are not the tree's."""
+    def boom(*args, **kwargs):
+        raise AssertionError("measured a captured tree")
+
+    monkeypatch.setattr(measure, "effective_mhz", boom)
+    report = diagnose(tree.roots())
+    assert found(report, "cpufreq", "clock not measured", level="SKIP")
+
+
+def test_mixed_governors(tree):
+    """Governors that differ between policies are flagged with the CPUs of each."""
+    trees.governors(tree, "powersave", cpus=[4, 5, 6, 7])
+    report = diagnose(tree.roots(), measure=False)
+    (mixed,) = found(report, "cpufreq", "scaling_governor", level="WARN")
+    assert mixed.found == "mixed: performance on CPUs 0-3, powersave on CPUs 4-7"
+
+
+def test_intel_pstate_no_turbo(tree):
+    trees.no_turbo(tree)
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "cpufreq", "intel_pstate/no_turbo", "1 (turbo off)", level="WARN")
+
+
+def test_bios_owned_pstates(tree):
+    """Bare metal with no cpufreq: the BIOS owns the P-states; the nominal clock comes from the model name."""
+    trees.bios_owned(tree)
+    report = diagnose(tree.roots(), measure=at(1200))
+    assert found(report, "cpufreq", "BIOS owns the P-states", "OS Controlled", level="WARN")
+    assert found(report, "cpufreq", "50% of 2400 MHz nominal (model name)", level="FAIL")
+
+
+def test_guest_is_not_blamed_for_its_host(tree):
+    """A KVM guest without cpufreq or C-states is told to ask its host, not that its BIOS owns P-states."""
+    trees.guest(tree)
+    report = diagnose(tree.roots(), measure=False)
+    assert report.environment.kind == "vm" and report.environment.hypervisor == "KVM"
+    assert levels(report, "cpufreq") == {"SKIP"}
+    assert found(report, "cpuidle", "no C-states in this guest", level="SKIP")
+    assert found(report, "virt", "current_clocksource", "kvm-clock", level="OK")
+
+
+@pytest.mark.parametrize("edit, kind, evidence", [
+    (lambda t: t.write("proc/cpuinfo", t.read("proc/cpuinfo").replace("vmx", "hypervisor") + "\n"),
+     "vm", "hypervisor flag in /proc/cpuinfo"),
+    (lambda t: (t.write("sys/class/dmi/id/sys_vendor", "QEMU"), t.write("sys/class/dmi/id/product_name", "Standard PC")),
+     "vm", "DMI 'QEMU Standard PC'"),
+    (lambda t: t.write(".dockerenv", ""), "container", None),
+    (lambda t: t.write("proc/self/mounts", "sysfs /sys sysfs ro,nosuid 0 0"), "container", None),
+    (lambda t: None, "bare-metal", None),
+], ids=["hypervisor-flag", "dmi", "dockerenv", "read-only-sysfs", "bare-metal"])
+def test_environment(tree, edit, kind, evidence):
+    """Each sign on its own: the hypervisor flag, a virtual DMI vendor, container markers."""
+    edit(tree)
+    env = diagnose(tree.roots(), measure=False).environment
+    assert env.kind == kind
+    assert (evidence in env.evidence) if evidence else not env.evidence
+
+
+# -- C-states -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("qos, level", [("0", "WARN"), ("n/a", "OK"), ("200", "WARN"), ("100", "OK")],
+                         ids=["no-constraint", "polling-only", "limit-above-C6", "limit-below-C6"])
+def test_deep_cstates_and_pm_qos(tree, qos, level):
+    """C6 enabled is a WARN unless pm_qos_resume_latency_us keeps the CPUs out: 0 means no constraint,
+    n/a polling only, N allows states whose exit latency is at most N µs."""
+    trees.deep_cstates(tree, qos)
+    report = diagnose(tree.roots(), measure=False)
+    (c6,) = found(report, "cpuidle", "C6 (exit 133 µs)")
+    assert c6.level == level, c6.line()
+    if level == "WARN":
+        assert "enabled on CPUs 0-7" in c6.found and "cpupower idle-set -D 10" in c6.fix
+
+
+def test_pm_qos_per_cpu(tree):
+    """CPUs whose constraint reads n/a are not counted as reaching C6; the others are."""
+    trees.deep_cstates(tree, "0")
+    for cpu in (0, 1, 2, 3):
+        tree.write(f"sys/devices/system/cpu/cpu{cpu}/power/pm_qos_resume_latency_us", "n/a")
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "cpuidle", "C6 (exit 133 µs) enabled on CPUs 4-7", level="WARN")
+    assert found(report, "cpuidle", "n/a (polling only) on CPUs 0-3, 0 (no constraint) on CPUs 4-7", level="INFO")
+
+
+def test_idle_poll_on_the_cmdline(tree):
+    trees.cmdline(tree, "idle=poll intel_idle.max_cstate=1")
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "cpuidle", "idle=poll: every idle CPU spins", level="WARN")
+    assert found(report, "cpuidle", "intel_idle.max_cstate=1: a static limit", level="INFO")
+    assert not found(report, "cpuidle", "no C-state limits")
+
+
+# -- memory ---------------------------------------------------------------------------------------------
+def test_ksm_on(tree):
+    trees.ksm_on(tree)
+    report = diagnose(tree.roots(), measure=False)
+    (ksm,) = found(report, "memory", "ksm/run")
+    assert (ksm.level, ksm.want) == ("WARN", "0") and "pages_sharing 51200" in ksm.found
+
+
+def test_hugepages_short_for_a_running_domain(tree):
+    """A running latency domain holds 512 pages of node 0, but the pool was cut to 256: it cannot start again."""
+    trees.running(tree, trees.domain("db", [1, 5], mib=1024, node=0))
+    trees.hugepages(tree, 0, total=256, free=0)
+    report = diagnose(tree.roots(), measure=False)
+    (short,) = found(report, "memory", "node0 2M", "db need 512 (running)")
+    assert short.level == "FAIL" and "256 total" in short.found and "nr_hugepages" in short.fix
+    assert report.failed
+
+
+def test_hugepages_enough_for_a_running_domain(tree):
+    trees.running(tree, trees.domain("db", [1, 5], mib=1024, node=0))
+    trees.hugepages(tree, 0, total=1024, free=512)
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "memory", "node0 2M: 1024 total, 512 free; db need 512 (running)", level="OK")
+
+
+def test_hugepages_short_for_a_stopped_domain(tree):
+    """A shut-off domain needs its pages free: 1 GiB on node 1 is 512 pages, 100 are free."""
+    trees.hugepages(tree, 1, total=100, free=100)
+    report = diagnose(tree.roots(), measure=False,
+                      domains=[(trees.domain("web", [2, 6], node=1), "shut off")])
+    (short,) = found(report, "memory", "node1 2M", "web need 0 (running) + 512 (not running)")
+    assert short.level == "FAIL"
+
+
+def test_hugepages_short_anywhere(tree):
+    """A domain backed by hugepages but bound to no node takes them from any node: 100 + 100 < 512."""
+    trees.hugepages(tree, 0, total=100, free=100)
+    trees.hugepages(tree, 1, total=100, free=100)
+    report = diagnose(tree.roots(), measure=False, domains=[(trees.domain("web", [2], node=None), "shut off")])
+    (short,) = found(report, "memory", "any node 2M: 200 total, 200 free; web need 0 (running) + 512")
+    assert short.level == "FAIL" and "echo 512 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages" in short.fix
+
+
+# -- virtualization and tuners -------------------------------------------------------------------------
+def test_tuned_running_with_its_profile(tree):
+    trees.tuned(tree, "throughput-performance")
+    report = diagnose(tree.roots(), measure=False)
+    (tuned,) = found(report, "tuners", "tuned running (pid 1044), profile throughput-performance (manual)")
+    assert tuned.level == "WARN"
+
+
+def test_missing_kvm_and_vhost(tree):
+    tree.remove("dev/kvm")
+    tree.remove("dev/vhost-net")
+    tree.remove("sys/module/vhost_net")
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "virt", "dev/kvm", "missing", "modprobe kvm_intel", level="FAIL")
+    assert found(report, "virt", "dev/vhost-net", "no vhost_net module", level="WARN")
+
+
+# -- vmtune's own state and the domains ---------------------------------------------------------------------
+def test_overlapping_latency_domains_fail(tree, capsys):
+    """Two running latency domains pinned to the same CPUs: the same overlap `vmtune plan` finds; exit 1."""
+    trees.running(tree, trees.domain("db1", [1, 5], hugepage_kib=None))
+    trees.running(tree, trees.domain("db2", [1, 5], hugepage_kib=None), state="paused")
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "domains", "db1 (latency, running), db2 (latency, paused)", level="INFO")
+    (overlap,) = found(report, "domains", "cpu-overlap", level="FAIL")
+    assert "CPUs 1,5" in overlap.found
+    rc, out, _ = run(capsys, "doctor", *tree.argv(), "--no-measure")
+    assert rc == 1 and "FAIL  domains" in out
+
+
+def test_hook_state_drift_and_stale_leases(tree):
+    """The hook's baseline against live values: a governor changed behind its back, overlapping leases,
+    and a lease whose domain no longer runs."""
+    trees.running(tree, trees.domain("db1", [1], hugepage_kib=None))
+    leases = {"u1": {"name": "db1", "profile": "latency", "cpus": "1"},
+              "u2": {"name": "gone", "profile": "latency", "cpus": "1,2"}}
+    baseline = [{"path": GOVERNOR, "before": "powersave", "after": "performance"},
+                {"path": "kernel/mm/ksm/run", "before": "1", "after": "0"}]
+    trees.hook_state(tree, leases, baseline)
+    tree.write(f"sys/{GOVERNOR}", "powersave")
+    report = diagnose(tree.roots(), measure=False)
+    (drift,) = found(report, "state", GOVERNOR, "but the hook set performance", level="WARN")
+    assert drift.found.startswith("powersave")
+    assert found(report, "state", "leases db1 and gone share CPUs 1", level="FAIL")
+    assert found(report, "state", "lease of gone, which is not running", level="WARN")
+    assert not found(report, "state", "lease of db1")
+
+
+def test_unreadable_state_and_garbage_do_not_crash(tree):
+    """Garbage in the tree gives findings, never a crash."""
+    tree.write("run/vmtune/state.json", "{not json")
+    tree.write("run/libvirt/qemu/broken.xml", "<domstatus><domain>")
+    tree.write("sys/devices/system/cpu/cpufreq/policy0/affected_cpus", "zero")
+    tree.write("sys/devices/system/cpu/cpu0/cpuidle/state3/latency", "deep")
+    tree.write("sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "lots")
+    report = diagnose(tree.roots(), measure=at(2400))
+    no_crash(report)
+    assert found(report, "state", "unreadable", level="FAIL")
+
+
+def test_connect_without_libvirt_python(tree, monkeypatch):
+    """--connect without libvirt-python says so, and the rest of the report still comes."""
+    monkeypatch.setitem(sys.modules, "libvirt", None)
+    report = diagnose(tree.roots(), measure=False, connect="qemu:///system")
+    assert found(report, "domains", "libvirt-python is not installed", level="WARN")
+    assert found(report, "memory", "domains unknown")
+    assert found(report, "cpufreq", GOVERNORS, level="OK")
+
+
+def test_connect_to_nothing(tree, capsys):
+    """An unreachable URI is a WARN line in the report, and libvirt prints nothing of its own."""
+    pytest.importorskip("libvirt")
+    uri = f"qemu+unix:///system?socket={tree.base}/no-such-socket"
+    rc, out, err = run(capsys, "doctor", *tree.argv(), "--no-measure", "--connect", uri)
+    assert rc == 0 and err == ""
+    (line,) = [line for line in out.splitlines() if line.startswith("WARN  domains")]
+    assert f"--connect {uri}  cannot read the domains of {uri}: " in line and "no-such-socket" in line
+
+
+def test_parts_not_given_are_skipped(tree):
+    """A captured sysfs alone: /proc, /dev and /run are not read from this machine."""
+    report = diagnose(Roots.given(sysfs=tree.roots().sysfs), measure=False)
+    no_crash(report)
+    assert report.environment.kind == "unknown"
+    assert found(report, "virt", "/dev not read", level="SKIP")
+    assert levels(report, "tuners") == {"SKIP"} and levels(report, "state") == {"SKIP"}
+    assert found(report, "cpufreq", "scaling_governor", "performance", level="OK")
+
+
+def test_domains_from_a_real_libvirtd(libvirtd):
+    """--connect reads every defined domain with its state; two shut-off latency domains pinned to the
+    same CPU are the overlap `vmtune plan` reports."""
+    from libvirt_env import define, minimal_domain, undefine
+
+    pytest.importorskip("libvirt")
+    extra = (f"<metadata><vmtune:tune xmlns:vmtune='{trees.NS}' profile='latency'/></metadata>"
+             "<cputune><vcpupin vcpu='0' cpuset='1'/></cputune>")
+    names = [define(minimal_domain(extra=extra)) for _ in range(2)]
+    try:
+        report = diagnose(Roots(), measure=False, connect=libvirtd)
+    finally:
+        for name in names:
+            undefine(name)
+    (listing,) = found(report, "domains", f"libvirt {libvirtd}", level="INFO")
+    assert all(f"{name} (latency, shut off)" in listing.found for name in names)
+    overlaps = found(report, "domains", "cpu-overlap", *names, level="FAIL")
+    assert len(overlaps) == 1 and "CPU 1" in overlaps[0].found
+
+
+# -- the command line ---------------------------------------------------------------------------------------
+def test_json_shape(tree, capsys):
+    """--json gives {ok, environment, roots, counts, findings} with six strings per finding."""
+    trees.ksm_on(tree)
+    rc, out, err = run(capsys, "doctor", *tree.argv(), "--json")
+    assert rc == 0 and err == ""
+    data = json.loads(out)
+    assert set(data) == {"ok", "environment", "roots", "counts", "findings"}
+    assert data["ok"] is True
+    assert data["environment"]["kind"] == "bare-metal"
+    assert data["roots"] == {"sysfs": str(tree.base / "sys"), "proc": str(tree.base / "proc"), "root": str(tree.base)}
+    assert sum(data["counts"].values()) == len(data["findings"]) and set(data["counts"]) <= set(LEVELS)
+    for finding in data["findings"]:
+        assert set(finding) == {"level", "area", "source", "found", "want", "fix"}
+        assert all(isinstance(v, str) for v in finding.values()) and finding["level"] in LEVELS
+    assert {"level": "WARN", "area": "memory"}.items() <= next(
+        f for f in data["findings"] if f["source"].endswith("ksm/run")).items()
+
+
+def test_json_says_not_ok_on_fail(tree, capsys):
+    tree.remove("dev/kvm")
+    rc, out, _ = run(capsys, "doctor", *tree.argv(), "--json")
+    assert rc == 1 and json.loads(out)["ok"] is False
+
+
+def test_text_is_one_line_per_finding(tree, capsys):
+    trees.powersave(tree)
+    rc, out, _ = run(capsys, "doctor", *tree.argv())
+    lines = out.splitlines()
+    report = diagnose(tree.roots(), measure=False)
+    assert rc == 0 and len(lines) == len(report.findings) + 1
+    assert lines[-1].startswith("doctor: ") and "WARN" in lines[-1]
+    governor = next(line for line in lines if "scaling_governor" in line)
+    assert governor.startswith("WARN  cpufreq     ")
+    assert f"/sys/{GOVERNORS}  powersave (want performance)  fix: cpupower" in governor
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--sysfs", "/nonexistent/sys"], "--sysfs /nonexistent/sys: no such directory"),
+    (["--sysfs", "{tmp}"], "does not look like a sysfs tree"),
+    (["--proc", "{tmp}"], "does not look like a proc tree"),
+    (["--root", "/nonexistent/root"], "--root /nonexistent/root: no such directory"),
+], ids=["sysfs-missing", "sysfs-empty", "proc-empty", "root-missing"])
+def test_bad_roots_are_one_line_errors(tmp_path, capsys, argv, needle):
+    rc, out, err = run(capsys, "doctor", *[a.format(tmp=tmp_path) for a in argv])
+    assert rc == 1 and out == ""
+    assert err.startswith("vmtune: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert needle in err
+
+
+# -- the measurement itself -----------------------------------------------------------------------------
+def test_perf_counter_plumbing():
+    """perf_event_open from ctypes counts: the software task clock matches the time the loop ran."""
+    counter = measure.Counter.open(measure.PERF_TYPE_SOFTWARE, measure.PERF_COUNT_SW_TASK_CLOCK)
+    if counter is None:
+        pytest.skip("perf_event_open is not allowed here (perf_event_paranoid or seccomp)")
+    try:
+        measure.spin(0.05)
+        count, running = counter.read()
+    finally:
+        counter.close()
+    assert running > 0 and 0.5 < count / running < 1.5
+
+
+class FakeCounter:
+    def __init__(self, cycles: int, running_ns: int):
+        self.value = (cycles, running_ns)
+
+    def read(self):
+        return self.value
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("counter, aperfmperf, want", [
+    (lambda: FakeCounter(2_400_000, 1_000_000), True, Measurement(2400, "perf cycles")),
+    (lambda: None, True, Measurement(1234.5, "/proc/cpuinfo")),
+    (lambda: None, False, Measurement(1500, "scaling_cur_freq")),
+    (lambda: FakeCounter(0, 0), False, Measurement(1500, "scaling_cur_freq")),
+], ids=["perf", "cpuinfo-aperfmperf", "cur-freq", "perf-counted-nothing"])
+def test_measurement_sources(tmp_path, counter, aperfmperf, want):
+    """perf cycles first; /proc/cpuinfo only with aperfmperf (else it is the fixed TSC rate); then scaling_cur_freq."""
+    cpu = min(os.sched_getaffinity(0))
+    flags = "fpu aperfmperf" if aperfmperf else "fpu constant_tsc"
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text(f"processor\t: {cpu}\ncpu MHz\t\t: 1234.5\nflags\t\t: {flags}\n\n")
+    cur = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"
+    cur.parent.mkdir(parents=True)
+    cur.write_text("1500000\n")
+    got = measure.effective_mhz(cpu, str(tmp_path / "sys"), str(tmp_path / "proc"), seconds=0.001, counter=counter)
+    assert got == want
+
+
+def test_effective_mhz_restores_affinity():
+    """The busy loop pins itself and puts the affinity back, whatever it could measure."""
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    result = measure.effective_mhz(cpu, seconds=0.01)
+    assert result is None or (result.mhz > 0 and result.source in ("perf cycles", "/proc/cpuinfo", "scaling_cur_freq"))
+    assert os.sched_getaffinity(0) == before
+    assert measure.effective_mhz(max(before) + 4096, seconds=0.01) is None  # not ours to run on
+
+
+# -- this machine -------------------------------------------------------------------------------------------
+def test_this_machine(capsys):
+    """The doctor on the real /sys and /proc: no crash, a KVM guest seen as one, and what it reports
+    matches what the files say."""
+    report = diagnose(Roots(), measure=True)
+    no_crash(report)
+    with open("/proc/cpuinfo") as fh:
+        guest = " hypervisor" in fh.read()
+    if guest:  # this machine is a KVM guest
+        assert report.environment.kind == "vm"
+        assert "hypervisor flag in /proc/cpuinfo" in report.environment.evidence
+        assert not found(report, "cpufreq", "BIOS owns")
+    else:
+        assert report.environment.kind in ("bare-metal", "container")
+    thp = "/sys/kernel/mm/transparent_hugepage/enabled"
+    if os.path.exists(thp):
+        with open(thp) as fh:
+            selected = fh.read().split("[", 1)[1].split("]", 1)[0]
+        assert [f.found for f in found(report, "memory", thp)] == [selected]
+    ksm = "/sys/kernel/mm/ksm/run"
+    if os.path.exists(ksm):
+        with open(ksm) as fh:
+            assert found(report, "memory", ksm)[0].found.startswith(fh.read().strip())
+    (kvm,) = found(report, "virt", "/dev/kvm")
+    assert (kvm.level == "FAIL") == (not os.path.exists("/dev/kvm"))
+    if not os.path.isdir("/sys/devices/system/cpu/cpu0/cpuidle") and guest:
+        assert found(report, "cpuidle", "no C-states in this guest", level="SKIP")
+    rc, out, err = run(capsys, "doctor", "--no-measure")  # domains may come and go in between: judge it alone
+    *lines, summary = out.splitlines()
+    assert err == "" and rc == (1 if any(line.startswith("FAIL") for line in lines) else 0)
+    assert summary.startswith("doctor: ")
+    assert sum(int(part.split()[0]) for part in summary[len("doctor: "):].split("  ")[0].split(", ")) == len(lines)

@@ -1,0 +1,173 @@
+"""Crash safety: the hook commits the records of what it will change before it changes anything.
+
+A hook killed half-way through tuning the host (``os._exit`` in a forked hook, no cleanup, like
+SIGKILL) leaves a journal in the state file; the next call settles it against sysfs, and the
+release restores exactly what was there. A Python error half-way undoes the call's changes.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+import pytest
+from test_hook import CPU, UUID_A, A, B, call, env, snapshot, state, value  # noqa: F401 - env is a fixture
+
+from vmtune import hook
+from vmtune.hook import hoststate
+
+KILLED = 9
+HOST_WRITES = 12  # the fake host of test_hook: 3 EPP + 4 governors + 4 deep C-states + KSM
+
+
+def _die_after(writes: int, argv: list[str], xml: str) -> None:
+    real = hoststate.write
+    done = [0]
+
+    def write(root, path, val):
+        if done[0] == writes:
+            os._exit(KILLED)
+        done[0] += 1
+        real(root, path, val)
+
+    hoststate.write = write
+    hook.main(argv, xml.encode())
+    os._exit(0)
+
+
+def killed_after(writes: int, argv: list[str], xml: str) -> int:
+    proc = multiprocessing.get_context("fork").Process(target=_die_after, args=(writes, argv, xml))
+    proc.start()
+    proc.join(60)
+    return proc.exitcode
+
+
+def pending(records) -> list[str]:
+    return [r["path"] for r in records or [] if r.get("pending")]
+
+
+@pytest.mark.parametrize("writes", [0, 1, 5, HOST_WRITES - 1])
+def test_killed_while_tuning_then_released(env, writes):  # noqa: F811 - env is test_hook's fixture
+    """Killed after ``writes`` sysfs writes: the lease and every intended record are on disk; the
+    release restores exactly (unwritten knobs are recognised and skipped)."""
+    sysfs = env / "sys"
+    before = snapshot(sysfs)
+    assert killed_after(writes, ["vm-a", "prepare", "begin", "-"], A) == KILLED
+    saved = state(env)
+    assert list(saved["leases"]) == [UUID_A]
+    assert len(pending(saved["baseline"])) == HOST_WRITES
+    changed = sum(1 for k, v in snapshot(sysfs).items() if before[k] != v)
+    assert changed == writes
+    assert call(A, "vm-a", "release", "end", "failed") == 0
+    assert snapshot(sysfs) == before
+    assert state(env) == {"version": 1, "leases": {}, "baseline": None}
+
+
+def test_killed_then_reconnected_settles_the_journal(env):  # noqa: F811 - env is test_hook's fixture
+    """A later call (here reconnect) settles the journal: records for values never written go, the
+    written ones stay as ordinary records; a second domain and both releases end with the host as before."""
+    sysfs = env / "sys"
+    before = snapshot(sysfs)
+    assert killed_after(5, ["vm-a", "prepare", "begin", "-"], A) == KILLED
+    assert call(A, "vm-a", "reconnect", "begin") == 0
+    baseline = state(env)["baseline"]
+    assert pending(baseline) == [] and len(baseline) == 5
+    assert call(B, "vm-b", "prepare", "begin") == 0  # not the first: the host is left as it is
+    call(A, "vm-a", "release", "end")
+    call(B, "vm-b", "release", "end")
+    assert snapshot(sysfs) == before
+
+
+def test_killed_while_restoring_then_released_again(env, capsys):  # noqa: F811 - env is test_hook's fixture
+    """A release killed half-way keeps the lease and baseline; the next release finishes the job,
+    quietly: values already back at their original are no drift."""
+    sysfs = env / "sys"
+    before = snapshot(sysfs)
+    call(A, "vm-a", "prepare", "begin")
+    assert killed_after(4, ["vm-a", "release", "end", "-"], A) == KILLED
+    assert list(state(env)["leases"]) == [UUID_A]
+    capsys.readouterr()
+    assert call(A, "vm-a", "release", "end") == 0
+    assert snapshot(sysfs) == before
+    assert "left alone" not in capsys.readouterr().err
+
+
+def test_the_journal_is_on_disk_before_the_first_write(env, monkeypatch):  # noqa: F811 - env is test_hook's fixture
+    """At every sysfs write, the state file already holds a record for that path."""
+    real = hoststate.write
+    seen = []
+
+    def write(root, path, val):
+        on_disk = json.loads((env / "state" / "state.json").read_text())
+        seen.append(path in [r["path"] for r in on_disk["baseline"] or []])
+        real(root, path, val)
+
+    monkeypatch.setattr(hoststate, "write", write)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert len(seen) == HOST_WRITES and all(seen)
+    assert pending(state(env)["baseline"]) == []  # the final commit has the real records
+
+
+def test_an_error_half_way_undoes_the_tuning(env, monkeypatch, capsys):  # noqa: F811 - env is test_hook's fixture
+    """A write that raises (not an OSError: a bug) after 5 writes: exit 1, host and state as before."""
+    sysfs = env / "sys"
+    before = snapshot(sysfs)
+    real = hoststate.write
+    done = [0]
+
+    def write(root, path, val):
+        if done[0] == 5:
+            done[0] += 1
+            raise RuntimeError("boom")
+        done[0] += 1
+        real(root, path, val)
+
+    monkeypatch.setattr(hoststate, "write", write)
+    assert call(A, "vm-a", "prepare", "begin") == 1
+    assert "boom" in capsys.readouterr().err
+    assert snapshot(sysfs) == before
+    assert state(env)["leases"] == {} and state(env)["baseline"] is None
+
+
+def test_an_error_half_way_in_pinned_scope_undoes_the_cstates(env, monkeypatch):  # noqa: F811 - env is test_hook's fixture
+    (env / "vmtune.toml").write_text('[hook]\ncstate_scope = "pinned"\n')
+    sysfs = env / "sys"
+    call(A, "vm-a", "prepare", "begin")
+    tuned = snapshot(sysfs)
+    saved = state(env)
+    real = hoststate.write
+
+    def write(root, path, val):
+        if "cpuidle" in path:
+            real(root, path, val)
+            raise RuntimeError("boom")
+        real(root, path, val)
+
+    monkeypatch.setattr(hoststate, "write", write)
+    assert call(B, "vm-b", "prepare", "begin") == 1
+    monkeypatch.setattr(hoststate, "write", real)
+    assert snapshot(sysfs) == tuned
+    assert state(env) == saved
+    assert value(sysfs, f"{CPU}/cpu3/cpuidle/state3/disable") == "0"
+
+
+def test_killed_in_pinned_scope_then_reconnected_and_released(env):  # noqa: F811 - env is test_hook's fixture
+    """Scope pinned, the second lease killed after one of its two C-state writes: reconnect settles
+    its records and finishes the job (CPU 1 too); both releases end with the host as before."""
+    (env / "vmtune.toml").write_text('[hook]\ncstate_scope = "pinned"\n')
+    sysfs = env / "sys"
+    before = snapshot(sysfs)
+    call(A, "vm-a", "prepare", "begin")
+    b = B.replace("cpuset='3'", "cpuset='0-1'")
+    assert killed_after(1, ["vm-b", "prepare", "begin", "-"], b) == KILLED
+    (lease,) = [v for v in state(env)["leases"].values() if v["name"] == "vm-b"]
+    assert len(pending(lease["cstates"])) == 2
+    assert call(b, "vm-b", "reconnect", "begin") == 0
+    (lease,) = [v for v in state(env)["leases"].values() if v["name"] == "vm-b"]
+    assert [r["path"] for r in lease["cstates"]] == [f"{CPU}/cpu{c}/cpuidle/state3/disable" for c in (0, 1)]
+    assert pending(lease["cstates"]) == []
+    assert value(sysfs, f"{CPU}/cpu1/cpuidle/state3/disable") == "1"
+    call(b, "vm-b", "release", "end")
+    call(A, "vm-a", "release", "end")
+    assert snapshot(sysfs) == before

@@ -1,0 +1,420 @@
+"""What is wrong with the domains of one host, and what is left on it. Pure: no libvirt, no I/O.
+
+    from vmtune.audit import audit
+
+    report = audit(host, [(xml_a, "running"), (xml_b, "shut off")], config=cfg)
+    report.ok              # True when there is no problem
+    report.rows            # one Row per domain, in the order given
+    report.problems        # Problems, sorted (kind, then domains)
+    report.nodes           # one NodeFree per host node
+    report.to_dict()       # the same, JSON-ready (``vmtune plan --json``)
+
+The interface (stable: ``vmtune plan`` and ``vmtune doctor`` both call it)
+-------------------------------------------------------------------------
+``audit(host, domains, *, config=None) -> Report``
+
+``host``
+    a ``vmtune.Host`` whose cells' ``pages`` are the *free* hugepages per size, as
+    ``Host.from_sysfs`` reads them and ``vmtune.live.hostview`` gets them from libvirt's
+    ``getFreePages``. The hugepages of domains that run now are already out of those counts.
+``domains``
+    ``(xml, state)`` pairs. ``xml`` is a ``<domain>`` (persistent or live XML), or a
+    ``<domstatus>`` as libvirt keeps it in ``/run/libvirt/qemu/NAME.xml`` (its ``<domain>`` is
+    read). ``state`` is libvirt's state as virsh prints it: ``"running"``, ``"paused"``,
+    ``"shut off"``, ...; every state but ``"shut off"`` holds its hugepages now.
+``config``
+    a ``vmtune.Config``: its ``reserved_cpus`` (default: ``host.default_reserved()``) and its
+    ``profiles_dir``. Default: ``Config()``.
+
+Raises ``InvalidInput`` (one line, naming the domain's position) when an XML is malformed.
+
+What counts
+-----------
+A domain is *dedicated* when it holds host CPUs for itself, by the same rule the rewriter's ledger
+uses (vmtune/claims.py): tagged latency/realtime with pins, or every vCPU pinned to one CPU. A
+thread *can run* on: its ``<vcpupin>``/``<emulatorpin>``/``<iothreadpin>`` cpuset, else the
+``<vcpu cpuset>``, else every host CPU. Cores count as the placement counts them: a thread on the
+sibling of a dedicated CPU shares its core. One ledger for the whole host: a shut-off domain still
+holds its CPUs and memory (it gets them back when it starts).
+
+Problem kinds (``Problem.kind``; consumers should show kinds they do not know as they are):
+
+``cpu-overlap``      two dedicated domains hold the same host CPU (``cpus``: the shared ones)
+``core-overlap``     two dedicated domains on threads of one core, no CPU in common (``cpus``:
+                     their CPUs on the shared cores)
+``float``            a domain's vCPUs, emulator or iothreads can run on a core that another domain
+                     holds as dedicated (``domains``: the floating one first, then the holder);
+                     the reserved CPUs never count: they are shared by design
+``not-applied``      tagged with a dedicated profile (latency, realtime, or yours) but not every
+                     vCPU is pinned to one CPU: ``vmtune apply`` has not run on it
+``on-reserved``      tagged with a dedicated profile, with vCPUs pinned to reserved CPUs
+``unknown-profile``  tagged with a profile that does not exist here
+``hugepages``        the shut-off domains bound to a node (or unbound, for ``nodes`` all of
+                     them) need more hugepages of a size than the node has free
+
+``Report.nodes`` gives per node: its CPUs, the reserved ones, those held as dedicated, those still
+free for dedicated vCPUs, its memory, the normal memory bound strictly, what placement sees as
+free normal memory, and per hugepage size the free pages, the pages shut-off domains need and what
+is left.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from lxml import etree
+
+from . import claims as claims_mod
+from . import config as config_mod
+from . import cpuset, profiles, xmlsafe
+from .errors import InvalidInput
+from .host import Host
+from .model import Domain
+from .placement import taken_cores
+
+CPU_OVERLAP = "cpu-overlap"
+CORE_OVERLAP = "core-overlap"
+FLOAT = "float"
+NOT_APPLIED = "not-applied"
+ON_RESERVED = "on-reserved"
+UNKNOWN_PROFILE = "unknown-profile"
+HUGEPAGES = "hugepages"
+KINDS = (CPU_OVERLAP, CORE_OVERLAP, FLOAT, NOT_APPLIED, ON_RESERVED, UNKNOWN_PROFILE, HUGEPAGES)
+
+SHUT_OFF = "shut off"
+
+__all__ = ["KINDS", "NodeFree", "Problem", "Report", "Row", "audit", "holds_now"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One domain, as ``vmtune plan`` shows it."""
+
+    name: str
+    uuid: str | None
+    profile: str | None  # its tag, None when untagged
+    state: str
+    vcpus: int
+    memory_kib: int
+    pinned: frozenset[int]  # every host CPU some <vcpupin> names
+    dedicated: frozenset[int]  # the host CPUs it holds for itself (empty: it floats)
+    cpuset: frozenset[int] | None  # <vcpu cpuset>, None when absent
+    nodes: tuple[int, ...]  # nodes its memory is bound to and its pinned CPUs are on
+    hugepage_kib: int | None  # hugepage size backing its memory, None without hugepages
+    hugepages: dict[int, int] = field(default_factory=dict)  # node -> pages it binds there
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "uuid": self.uuid, "profile": self.profile, "state": self.state,
+            "vcpus": self.vcpus, "memory_kib": self.memory_kib,
+            "pinned": cpuset.format(self.pinned), "dedicated": cpuset.format(self.dedicated),
+            "cpuset": None if self.cpuset is None else cpuset.format(self.cpuset),
+            "nodes": list(self.nodes), "hugepage_kib": self.hugepage_kib,
+            "hugepages": {str(n): c for n, c in sorted(self.hugepages.items())},
+        }
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str  # one of KINDS
+    domains: tuple[str, ...]  # names (the uuid when a domain has no name)
+    cpus: frozenset[int] = frozenset()
+    nodes: tuple[int, ...] = ()
+    message: str = ""  # one line
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "domains": list(self.domains), "cpus": cpuset.format(self.cpus),
+                "nodes": list(self.nodes), "message": self.message}
+
+
+@dataclass(frozen=True)
+class NodeFree:
+    """What is left on one node."""
+
+    node: int
+    cpus: frozenset[int]
+    reserved: frozenset[int]  # kept for the host, emulators and iothreads
+    dedicated: frozenset[int]  # held by domains as dedicated
+    free_dedicated: frozenset[int]  # where new dedicated vCPUs can go (whole free cores)
+    memory_kib: int  # total; 0 when unknown
+    bound_kib: int  # normal memory that domains bind here strictly
+    free_kib: int | None  # memory less the free hugepage pool less bound_kib; None when unknown
+    hugepages: dict[int, tuple[int, int]] = field(default_factory=dict)  # size KiB -> (free, needed)
+
+    def to_dict(self) -> dict:
+        return {
+            "node": self.node, "cpus": cpuset.format(self.cpus), "reserved": cpuset.format(self.reserved),
+            "dedicated": cpuset.format(self.dedicated), "free_dedicated": cpuset.format(self.free_dedicated),
+            "memory_kib": self.memory_kib, "bound_kib": self.bound_kib, "free_kib": self.free_kib,
+            "hugepages": {str(size): {"free": free, "needed": need, "left": free - need}
+                          for size, (free, need) in sorted(self.hugepages.items())},
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    rows: tuple[Row, ...]
+    problems: tuple[Problem, ...]
+    nodes: tuple[NodeFree, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "domains": [r.to_dict() for r in self.rows],
+                "problems": [p.to_dict() for p in self.problems], "nodes": [n.to_dict() for n in self.nodes]}
+
+
+def holds_now(state: str) -> bool:
+    """True for every libvirt state but shut off: the domain's memory and hugepages are in use."""
+    return " ".join(state.lower().replace("_", " ").replace("-", " ").split()) not in (SHUT_OFF, "shutoff")
+
+
+# -- one domain -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Dom:
+    row: Row
+    claim: claims_mod.Claim
+    vcpu_reach: frozenset[int]  # where its vCPUs without a pin of their own can run
+    pinned_reach: frozenset[int]  # where its pinned vCPUs can run
+    other_reach: dict[str, frozenset[int]]  # "emulator" / "iothreads" -> where they can run
+    unbound_pages: tuple[int, int] | None  # (size, pages) of hugepages bound to no node
+    holds: bool
+    all_single: bool  # every vCPU pinned to exactly one CPU
+
+
+def _domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
+    root = xmlsafe.parse(xml, f"domain XML #{index + 1}")
+    if root.tag == "domstatus":
+        inner = root.find("domain")
+        if inner is None:
+            raise InvalidInput(f"domain XML #{index + 1}: <domstatus> without a <domain>")
+        root = inner
+    if root.tag != "domain":
+        raise InvalidInput(f"domain XML #{index + 1}: expected a <domain>, got <{root.tag}>")
+    text = etree.tostring(root, encoding="unicode")
+    return text, Domain(root)
+
+
+def _reach(dom: Domain, everywhere: frozenset[int]):
+    default = everywhere if dom.vcpu_placement == "auto" or dom.vcpu_cpuset is None else dom.vcpu_cpuset
+    pins = dom.vcpupins()
+    unpinned = [v for v in range(dom.vcpus) if v not in pins]
+    vcpu_reach = default if unpinned else frozenset()
+    pinned_reach = frozenset().union(*pins.values()) if pins else frozenset()
+    emulator = dom.find("cputune/emulatorpin")
+    em = cpuset.parse(emulator.get("cpuset")) if emulator is not None and emulator.get("cpuset") else default
+    io_pins = {}
+    for el in dom.iter("cputune/iothreadpin"):
+        try:
+            io_pins[int(el.get("iothread", ""))] = cpuset.parse(el.get("cpuset"))
+        except ValueError:
+            continue
+    io_reach: frozenset[int] = frozenset()
+    for iothread in dom.iothread_ids():
+        io_reach |= io_pins.get(iothread, default)
+    other = {"emulator": em}
+    if io_reach:
+        other["iothreads"] = io_reach
+    all_single = len(pins) >= dom.vcpus and all(len(pins.get(v, ())) == 1 for v in range(dom.vcpus))
+    return vcpu_reach, pinned_reach, other, all_single
+
+
+def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
+    text, dom = _domain_of(xml, index)
+    claim = claims_mod.read(text, host)
+    everywhere = frozenset(host.cpus)
+    vcpu_reach, pinned_reach, other, all_single = _reach(dom, everywhere)
+    size = claims_mod._hugepage_size(dom, host)
+    hugepages = {node: pages for (node, _), pages in claim.hugepages.items()}
+    unbound = None
+    if size and not claim.hugepages:
+        unbound = (size, -(-dom.memory_kib // size))
+    memory_nodes = set(claim.memory) | set(hugepages)
+    cpu_nodes = {host.cpus[c].node for c in pinned_reach if c in host.cpus}
+    row = Row(
+        name=dom.name or dom.uuid or f"#{index + 1}",
+        uuid=dom.uuid,
+        profile=dom.tagged_profile,
+        state=state,
+        vcpus=dom.vcpus,
+        memory_kib=dom.memory_kib,
+        pinned=pinned_reach,
+        dedicated=claim.dedicated,
+        cpuset=dom.vcpu_cpuset,
+        nodes=tuple(sorted(memory_nodes | cpu_nodes)),
+        hugepage_kib=size,
+        hugepages=hugepages,
+    )
+    return _Dom(row, claim, vcpu_reach, pinned_reach, other, unbound, holds_now(state), all_single)
+
+
+# -- the checks -------------------------------------------------------------------------------------
+def _label(d: _Dom) -> str:
+    return f"{d.row.name} ({d.row.profile})" if d.row.profile else d.row.name
+
+
+def _overlaps(host: Host, doms: list[_Dom]) -> list[Problem]:
+    out = []
+    dedicated = [d for d in doms if d.claim.dedicated]
+    for a, b in combinations(dedicated, 2):
+        a, b = sorted((a, b), key=lambda d: d.row.name)
+        shared = a.claim.dedicated & b.claim.dedicated
+        names = (a.row.name, b.row.name)
+        if shared:
+            out.append(Problem(CPU_OVERLAP, names, shared, _nodes_of(host, shared),
+                               f"{_label(a)} and {_label(b)} both hold {_cpus(shared)} as dedicated"))
+            continue
+        cores = taken_cores(host, a.claim.dedicated) & taken_cores(host, b.claim.dedicated)
+        if cores:
+            cpus = cores & (a.claim.dedicated | b.claim.dedicated)
+            out.append(Problem(CORE_OVERLAP, names, cpus, _nodes_of(host, cpus),
+                               f"{_label(a)} and {_label(b)} hold sibling threads of one core "
+                               f"({_cpus(cpus)}): each slows the other"))
+    return out
+
+
+def _floats(host: Host, doms: list[_Dom], reserved: frozenset[int]) -> list[Problem]:
+    out = []
+    # reserved CPUs are the host's shared housekeeping CPUs (where placement puts emulators and
+    # iothreads): running there is never a float, whoever pinned a vCPU to them
+    holders = [(d, taken_cores(host, d.claim.dedicated) - reserved) for d in doms if d.claim.dedicated]
+    for a in doms:
+        threads = dict(a.other_reach)
+        if a.vcpu_reach:
+            threads["vCPUs"] = a.vcpu_reach
+        if not a.claim.dedicated and a.pinned_reach:
+            threads["vCPUs"] = threads.get("vCPUs", frozenset()) | a.pinned_reach
+        for b, cores in holders:
+            if b is a:
+                continue
+            hit = {what: cpus & cores for what, cpus in threads.items() if cpus & cores}
+            if not hit:
+                continue
+            cpus = frozenset().union(*hit.values())
+            which = ", ".join(w for w in ("vCPUs", "emulator", "iothreads") if w in hit)
+            out.append(Problem(FLOAT, (a.row.name, b.row.name), cpus, _nodes_of(host, cpus),
+                               f"{_label(a)}: its {which} can run on {_cpus(cpus)}, "
+                               f"on the cores {_label(b)} holds as dedicated (vmtune apply {a.row.name})"))
+    return out
+
+
+def _tags(doms: list[_Dom], profiles_dir: str | None, reserved: frozenset[int]) -> list[Problem]:
+    out = []
+    known: dict[str, profiles.Profile | None] = {}
+    for d in doms:
+        name = d.row.profile
+        if not name:
+            continue
+        if name not in known:
+            try:
+                known[name] = profiles.load(name, profiles_dir)
+            except InvalidInput:
+                known[name] = None
+        prof = known[name]
+        if prof is None:
+            out.append(Problem(UNKNOWN_PROFILE, (d.row.name,), message=(
+                f"{d.row.name} is tagged with profile {name!r}, which does not exist here "
+                f"(vmtune profiles lists them)")))
+        elif prof.dedicated and not d.all_single:
+            out.append(Problem(NOT_APPLIED, (d.row.name,), d.row.pinned, d.row.nodes, (
+                f"{d.row.name} is tagged {name} but not every vCPU is pinned to a CPU of its own: "
+                f"run vmtune apply {d.row.name}")))
+        elif prof.dedicated and d.claim.dedicated & reserved:
+            cpus = d.claim.dedicated & reserved
+            out.append(Problem(ON_RESERVED, (d.row.name,), cpus, d.row.nodes, (
+                f"{d.row.name} ({name}) has vCPUs pinned to the reserved {_cpus(cpus)}, which the host, "
+                f"emulators and iothreads share: run vmtune apply {d.row.name}")))
+    return out
+
+
+def _cpus(cpus) -> str:
+    return f"CPU{'s' if len(cpus) > 1 else ''} {cpuset.format(cpus)}"
+
+
+def _size_text(kib: int) -> str:
+    return f"{kib // 1048576} GiB" if kib >= 1048576 and kib % 1048576 == 0 else f"{kib // 1024} MiB" if kib >= 1024 else f"{kib} KiB"
+
+
+def _hugepages(host: Host, doms: list[_Dom]) -> tuple[list[Problem], dict[tuple[int, int], int]]:
+    need: dict[tuple[int, int], int] = defaultdict(int)
+    who: dict[tuple[int, int], list[str]] = defaultdict(list)
+    unbound: dict[int, int] = defaultdict(int)
+    unbound_who: dict[int, list[str]] = defaultdict(list)
+    for d in doms:
+        if d.holds:
+            continue  # its pages are out of the free counts already
+        for key, pages in d.claim.hugepages.items():
+            need[key] += pages
+            who[key].append(d.row.name)
+        if d.unbound_pages:
+            size, pages = d.unbound_pages
+            unbound[size] += pages
+            unbound_who[size].append(d.row.name)
+    out = []
+    for (node, size), pages in sorted(need.items()):
+        free = host.cell(node).pages.get(size, 0) if node in host.node_ids else 0
+        if pages > free:
+            names = tuple(sorted(who[(node, size)]))
+            out.append(Problem(HUGEPAGES, names, nodes=(node,), message=(
+                f"node {node} has {free} free {_size_text(size)} hugepages; shut-off "
+                f"{'domain' if len(names) == 1 else 'domains'} {', '.join(names)} need {pages} there")))
+    for size, pages in sorted(unbound.items()):
+        left = sum(max(c.pages.get(size, 0) - need.get((c.id, size), 0), 0) for c in host.cells)
+        if pages > left:
+            names = tuple(sorted(unbound_who[size]))
+            out.append(Problem(HUGEPAGES, names, nodes=host.node_ids, message=(
+                f"the host has {left} free {_size_text(size)} hugepages left; shut-off "
+                f"{'domain' if len(names) == 1 else 'domains'} {', '.join(names)} need {pages} on any node")))
+    return out, need
+
+
+def _nodes_of(host: Host, cpus: frozenset[int]) -> tuple[int, ...]:
+    return tuple(sorted({host.cpus[c].node for c in cpus if c in host.cpus}))
+
+
+def _free(host: Host, doms: list[_Dom], reserved: frozenset[int], need) -> tuple[NodeFree, ...]:
+    held = frozenset().union(*(d.claim.dedicated for d in doms)) if doms else frozenset()
+    blocked = taken_cores(host, held) | taken_cores(host, reserved)
+    bound: dict[int, int] = defaultdict(int)
+    for d in doms:
+        for node, kib in d.claim.memory.items():
+            bound[node] += kib
+    out = []
+    for cell in host.cells:
+        cpus = frozenset(cell.cpus)
+        pool = sum(size * count for size, count in cell.pages.items())
+        out.append(NodeFree(
+            node=cell.id,
+            cpus=cpus,
+            reserved=cpus & reserved,
+            dedicated=cpus & held,
+            free_dedicated=cpus - blocked,
+            memory_kib=cell.memory_kib,
+            bound_kib=bound.get(cell.id, 0),
+            free_kib=cell.memory_kib - pool - bound.get(cell.id, 0) if cell.memory_kib else None,
+            hugepages={size: (count, need.get((cell.id, size), 0)) for size, count in sorted(cell.pages.items())},
+        ))
+    return tuple(out)
+
+
+_ORDER = {kind: i for i, kind in enumerate(KINDS)}
+
+
+def audit(host: Host, domains: list[tuple[str, str]], *, config: config_mod.Config | None = None) -> Report:
+    """Rows, problems and what is left per node for ``domains`` (``(xml, state)`` pairs) on ``host``.
+
+    See the module docstring for the interface and what each problem kind means.
+    """
+    config = config or config_mod.Config()
+    doms = [_read(host, xml, state, i) for i, (xml, state) in enumerate(domains)]
+    reserved = config.reserved_cpus if config.reserved_cpus is not None else host.default_reserved()
+    reserved = frozenset(reserved) & frozenset(host.cpus)
+    pages_problems, need = _hugepages(host, doms)
+    problems = (_overlaps(host, doms) + _floats(host, doms, reserved) + _tags(doms, config.profiles_dir, reserved)
+                + pages_problems)
+    problems.sort(key=lambda p: (_ORDER.get(p.kind, len(KINDS)), p.domains, sorted(p.cpus), p.nodes, p.message))
+    return Report(tuple(d.row for d in doms), tuple(problems), _free(host, doms, reserved, need))

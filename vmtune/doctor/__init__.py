@@ -1,0 +1,85 @@
+"""``vmtune doctor``: what is wrong with a host, before anyone tunes anything. Read-only.
+
+    from vmtune.doctor import Roots, diagnose
+
+    report = diagnose()                                   # this machine
+    report = diagnose(Roots.given(sysfs="cap/sys", proc="cap/proc", root="cap"), measure=False)
+    report.findings       # Finding(level, area, source, found, want, fix), one per line of the report
+    report.failed         # True when a finding is FAIL (the CLI exits 1)
+    report.to_dict()      # {"ok", "environment", "roots", "counts", "findings"}
+
+One module per area, each ``check(ctx) -> list[Finding]``, run in this order: environment (the
+others read what it found), cpufreq, cpuidle, memory, virt, tuners, state, domains. The domains
+(``domains=[(xml, state)]``, else libvirt with ``connect``, else the /run/libvirt/qemu status files) are
+loaded first, because memory and state compare against them too.
+
+``measure``: True (the default) measures the clock with a 0.2 s pinned busy loop per core, but only
+when the sysfs root is this machine's /sys; False never; a callable ``cpu -> Measurement | None``
+replaces the measurement (tests feed it the figures of a captured tree).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from ..config import Config
+from . import cpufreq, cpuidle, environment, memory, state, tuners, virt
+from . import domains as _domains
+from .findings import LEVELS, Context, Finding, Roots
+from .measure import Measurement, measurer
+
+__all__ = ["AREAS", "Finding", "Measurement", "Report", "Roots", "diagnose"]
+
+AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, state, _domains)
+log = logging.getLogger("vmtune.doctor")
+
+
+@dataclass(frozen=True)
+class Report:
+    findings: tuple[Finding, ...]
+    environment: environment.Environment
+    roots: Roots
+
+    @property
+    def failed(self) -> bool:
+        return any(f.level == "FAIL" for f in self.findings)
+
+    def counts(self) -> dict[str, int]:
+        seen = Counter(f.level for f in self.findings)
+        return {level: seen[level] for level in LEVELS if seen[level]}
+
+    def to_dict(self) -> dict:
+        return {"ok": not self.failed, "environment": asdict(self.environment), "roots": asdict(self.roots),
+                "counts": self.counts(), "findings": [f.to_dict() for f in self.findings]}
+
+
+def _area(module) -> str:
+    return module.__name__.rsplit(".", 1)[1]
+
+
+def diagnose(roots: Roots | None = None, *, measure: bool | Callable[[int], Measurement | None] = True,
+             connect: str | None = None, config: Config | None = None,
+             domains: list[tuple[str, str]] | None = None) -> Report:
+    """Run every check; raise InvalidInput (one line) when a root is not the tree it claims to be."""
+    roots = roots or Roots()
+    roots.check()
+    if measure is True:
+        measure = measurer(roots.sysfs, roots.proc or "/proc") if roots.live else None
+    ctx = Context(roots, config or Config(), measure=measure or None)
+    if domains is not None:
+        ctx.domains, ctx.domains_source = list(domains), "given domains"
+    else:
+        _domains.load(ctx, connect)
+    findings: list[Finding] = []
+    for area in AREAS:
+        try:
+            findings += area.check(ctx)
+        except Exception as exc:  # one odd file must not hide the rest of the report
+            log.debug("doctor check %s failed", _area(area), exc_info=True)
+            findings.append(Finding("WARN", _area(area), "vmtune", f"check failed: {type(exc).__name__}: {exc}",
+                                    fix="report this as a vmtune bug, with the tree it read"))
+    env = ctx.env if ctx.env is not None else environment.Environment("unknown")
+    return Report(tuple(findings), env, roots)

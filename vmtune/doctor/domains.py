@@ -1,0 +1,135 @@
+"""The host's domains, and the same overlap checks as ``vmtune plan`` (vmtune.audit).
+
+The domains come from libvirt when ``--connect URI`` is given (read-only connection; every defined
+domain with its state), else from libvirt's runtime status files ``/run/libvirt/qemu/*.xml``: one
+``<domstatus>`` per running domain, wrapping its live ``<domain>`` (root-only files).
+
+``load`` fills ``ctx.domains`` before the checks run (memory and state use them too); ``report``
+runs the audit once. Hugepage shortfalls are reported by memory.py, per node and with the running
+domains, so the audit's ``hugepages`` problems are not repeated here.
+"""
+
+from __future__ import annotations
+
+import os
+
+from lxml import etree
+
+from .. import xmlsafe
+from ..errors import VmtuneError
+from .findings import Context, Finding, maker
+
+new = maker("domains")
+STATUS_DIR = "run/libvirt/qemu"
+# libvirt's virDomainState as virsh prints it, by number (the API) and by status-file word
+STATES = ("no state", "running", "idle", "paused", "in shutdown", "shut off", "crashed", "pmsuspended")
+STATUS_WORDS = {"nostate": "no state", "blocked": "idle", "shutdown": "in shutdown", "shutoff": "shut off"}
+FAIL_KINDS = ("cpu-overlap", "core-overlap")
+FIXES = {"cpu-overlap": "vmtune apply --all (one plan for the whole host)",
+         "core-overlap": "vmtune apply --all (one plan for the whole host)",
+         "float": "vmtune apply {0}", "not-applied": "vmtune apply {0}",
+         "unknown-profile": "vmtune tag {0} --profile latency (or add the profile)"}
+
+
+def identity(xml: str) -> tuple[str | None, str | None]:
+    """(uuid, name) of a domain XML; (None, None) when it cannot be read."""
+    try:
+        root = xmlsafe.parse(xml, "domain XML")
+    except VmtuneError:
+        return None, None
+    return root.findtext("uuid"), root.findtext("name")
+
+
+def from_libvirt(uri: str) -> tuple[list[tuple[str, str]] | None, str]:
+    try:
+        import libvirt
+    except ImportError:
+        return None, "libvirt-python is not installed (pip install 'vmtune[libvirt]')"
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # its default prints every error to stderr
+    try:
+        conn = libvirt.openReadOnly(uri)
+        try:
+            out = [(d.XMLDesc(0), STATES[d.state()[0]] if d.state()[0] < len(STATES) else "no state")
+                   for d in conn.listAllDomains(0)]
+        finally:
+            conn.close()
+    except libvirt.libvirtError as exc:
+        return None, f"cannot read the domains of {uri}: {' '.join(str(exc).split())}"
+    return out, f"libvirt {uri}"
+
+
+def from_status_files(ctx: Context) -> tuple[list[tuple[str, str]] | None, str]:
+    folder = ctx.path("root", STATUS_DIR)
+    if not os.path.isdir(folder):
+        return [], f"no {folder}: no running domain"
+    out = []
+    for rel in ctx.glob("root", f"{STATUS_DIR}/*.xml"):
+        try:
+            with open(ctx.path("root", rel), "rb") as fh:
+                data = fh.read()
+        except PermissionError:
+            return None, f"{folder}/*.xml are root's: run as root, or give --connect URI"
+        except OSError:
+            continue
+        try:
+            root = xmlsafe.parse(data, rel)
+        except VmtuneError:
+            continue
+        dom = root.find("domain") if root.tag == "domstatus" else root if root.tag == "domain" else None
+        if dom is None:
+            continue
+        word = root.get("state", "running")
+        out.append((etree.tostring(dom, encoding="unicode"), STATUS_WORDS.get(word, word)))
+    return out, f"{folder}/*.xml"
+
+
+def load(ctx: Context, connect: str | None = None) -> None:
+    """Set ``ctx.domains`` and ``ctx.domains_source`` (None and the reason when unknown)."""
+    ctx.connect = connect
+    if connect:
+        ctx.domains, ctx.domains_source = from_libvirt(connect)
+    elif ctx.has("root"):
+        ctx.domains, ctx.domains_source = from_status_files(ctx)
+    else:
+        ctx.domains, ctx.domains_source = None, "no --root tree given (/run/libvirt/qemu) and no --connect"
+
+
+def report(ctx: Context):
+    """The audit of ``ctx.domains`` on the host the sysfs tree describes (cached on ctx); None when
+    there is nothing to audit, the error text when it cannot run."""
+    if ctx.audit is None and ctx.domains is not None and ctx.has("sysfs"):
+        from ..audit import audit
+        from ..host import Host
+
+        try:
+            host = Host.from_sysfs(ctx.roots.sysfs, proc=ctx.roots.proc)
+            ctx.audit = audit(host, ctx.domains, config=ctx.cfg)
+        except VmtuneError as exc:
+            ctx.audit = str(exc)
+    return ctx.audit
+
+
+def check(ctx: Context) -> list[Finding]:
+    source = ctx.domains_source
+    if ctx.domains is None:
+        if ctx.connect:
+            return [new("WARN", f"--connect {ctx.connect}", source, "the domains, to audit them")]
+        return [new("SKIP", ctx.path("root", STATUS_DIR), source)]
+    if not ctx.domains:
+        return [new("INFO", source, "no domains")]
+    audit = report(ctx)
+    if audit is None:
+        return [new("SKIP", source, f"{len(ctx.domains)} domain(s); no sysfs tree to audit them against")]
+    if isinstance(audit, str):
+        return [new("WARN", source, f"cannot audit the domains: {audit}")]
+    rows = [f"{row.name} ({row.profile or 'untagged'}, {row.state})" for row in audit.rows]
+    out = [new("INFO", source, f"{len(rows)} domain(s): {', '.join(rows)}")]
+    shown = [p for p in audit.problems if p.kind != "hugepages"]
+    for problem in shown:
+        level = "FAIL" if problem.kind in FAIL_KINDS else "WARN"
+        fix = FIXES.get(problem.kind, "vmtune plan").format(*(problem.domains or ("NAME",)))
+        out.append(new(level, f"{source} ({problem.kind})", problem.message, "no overlap" if level == "FAIL" else "",
+                       fix))
+    if not shown:
+        out.append(new("OK", source, "no overlapping or floating domains"))
+    return out

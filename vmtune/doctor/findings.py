@@ -1,0 +1,210 @@
+"""What a doctor check returns, and the trees it reads.
+
+A ``Finding`` is one line of the report: its level, the area, what was looked at (a path or a
+source), the value found, the value wanted and a one-line fix. Levels, mildest first:
+
+    OK    as vmtune wants it
+    INFO  worth knowing, nothing to fix
+    SKIP  cannot be known from here (a guest cannot see its host; a part of the tree not given)
+    WARN  costs latency or throughput; fix it
+    FAIL  broken: guests will not start, cannot be placed, or run at a fraction of their speed
+
+``Roots`` names the trees: a sysfs root, a proc root and a filesystem root (for ``/dev``, ``/run``
+and ``/etc``). ``Roots()`` is this machine. A captured tree gives the roots it has; a root that
+is None is not read, and the checks that need it say SKIP.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from .. import cpuset
+from ..config import Config
+from ..errors import InvalidInput
+
+LEVELS = ("OK", "INFO", "SKIP", "WARN", "FAIL")
+SEVERITY = {level: i for i, level in enumerate(LEVELS)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str
+    area: str
+    source: str  # the path or the source looked at
+    found: str
+    want: str = ""
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.level not in SEVERITY:
+            raise ValueError(f"unknown level {self.level!r}")
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    def line(self) -> str:
+        text = f"{self.level:<5} {self.area:<11} {self.source}  {self.found}"
+        if self.want and self.level not in ("OK", "INFO"):
+            text += f" (want {self.want})"
+        if self.fix:
+            text += f"  fix: {self.fix}"
+        return text
+
+
+def worst(findings: list[Finding]) -> str:
+    return max((f.level for f in findings), key=SEVERITY.__getitem__, default="OK")
+
+
+def maker(area: str) -> Callable[..., Finding]:
+    """``new(level, source, found, want="", fix="")`` for one area."""
+
+    def new(level: str, source: str, found: str, want: str = "", fix: str = "") -> Finding:
+        return Finding(level, area, source, found, want, fix)
+
+    return new
+
+
+@dataclass(frozen=True)
+class Roots:
+    sysfs: str | None = "/sys"
+    proc: str | None = "/proc"
+    root: str | None = "/"  # /dev, /run, /etc (and /.dockerenv)
+
+    @classmethod
+    def given(cls, sysfs: str | None = None, proc: str | None = None, root: str | None = None) -> Roots:
+        """This machine when nothing is given; else a captured tree of exactly the roots given."""
+        if sysfs is None and proc is None and root is None:
+            return cls()
+        return cls(sysfs, proc, root)
+
+    @property
+    def live(self) -> bool:
+        """True when the sysfs root is this machine's: only then are its CPUs measured."""
+        return self.sysfs is not None and os.path.realpath(self.sysfs) == "/sys"
+
+    def check(self) -> None:
+        """Raise InvalidInput (one line) for a root that is not the tree it claims to be."""
+        wants = (("--sysfs", self.sysfs, "devices/system/cpu"), ("--proc", self.proc, "cpuinfo"),
+                 ("--root", self.root, None))
+        for flag, path, inside in wants:
+            if path is None:
+                continue
+            if not os.path.isdir(path):
+                raise InvalidInput(f"{flag} {path}: no such directory")
+            if inside and not os.path.exists(os.path.join(path, inside)):
+                raise InvalidInput(f"{flag} {path} does not look like a {flag[2:]} tree (no {inside})")
+
+
+_NUM = re.compile(r"(\d+)")
+
+
+def natural(text: str) -> list:
+    return [int(p) if p.isdigit() else p for p in _NUM.split(text)]
+
+
+@dataclass
+class Context:
+    """What every check gets: the trees, the config, and what earlier checks found."""
+
+    roots: Roots
+    cfg: Config = field(default_factory=Config)
+    env: object = None  # environment.Environment, set by the environment check
+    domains: list[tuple[str, str]] | None = None  # (domain XML, state), None while unknown
+    domains_source: str = ""  # where the domains came from, or why they are unknown
+    connect: str | None = None  # the libvirt URI to read the domains from (--connect)
+    audit: object = None  # vmtune.audit.Report of the domains, or the error text; None until asked
+    measure: Callable[[int], object] | None = None  # cpu -> measure.Measurement | None
+
+    def has(self, where: str) -> bool:
+        return getattr(self.roots, where) is not None
+
+    def path(self, where: str, rel: str) -> str:
+        """The path of ``rel`` under the ``sysfs``, ``proc`` or ``root`` tree, for reading and showing."""
+        base = getattr(self.roots, where)
+        if base is None:
+            return f"({where} not given)/{rel}"
+        return os.path.join(base, rel)
+
+    def read(self, where: str, rel: str) -> str | None:
+        """The file's text, stripped; None when the tree is not given or the file is missing or unreadable."""
+        if not self.has(where):
+            return None
+        try:
+            with open(self.path(where, rel), encoding="utf-8", errors="replace") as fh:
+                return fh.read().strip()
+        except OSError:
+            return None
+
+    def exists(self, where: str, rel: str) -> bool:
+        return self.has(where) and os.path.lexists(self.path(where, rel))
+
+    def glob(self, where: str, pattern: str) -> list[str]:
+        """Paths relative to the tree that match ``pattern``, in natural order (cpu2 before cpu10)."""
+        if not self.has(where):
+            return []
+        base = getattr(self.roots, where)
+        found = glob.glob(os.path.join(glob.escape(base), pattern))
+        return sorted((os.path.relpath(p, base) for p in found), key=natural)
+
+    def cpuinfo(self) -> list[dict[str, str]]:
+        """/proc/cpuinfo as one dict per processor (empty when there is no proc tree)."""
+        text = self.read("proc", "cpuinfo") or ""
+        out: list[dict[str, str]] = []
+        for block in text.split("\n\n"):
+            entry = {}
+            for line in block.splitlines():
+                key, sep, value = line.partition(":")
+                if sep:
+                    entry[key.strip()] = value.strip()
+            if entry:
+                out.append(entry)
+        return out
+
+    def cpus(self) -> list[int]:
+        """The online CPUs (``devices/system/cpu/online``, else every ``cpuN`` directory)."""
+        online = cpulist(self.read("sysfs", "devices/system/cpu/online"))
+        if online:
+            return sorted(online)
+        names = self.glob("sysfs", "devices/system/cpu/cpu[0-9]*")
+        return sorted(int(n.rsplit("cpu", 1)[1]) for n in names if n.rsplit("cpu", 1)[1].isdigit())
+
+    def cmdline(self) -> list[str]:
+        """The kernel's parameters (what follows ``--`` goes to init, not the kernel)."""
+        words = (self.read("proc", "cmdline") or "").split()
+        return words[: words.index("--")] if "--" in words else words
+
+    def param(self, name: str) -> str | None:
+        """The value of ``name=value`` on the kernel command line (the last one wins); None if absent."""
+        value = None
+        for word in self.cmdline():
+            key, _, val = word.partition("=")
+            if key == name:
+                value = val
+        return value
+
+
+def cpulist(text: str | None) -> frozenset[int]:
+    """A sysfs CPU list (``0-3,8`` or ``0 1 2 3``); empty for a missing or garbled one."""
+    try:
+        return cpuset.parse((text or "").replace(" ", ","))
+    except InvalidInput:
+        return frozenset()
+
+
+def grouped(values: dict[int, str]) -> dict[str, frozenset[int]]:
+    """``{cpu: value}`` -> ``{value: cpus}``, values in the order of their first CPU."""
+    out: dict[str, set[int]] = {}
+    for cpu in sorted(values):
+        out.setdefault(values[cpu], set()).add(cpu)
+    return {value: frozenset(cpus) for value, cpus in out.items()}
+
+
+def on_cpus(groups: dict[str, frozenset[int]]) -> str:
+    """``performance on CPUs 0-3, powersave on CPUs 4-7`` (just the value when there is one)."""
+    if len(groups) == 1:
+        return next(iter(groups))
+    return ", ".join(f"{value} on CPUs {cpuset.format(cpus)}" for value, cpus in groups.items())

@@ -1,0 +1,51 @@
+"""The host as libvirt sees it: ``getCapabilities()``, with the free hugepages of each node.
+
+libvirt's capabilities list each node's hugepage *pool*; ``getFreePages`` says how many of those
+pages are free now, which is what placement and the audit want (the pages of running domains are
+already taken). When libvirt runs on this machine, ``isolcpus`` comes from
+``/sys/devices/system/cpu/isolated`` (capabilities do not carry it), so the reserved CPUs are the
+same as the rewriter's on this host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import cpuset
+from ..errors import InvalidInput
+from ..host import Host
+from . import connect
+
+ISOLATED = "/sys/devices/system/cpu/isolated"
+
+
+def free_pages(conn, host: Host) -> dict[int, dict[int, int]]:
+    """Node -> {page size KiB: free pages}, for the hugepage sizes the capabilities list."""
+    lv = connect.libvirt()
+    out: dict[int, dict[int, int]] = {}
+    for cell in host.cells:
+        sizes = sorted(cell.pages)
+        if not sizes:
+            continue
+        try:
+            found = conn.getFreePages(sizes, cell.id, 1)
+        except lv.libvirtError:
+            continue  # not supported here: keep the pool counts of the capabilities
+        counts = (found or {}).get(cell.id, {})
+        out[cell.id] = {int(size): int(count) for size, count in counts.items() if int(size) in cell.pages}
+    return out
+
+
+def host(conn) -> Host:
+    """The Host of ``conn``: topology from the capabilities, free hugepages, local isolcpus."""
+    caps = Host.from_capabilities(conn.getCapabilities())
+    free = free_pages(conn, caps)
+    cells = tuple(dataclasses.replace(c, pages={**c.pages, **free.get(c.id, {})}) for c in caps.cells)
+    isolated = frozenset()
+    if connect.is_local(conn):
+        try:
+            with open(ISOLATED, encoding="ascii") as fh:
+                isolated = cpuset.parse(fh.read()) & frozenset(caps.cpus)
+        except (OSError, InvalidInput):
+            pass
+    return dataclasses.replace(caps, cells=cells, isolated=isolated)

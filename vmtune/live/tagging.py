@@ -1,0 +1,53 @@
+"""The vmtune tag through libvirt's metadata API: only ``<metadata>/<vmtune:tune>`` changes.
+
+``setMetadata(VIR_DOMAIN_METADATA_ELEMENT, '<tune profile="P"/>', 'vmtune',
+'https://vmtune.dev/xmlns/1', VIR_DOMAIN_AFFECT_CONFIG)`` writes the tag into the persistent
+definition (the hook and ``vmtune apply`` read it there); a running domain's live XML is left as
+it is.
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import quoteattr
+
+from .. import config as config_mod
+from .. import profiles, xmlsafe
+from ..model import NS, Domain
+from . import connect
+
+PREFIX = "vmtune"
+
+
+def current(dom) -> str | None:
+    """The profile ``dom``'s persistent definition is tagged with, or None."""
+    lv = connect.libvirt()
+    xml = dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE) if dom.isPersistent() else dom.XMLDesc(0)
+    return Domain(xmlsafe.parse(xml, "domain XML")).tagged_profile
+
+
+def tag(dom, profile: str, config: config_mod.Config | None = None) -> str | None:
+    """Tag ``dom`` with ``profile`` (which must exist); return the profile it had before."""
+    config = config or config_mod.Config()
+    profiles.load(profile, config.profiles_dir)  # an unknown profile is InvalidInput
+    lv = connect.libvirt()
+    before = current(dom)
+    dom.setMetadata(lv.VIR_DOMAIN_METADATA_ELEMENT, f"<tune profile={quoteattr(profile)}/>", PREFIX, NS,
+                    lv.VIR_DOMAIN_AFFECT_CONFIG)
+    return before
+
+
+def untag(dom) -> str | None:
+    """Remove the tag; return the profile it had (None: it was not tagged, nothing changed)."""
+    lv = connect.libvirt()
+    before = current(dom)
+    if before is None and not _has_element(dom):
+        return None
+    dom.setMetadata(lv.VIR_DOMAIN_METADATA_ELEMENT, None, None, NS, lv.VIR_DOMAIN_AFFECT_CONFIG)
+    return before
+
+
+def _has_element(dom) -> bool:
+    """A ``<vmtune:tune>`` without a profile attribute is a tag too."""
+    lv = connect.libvirt()
+    xml = dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE) if dom.isPersistent() else dom.XMLDesc(0)
+    return Domain(xmlsafe.parse(xml, "domain XML")).tag is not None
