@@ -1,8 +1,10 @@
 """bench/run [--quick] [--out DIR] [--virt-type qemu|kvm]: run the benchmarks, write JSON results.
 
-Only part 2 of issue 5 (what vmtune costs) exists so far; part 1 (guest gains) and the hook
-timing are still to come. ``--virt-type`` is accepted and recorded in every result: it is the
-``type=`` of the generated placement domains (the corpus domains keep their own).
+Part 2 of issue 5 (what vmtune costs) runs in-process. Part 1 (what a guest gains, bench/guests.py)
+boots real guests through the system libvirtd; it needs root, and is skipped with a message when
+that or libvirtd/QEMU is not available. ``--virt-type`` is recorded in every result: it is the
+``type=`` of part 1's guests and of part 2's generated placement domains (the corpus domains keep
+their own). ``--part 1|2`` runs one part only.
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import costs
+from . import costs, guests, hook_cost
 from .common import ROOT, machine, versions, write_result
 
 FULL = {"rewrite_runs": 9, "rewrite_inner": 5, "sizes": (10, 30, 100, 300), "placement_runs": 5, "place_inner": 10}
 QUICK = {"rewrite_runs": 3, "rewrite_inner": 1, "sizes": (10, 30, 100), "placement_runs": 3, "place_inner": 3}
+# part 1 (bench/guests.py): guest boots per variant, operations per boot and test
+GUESTS_FULL = {"reps": 5, "sched_reps": 5, "disk_ops": 1000, "net_ops": 1000, "timer_ops": 1000,
+               "sched_ops": 2000, "warmup": 50, "timeout_s": 600}
+GUESTS_QUICK = {"reps": 1, "sched_reps": 1, "disk_ops": 200, "net_ops": 200, "timer_ops": 200,
+                "sched_ops": 300, "warmup": 20, "timeout_s": 300}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="recorded in every result; type= of the generated domains (default qemu: TCG)")
     ap.add_argument("--cprofile", action="store_true",
                     help="also write a cProfile of planning the largest N (not timed)")
+    ap.add_argument("--part", type=int, choices=(1, 2),
+                    help="only part 1 (guests through libvirt, root) or part 2 (vmtune's own cost)")
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     start = time.monotonic()
@@ -45,8 +54,22 @@ def main(argv: list[str] | None = None) -> int:
         **versions(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    records = costs.rewrite_throughput(cfg["rewrite_runs"], cfg["rewrite_inner"], log)
-    records += costs.placement(cfg["sizes"], cfg["placement_runs"], cfg["place_inner"], args.virt_type, log)
+    records = []
+    if args.part != 1:
+        records += costs.rewrite_throughput(cfg["rewrite_runs"], cfg["rewrite_inner"], log)
+        records += costs.placement(cfg["sizes"], cfg["placement_runs"], cfg["place_inner"], args.virt_type, log)
+        records += hook_cost.run(args.quick, log)  # FULL/QUICK sizes in bench/hook_cost.py
+    part1 = {"ran": False}
+    if args.part != 2:
+        try:
+            records += guests.run(GUESTS_QUICK if args.quick else GUESTS_FULL, args.virt_type, log)
+            part1 = {"ran": True}
+        except guests.Unavailable as exc:
+            part1 = {"ran": False, "skipped": str(exc)}
+            log(f"part 1 (what a guest gains) skipped: {exc}")
+        except (guests.GuestError, guests.guestimage.BuildError) as exc:
+            part1 = {"ran": False, "failed": str(exc)}
+            log(f"part 1 (what a guest gains) FAILED: {exc}")
     written = []
     for rec in records:
         # the case, variant and figures first, then the context every result carries
@@ -58,13 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     summary = [{k: r.get(k) for k in ("case", "variant", "p50_ms", "p99_ms", "rewrites_per_s", "total_s")}
                for r in records]
     index = {"quick": args.quick, "virt_type": args.virt_type, "elapsed_s": time.monotonic() - start,
-             "files": [p.name for p in written], "summary": summary}
+             "files": [p.name for p in written], "summary": summary, "part1": part1}
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     for row in summary:
         figs = "  ".join(f"{k}={v:.3g}" for k, v in row.items() if isinstance(v, float))
         print(f"{row['case']:22} {row['variant']:11} {figs}")
     log(f"{len(written)} result files in {args.out}")
-    return 0
+    return 1 if "failed" in part1 else 0
 
 
 if __name__ == "__main__":

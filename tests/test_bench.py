@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from conftest import ROOT
 
 REQUIRED = ("case", "variant", "virt_type", "p50_ms", "p99_ms", "spread", "runs",
             "machine", "python", "lxml")
-CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all"}
+CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost"}
+HOOK_VARIANTS = {"python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release"}
 PROFILES = {"balanced", "latency", "realtime", "throughput"}
 
 
@@ -23,7 +25,7 @@ def _number(x) -> bool:
 def test_bench_run_quick(tmp_path: Path):
     out = tmp_path / "results"
     proc = subprocess.run(
-        [str(ROOT / "bench" / "run"), "--quick", "--out", str(out), "--virt-type", "kvm"],
+        [str(ROOT / "bench" / "run"), "--quick", "--part", "2", "--out", str(out), "--virt-type", "kvm"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -53,5 +55,66 @@ def test_bench_run_quick(tmp_path: Path):
             counts = rec["domains"]
             assert counts["timed"] > 0 and counts["unsupported"] > 0  # the foreign corpus domains
             assert _number(rec["rewrites_per_s"])
+    assert by_case["hook-cost"] == HOOK_VARIANTS
+    for rec in records:
+        if rec["case"] == "hook-cost":
+            assert _number(rec["ratio_to_c_pass"]) and _number(rec["ratio_to_shell_noop"]), rec["variant"]
+            assert rec["values_tuned_per_prepare"] > 0  # the prepare really tuned the fake host
+            if rec["variant"] == "python-c-pass":
+                assert rec["ratio_to_c_pass"] == 1
     index = json.loads((out / "index.json").read_text())
+    assert sorted(index["files"]) == [p.name for p in files]
+
+
+# -- part 1: guests through libvirt (root only; TCG here, so --virt-type qemu) --------------------
+GUEST_CASES = {"guest-disk", "guest-net", "guest-timer"}
+GUEST_VARIANTS = {"stock", "virtio", "cache-io", "iothread", "pinning", "hugepages", "cpu-mode", "tuned"}
+SINGLE_VARIANTS = GUEST_VARIANTS - {"stock", "tuned"}
+
+
+def test_bench_run_quick_part1(tmp_path: Path):
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [str(ROOT / "bench" / "run"), "--quick", "--part", "1", "--out", str(out), "--virt-type", "qemu"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=1500, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    index = json.loads((out / "index.json").read_text())
+    files = sorted(p for p in out.glob("*.json") if p.name != "index.json")
+    if os.geteuid() != 0:  # part 1 is skipped with a message, and nothing else runs
+        assert index["part1"]["ran"] is False and "root" in index["part1"]["skipped"]
+        assert "part 1 (what a guest gains) skipped" in proc.stderr
+        assert not files
+        return
+    assert index["part1"] == {"ran": True}, index["part1"]
+    records = [json.loads(p.read_text()) for p in files]
+    by_case: dict[str, set] = {}
+    for path, rec in zip(files, records):
+        missing = [k for k in REQUIRED if k not in rec]
+        assert not missing, f"{path.name} lacks {missing}"
+        by_case.setdefault(rec["case"], set()).add(rec["variant"])
+        assert rec["virt_type"] == "qemu" and "TCG" in rec["virt_type_note"], path.name
+        assert _number(rec["p50_ms"]) and _number(rec["p99_ms"]) and rec["p50_ms"] <= rec["p99_ms"], path.name
+        for key in ("p50_ms", "p99_ms"):
+            s = rec["spread"][key]
+            assert s["min"] <= s["q1"] <= s["median"] <= s["q3"] <= s["max"], (path.name, key)
+            assert s["n"] == rec["runs"] == len(rec["per_run"]) >= 1, path.name
+        for run in rec["per_run"]:
+            assert run["n"] == rec["ops_per_run"] > 0 and _number(run["p99_us"]), path.name
+            assert run["facts"]["nproc"] == 1, path.name  # the latency guest has one vCPU
+        if rec["variant"] == "stock":
+            assert "vs_stock" not in rec
+        else:
+            for k in ("p50", "p99"):
+                cmp = rec["vs_stock"][k]
+                assert _number(cmp["ratio"]) and isinstance(cmp["verdict"], str), path.name
+        if rec["variant"] in SINGLE_VARIANTS:
+            info = rec["variant_info"]
+            assert info["changes"] and info["subset_of_tuned"] is True, path.name
+        assert "<domain" in json.dumps(rec["domain_xml"]), path.name
+    assert by_case == {**{c: GUEST_VARIANTS for c in GUEST_CASES}, "guest-sched": {"stock", "tuned"}}
+    facts = {(r["case"], r["variant"]): r["per_run"][0]["facts"] for r in records}
+    assert facts[("guest-disk", "stock")]["disk"] == "sda" and facts[("guest-disk", "tuned")]["disk"] == "vda"
+    assert facts[("guest-net", "stock")]["nic_driver"] == "e1000"
+    assert facts[("guest-net", "tuned")]["nic_driver"] == "virtio_net"
     assert sorted(index["files"]) == [p.name for p in files]

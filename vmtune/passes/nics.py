@@ -22,7 +22,10 @@ def run(ctx, dom):
             edits.append(Set(nic.node, "model/@type", "virtio",
                              f"{nic.model or 'the default model'} is emulated; virtio-net is paravirtual"))
         if p.devices_vhost:
-            edits.append(Set(nic.node, "driver/@name", "vhost", "vhost-net moves packet processing into the host kernel"))
+            why = "vhost-net moves packet processing into the host kernel"
+            if not ctx.kvm:
+                why += " (libvirt uses it only for type='kvm'; under TCG packets stay in QEMU)"
+            edits.append(Set(nic.node, "driver/@name", "vhost", why))
             edits.append(Set(nic.node, "driver/@queues", str(queues) if queues > 1 else None,
                              f"multiqueue: one queue per vCPU (up to {p.devices_max_queues}) spreads packets over vCPUs"))
     return edits

@@ -1,0 +1,594 @@
+"""Part 1 of issue 5: what a guest gains, measured in real guests started through libvirt.
+
+One stock domain (examples/stock-latency.xml: what an older virt-install leaves, i440fx ``pc``,
+an ide disk, an e1000 NIC, a custom qemu64 CPU, a balloon, nothing pinned) boots the benchmark
+guest (bench/guestimage.py) in several variants:
+
+- ``stock``: as it is;
+- ``tuned``: ``vmtune.rewrite(stock, Host.probe(), profile="latency")``;
+- one variant per optimization, each on top of stock: vmtune's own passes run alone on the stock
+  domain, with the latency profile and the placement that ``tuned`` gets (so every edit of a
+  single variant is one ``tuned`` makes too; the result file lists them, ``changes``):
+  ``virtio`` (disk and NIC models: the disks and nics passes with cache/io left alone),
+  ``cache-io`` (cache='none' io='native' on the ide disk), ``iothread`` (virtio plus an iothread for
+  the disk: an iothread needs a virtio disk, so compare it with ``virtio`` too), ``pinning`` (vCPU
+  and emulator pins and the strict numatune), ``hugepages`` (hugepage backing only), ``cpu-mode``
+  (host-passthrough on KVM, ``maximum`` on TCG).
+
+Each boot runs three cases in the guest, one after the other: ``guest-disk`` (4 KiB O_DIRECT random
+reads on a raw image, queue depth 1), ``guest-net`` (UDP round trips to an echo server on the host,
+over the tap libvirt puts on a bridge this module creates and always removes) and ``guest-timer``
+(overshoot of a 1 ms clock_nanosleep loop, on an otherwise idle host). A fourth case,
+``guest-sched``, runs the timer loop while a second guest (the hog) spins on as many vCPUs as the
+host has CPUs: ``stock`` (both domains stock, nothing pinned) against ``tuned`` (each rewritten with
+the other as a claim: the latency guest gets dedicated CPUs, the hog, with the balanced profile, a
+cpuset that keeps it off them).
+
+Variants are interleaved: repetition r boots every variant once, in an order rotated by r. The
+figures of one repetition come from one boot; a result holds the median over repetitions and
+their spread, and for every variant but stock a comparison against stock (bench/stats.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lxml import etree
+
+import vmtune
+from vmtune import driver, passes
+
+from . import guestimage, stats
+from .common import EXAMPLES, ROOT, spread
+
+URI = "qemu:///system"
+PREFIX = "vmtune-bench-"
+BRIDGE = "vmtbench0"
+HOST_IP, GUEST_IP, PREFIXLEN, PORT = "10.213.77.1", "10.213.77.2", 24, 7777
+LOG_DIR = Path("/var/log/libvirt/qemu")
+SETUP = ROOT / "scripts" / "setup-libvirt"
+LOCK = Path("/run/vmtune-bench-guests.lock")
+STOCK = EXAMPLES / "stock-latency.xml"
+MEMORY_MIB = 128
+DISK_MIB = 256
+CMDLINE = "console=ttyS0 panic=-1 quiet"
+HOG_MAX_VCPUS = 240
+
+CASES = {  # case -> (guest test, what the figure is)
+    "guest-disk": ("disk", "latency of one 4 KiB O_DIRECT random read (queue depth 1) from the raw image"),
+    "guest-net": ("net", "round-trip time of one 64-byte UDP datagram, guest -> host echo server -> guest"),
+    "guest-timer": ("timer", "overshoot of a 1 ms clock_nanosleep(TIMER_ABSTIME) loop, host otherwise idle"),
+}
+SCHED_CASE = "guest-sched"
+SCHED_NOTE = ("overshoot of the 1 ms timer loop in the latency guest while a hog guest spins on "
+              "as many vCPUs as the host has CPUs")
+
+# variant -> (passes run alone, profile overrides, what it is)
+SINGLE = {
+    "virtio": ((passes.disks, passes.nics), {"devices_disk_cache": "keep", "devices_disk_io": "keep"},
+               ("ide disk -> virtio-blk, e1000 -> virtio-net with driver name='vhost' (libvirt uses vhost-net "
+                "for type='kvm' only): the disks and nics passes, cache/io left alone")),
+    "cache-io": ((passes.disks,), {"devices_virtio": False},
+                 "cache='none' io='native' on the ide disk: the disks pass without the move to virtio"),
+    "iothread": ((passes.disks, passes.iothreads, passes.nics), {"devices_disk_cache": "keep", "devices_disk_io": "keep"},
+                 "virtio plus one iothread serving the disk (an iothread needs a virtio disk; compare with virtio)"),
+    "pinning": ((passes.pinning, passes.numa), {},
+                "vCPU pinned to a dedicated CPU, emulator on the reserved CPU(s), strict numatune: the pinning and numa passes"),
+    "hugepages": ((passes.memory,), {"memory_nosharepages": False, "memory_balloon": "keep"},
+                  "memory backed by hugepages: the memory pass without nosharepages and without removing the balloon"),
+    "cpu-mode": ((passes.cpu_mode,), {},
+                 "CPU mode host-passthrough (kvm) or maximum (qemu/TCG) in place of the custom qemu64 model"),
+}
+VARIANTS = ("stock", *SINGLE, "tuned")
+EXPECT = {  # what the guest must see, per variant (a wrong one means the variant did not apply)
+    "stock": {"disk": "sda", "nic_driver": "e1000"}, "cache-io": {"disk": "sda", "nic_driver": "e1000"},
+    "pinning": {"disk": "sda"}, "hugepages": {"disk": "sda"}, "cpu-mode": {"disk": "sda"},
+    "virtio": {"disk": "vda", "nic_driver": "virtio_net"}, "iothread": {"disk": "vda", "nic_driver": "virtio_net"},
+    "tuned": {"disk": "vda", "nic_driver": "virtio_net"},
+}
+
+
+class Unavailable(Exception):
+    """Part 1 cannot run on this machine (the message says why); the rest of the benchmark runs."""
+
+
+class GuestError(RuntimeError):
+    """A guest did not boot or did not report (message has the console and qemu log tails)."""
+
+
+# -- preflight ----------------------------------------------------------------------------------
+def preflight(virt_type: str) -> None:
+    """Raise Unavailable unless root, libvirtd (started by scripts/setup-libvirt) and QEMU are here."""
+    if os.geteuid() != 0:
+        raise Unavailable("needs root (it starts guests through the system libvirtd and creates a bridge)")
+    for tool in ("ip",):
+        if shutil.which(tool) is None:
+            raise Unavailable(f"`{tool}` is not installed")
+    try:
+        proc = subprocess.run([str(SETUP)], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise Unavailable(f"scripts/setup-libvirt did not finish: {exc}") from None
+    if proc.returncode:
+        raise Unavailable(f"scripts/setup-libvirt failed ({proc.returncode}): {(proc.stdout + proc.stderr).strip()[-800:]}")
+    if shutil.which("virsh") is None or shutil.which("qemu-system-x86_64") is None:
+        raise Unavailable("virsh or qemu-system-x86_64 is missing after scripts/setup-libvirt")
+    if virt_type == "kvm":
+        if not os.path.exists("/dev/kvm"):
+            raise Unavailable("--virt-type kvm, but this host has no /dev/kvm")
+        if subprocess.run(["virsh", "-q", "-c", URI, "domcapabilities", "--virttype", "kvm"],
+                          capture_output=True, check=False).returncode:
+            raise Unavailable("--virt-type kvm, but libvirt reports no KVM support on this host")
+
+
+# -- virsh and domains --------------------------------------------------------------------------
+def virsh(*args: str, check: bool = True, stdin: bytes | None = None) -> str:
+    proc = subprocess.run(["virsh", "-q", "-c", URI, *args], input=stdin, capture_output=True, check=False)
+    if check and proc.returncode:
+        raise GuestError(f"virsh {args[0]}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout.decode(errors="replace")
+
+
+def _remove_domain(name: str, patience: float = 60) -> None:
+    """Destroy and undefine; retried while libvirtd does not answer (someone may restart it)."""
+    deadline = time.monotonic() + patience
+    while True:
+        virsh("destroy", name, check=False)
+        virsh("undefine", name, "--nvram", "--managed-save", check=False)
+        probe = subprocess.run(["virsh", "-q", "-c", URI, "domstate", name], capture_output=True, text=True,
+                               check=False)
+        gone = probe.returncode and "failed to get domain" in probe.stderr.lower()
+        if gone or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    (LOG_DIR / f"{name}.console").unlink(missing_ok=True)
+    (LOG_DIR / f"{name}.log").unlink(missing_ok=True)
+
+
+def _stale_cleanup() -> list[str]:
+    """Domains and the bridge a killed earlier run left (we hold the lock: nobody else owns them)."""
+    left = []
+    for name in virsh("list", "--all", "--name", check=False).split():
+        if name.startswith(PREFIX):
+            _remove_domain(name)
+            left.append(name)
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        left.append(BRIDGE)
+    return left
+
+
+def stock_domain(virt_type: str, disk: Path | None, mac: str | None, vcpus: int = 1,
+                 memory_mib: int = MEMORY_MIB) -> str:
+    """examples/stock-latency.xml for this run: its disk is ``disk``, its NIC on our bridge."""
+    root = etree.parse(str(STOCK)).getroot()
+    root.set("type", virt_type)
+    for el in root.findall("uuid"):
+        root.remove(el)
+    for tag in ("memory", "currentMemory"):
+        root.find(tag).set("unit", "MiB")
+        root.find(tag).text = str(memory_mib)
+    root.find("vcpu").text = str(vcpus)
+    devices = root.find("devices")
+    disk_el = devices.find("disk")
+    if disk is None:
+        devices.remove(disk_el)
+    else:
+        disk_el.find("source").set("file", str(disk))
+    nic = devices.find("interface")
+    if mac is None:
+        devices.remove(nic)
+    else:
+        nic.set("type", "bridge")
+        nic.find("source").attrib.clear()
+        nic.find("source").set("bridge", BRIDGE)
+        nic.find("mac").set("address", mac)
+    return etree.tostring(root, encoding="unicode")
+
+
+def with_boot(xml: str, image: guestimage.Image, name: str, console: Path, cmdline: str) -> str:
+    """The variant's XML with our name, the bench kernel/initrd/cmdline and a file serial console."""
+    root = etree.fromstring(xml.encode())
+    root.find("name").text = name
+    for el in root.findall("uuid"):
+        root.remove(el)
+    os_el = root.find("os")
+    for tag in ("boot", "kernel", "initrd", "cmdline"):
+        for el in os_el.findall(tag):
+            os_el.remove(el)
+    for tag, text in (("kernel", image.kernel), ("initrd", image.initrd), ("cmdline", f"{CMDLINE} {cmdline}")):
+        etree.SubElement(os_el, tag).text = str(text)
+    devices = root.find("devices")
+    for el in devices.findall("serial") + devices.findall("console"):
+        devices.remove(el)
+    serial = etree.SubElement(devices, "serial", type="file")
+    etree.SubElement(serial, "source", path=str(console))
+    etree.SubElement(serial, "target", port="0")
+    return etree.tostring(root, encoding="unicode")
+
+
+class Guest:
+    def __init__(self, xml: str, image: guestimage.Image, cmdline: str, role: str):
+        self.name = f"{PREFIX}{role}-{uuid.uuid4().hex[:8]}"
+        self.console = LOG_DIR / f"{self.name}.console"
+        self.xml = with_boot(xml, image, self.name, self.console, cmdline)
+        self.started = self.up_at = None
+
+    def start(self) -> None:
+        virsh("define", "/dev/stdin", stdin=self.xml.encode())
+        self.started = time.monotonic()
+        virsh("start", self.name)
+
+    def text(self) -> str:
+        try:
+            return self.console.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait(self, marker: str, timeout: float) -> dict:
+        """Poll the console until ``marker`` appears or the guest stops; GuestError on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.text()
+            parsed = guestimage.parse_console(text)
+            if parsed["up"] and self.up_at is None:
+                self.up_at = time.monotonic()
+            lines = text.replace("\r", "").split("\n")
+            if any(line.strip().startswith(marker) for line in lines):
+                return parsed
+            state = virsh("domstate", self.name, check=False).strip()
+            if state and state != "running":
+                raise GuestError(self._failure(f"stopped ({state}) before {marker}", text))
+            if time.monotonic() > deadline:
+                raise GuestError(self._failure(f"no {marker} after {timeout:.0f}s", text))
+            time.sleep(0.2)
+
+    def _failure(self, what: str, text: str) -> str:
+        try:
+            log = (LOG_DIR / f"{self.name}.log").read_text(errors="replace")[-1500:]
+        except FileNotFoundError:
+            log = ""
+        return f"{self.name}: {what}\n--- console (tail):\n{text[-2500:]}\n--- qemu log (tail):\n{log}"
+
+    def remove(self) -> None:
+        _remove_domain(self.name)
+
+
+@contextmanager
+def running(xml: str, image: guestimage.Image, cmdline: str, role: str) -> Iterator[Guest]:
+    g = Guest(xml, image, cmdline, role)
+    try:
+        g.start()
+        yield g
+    finally:
+        g.remove()
+
+
+# -- the network: a bridge with the echo server on it --------------------------------------------
+@contextmanager
+def bridge_with_echo(echo: Path) -> Iterator[None]:
+    """Create BRIDGE with HOST_IP and run the echo server on it; always remove both."""
+    proc = None
+    try:
+        for cmd in (["ip", "link", "add", BRIDGE, "type", "bridge", "forward_delay", "0", "stp_state", "0"],
+                    ["ip", "addr", "add", f"{HOST_IP}/{PREFIXLEN}", "dev", BRIDGE],
+                    ["ip", "link", "set", BRIDGE, "up"]):
+            run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if run.returncode:
+                raise GuestError(f"{' '.join(cmd)}: {run.stderr.strip()}")
+        proc = subprocess.Popen([str(echo), HOST_IP, str(PORT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        line = proc.stdout.readline()
+        if "ready" not in line:
+            raise GuestError(f"udpecho did not start: {line}{proc.stderr.read()}")
+        yield
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+
+
+@contextmanager
+def cleanup_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP unwind like Ctrl-C, so every ``finally`` (domains, bridge) runs."""
+    def raise_exit(signum, _frame):
+        raise SystemExit(128 + signum)
+    old = {s: signal.signal(s, raise_exit) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# -- variants -----------------------------------------------------------------------------------
+def variant_xmls(stock: str, host: vmtune.Host, config: vmtune.Config) -> dict[str, dict]:
+    """{variant: {"xml", "changes", "note", ...}}; the single variants are tuned's passes run alone."""
+    tuned = vmtune.rewrite(stock, host, profile="latency", config=config)
+    tuned_changes = {(c.element, c.after) for c in tuned.changes}
+    tuned_elements = {c.element for c in tuned.changes}
+
+    def in_tuned(c) -> str:
+        if (c.element, c.after) in tuned_changes:
+            return "same"
+        # e.g. <cputune> without the iothreadpin that tuned adds for its iothread
+        return "same element, tuned writes more" if c.element in tuned_elements else "not in tuned"
+    out = {"stock": {"xml": stock, "changes": [], "note": "examples/stock-latency.xml as it is"}}
+    for name, (alone, overrides, note) in SINGLE.items():
+        root, ctx = driver.prepare(stock, host, "latency", config=config)
+        ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, **overrides))
+        changes, warnings = driver.run_passes(root, ctx, passes=alone)
+        out[name] = {
+            "xml": driver.serialize(root),
+            "changes": [{**c.to_dict(), "in_tuned": in_tuned(c)} for c in changes],
+            "passes": [p.__name__.rsplit(".", 1)[-1] for p in alone],
+            "profile_overrides": overrides,
+            "note": note,
+            # every element the single variant edits is one the full rewrite edits too
+            "subset_of_tuned": all(in_tuned(c) != "not in tuned" for c in changes),
+            "warnings": warnings,
+        }
+    out["tuned"] = {"xml": tuned.xml, "changes": [c.to_dict() for c in tuned.changes],
+                    "note": "vmtune.rewrite(stock, profile='latency'): every pass",
+                    "placement": tuned.placement, "warnings": list(tuned.warnings)}
+    return out
+
+
+def sched_xmls(host: vmtune.Host, config: vmtune.Config, virt_type: str, hog_vcpus: int) -> dict[str, dict]:
+    """The scheduling case's pairs: stock/stock, and each tuned with the other as its claim."""
+    lat = stock_domain(virt_type, None, None)
+    hog = stock_domain(virt_type, None, None, vcpus=hog_vcpus, memory_mib=MEMORY_MIB + 4 * hog_vcpus)
+    hog_root = etree.fromstring(hog.encode())
+    hog_root.find("name").text = "hog"
+    meta = hog_root.find("metadata")
+    hog_root.remove(meta)  # untagged: the hog is not a latency guest
+    hog = etree.tostring(hog_root, encoding="unicode")
+    lat_tuned = vmtune.rewrite(lat, host, profile="latency", claims=[hog], config=config)
+    hog_tuned = vmtune.rewrite(hog, host, profile="balanced", claims=[lat_tuned.xml], config=config)
+    return {
+        "stock": {"latency": lat, "hog": hog, "changes": {"latency": [], "hog": []}},
+        "tuned": {"latency": lat_tuned.xml, "hog": hog_tuned.xml,
+                  "changes": {"latency": [c.to_dict() for c in lat_tuned.changes],
+                              "hog": [c.to_dict() for c in hog_tuned.changes]},
+                  "placement": {"latency": lat_tuned.placement, "hog": hog_tuned.placement},
+                  "warnings": list(lat_tuned.warnings) + list(hog_tuned.warnings)},
+    }
+
+
+# -- running ------------------------------------------------------------------------------------
+def _disk_image(path: Path) -> None:
+    """A raw image of DISK_MIB MiB of random bytes (allocated: no holes that read for free)."""
+    if path.exists() and path.stat().st_size == DISK_MIB << 20:
+        return
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.writelines(os.urandom(1 << 20) for _ in range(DISK_MIB))
+    tmp.chmod(0o644)
+    os.replace(tmp, path)
+
+
+def _mac(i: int) -> str:
+    return f"52:54:00:b7:{i >> 8 & 255:02x}:{i & 255:02x}"
+
+
+def _cmdline(tests: str, cfg: dict) -> str:
+    return (f"vmb.tests={tests} vmb.disk_ops={cfg['disk_ops']} vmb.net_ops={cfg['net_ops']} "
+            f"vmb.timer_ops={cfg['timer_ops']} vmb.warmup={cfg['warmup']} "
+            f"vmb.ip={GUEST_IP}/{PREFIXLEN} vmb.host={HOST_IP} vmb.port={PORT}")
+
+
+def _one_boot(xml: str, image, cfg: dict, role: str) -> dict:
+    with running(xml, image, _cmdline("disk,net,timer", cfg), role) as g:
+        parsed = g.wait(guestimage.DONE, cfg["timeout_s"])
+        parsed["boot_s"] = (g.up_at or time.monotonic()) - g.started
+    return parsed
+
+
+def _sched_boot(pair: dict, image, cfg: dict) -> dict:
+    with running(pair["hog"], image, "vmb.tests=hog", "hog") as hog:
+        hog.wait(guestimage.HOG, cfg["timeout_s"])
+        ops = dict(cfg, timer_ops=cfg["sched_ops"])
+        with running(pair["latency"], image, _cmdline("timer", ops), "lat") as g:
+            parsed = g.wait(guestimage.DONE, cfg["timeout_s"])
+            parsed["boot_s"] = (g.up_at or time.monotonic()) - g.started
+    return parsed
+
+
+def _kvm_smoke(image: guestimage.Image, timeout: float = 90) -> None:
+    """Unavailable unless a tuned type='kvm' guest boots: /dev/kvm can exist where KVM guests hang."""
+    host = vmtune.Host.probe()
+    xml = vmtune.rewrite(stock_domain("kvm", None, None), host, profile="latency").xml
+    try:
+        with running(xml, image, "vmb.tests=", "kvm-smoke") as g:
+            g.wait(guestimage.DONE, timeout)
+    except GuestError as exc:
+        raise Unavailable("--virt-type kvm, but a KVM guest does not boot here: "
+                          + " ".join(str(exc).split())[:400]) from None
+
+
+def _retry(what: str, fn: Callable[[], dict], log: Callable[[str], None], attempts: int = 3) -> dict:
+    """fn(), once more if a guest fails (a shared libvirtd: another user may have stopped it)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except GuestError as exc:
+            if attempt == attempts:
+                raise
+            log(f"part 1: {what} failed, trying again: {str(exc).splitlines()[0]}")
+    raise AssertionError("unreachable")
+
+
+def _check(variant: str, parsed: dict) -> list[str]:
+    problems = [f"guest: {w}" for w in parsed["warnings"]]
+    for key, want in EXPECT.get(variant, {}).items():
+        got = parsed["facts"].get(key)
+        if got != want:
+            problems.append(f"{variant}: guest reports {key}={got}, expected {want}")
+    for test, res in parsed["results"].items():
+        if "error" in res or not res.get("n"):
+            problems.append(f"{variant}: {test} failed: {res}")
+    return problems
+
+
+def _fail_on(problems: list[str]) -> None:
+    if problems:
+        raise GuestError("the guest did not measure what was asked:\n" + "\n".join(dict.fromkeys(problems)))
+
+
+def run(cfg: dict, virt_type: str, log: Callable[[str], None]) -> list[dict]:
+    """Run part 1; returns result records (without the common context). Raises Unavailable."""
+    preflight(virt_type)
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK, "w") as lock, cleanup_on_signals():
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one part-1 run at a time: the bridge and hugepages are shared
+        left = _stale_cleanup()
+        if left:
+            log(f"part 1: removed what an earlier run left: {', '.join(left)}")
+        # Even SIGKILL must not leave guests or the bridge behind: a watchdog in its own session
+        # holds the lock with us, and cleans up if our end of its pipe closes without "done".
+        watchdog = subprocess.Popen([sys.executable, "-m", "bench.guests", "--watchdog"], cwd=ROOT,
+                                    stdin=subprocess.PIPE, pass_fds=(lock.fileno(),), start_new_session=True)
+        try:
+            return _run_locked(cfg, virt_type, log)
+        except vmtune.VmtuneError as exc:  # e.g. DoesNotFit: no free CPU or hugepages for tuned
+            raise GuestError(f"vmtune cannot tune the benchmark domains on this host: {exc}") from None
+        finally:
+            left = _stale_cleanup()
+            if left:
+                log(f"part 1: removed leftovers: {', '.join(left)}")
+            try:
+                watchdog.stdin.write(b"done\n")
+                watchdog.stdin.close()
+                watchdog.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                watchdog.kill()
+
+
+def _watchdog() -> int:
+    """Wait for the benchmark to close our stdin; clean up unless it said "done" first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the benchmark
+    said = sys.stdin.buffer.read()
+    if b"done" not in said:
+        _stale_cleanup()
+    return 0
+
+
+def _run_locked(cfg: dict, virt_type: str, log: Callable[[str], None]) -> list[dict]:
+    t0 = time.monotonic()
+    image = guestimage.build()
+    log(f"part 1: guest image ready ({image.kernel_package}, initrd {image.key}) in {time.monotonic() - t0:.0f}s")
+    if virt_type == "kvm":
+        _kvm_smoke(image)
+    disk = guestimage.CACHE_DIR / f"disk-{DISK_MIB}M.raw"
+    _disk_image(disk)
+    host = vmtune.Host.probe()
+    # vmtune's default: the first core of each node stays with the host (here CPU 0), the rest can
+    # be dedicated. Written out so /etc/vmtune/vmtune.toml cannot change what is measured.
+    config = vmtune.Config(reserved_cpus=host.default_reserved())
+    stock = stock_domain(virt_type, disk, _mac(1))
+    variants = variant_xmls(stock, host, config)
+    names = [v for v in VARIANTS if v in cfg.get("variants", VARIANTS)]
+    # the hog spins on every host CPU (more vCPUs than the CPUs left after the reserved ones);
+    # i440fx takes at most 255 vCPUs
+    hog_vcpus = min(len(host.cpus), HOG_MAX_VCPUS)
+    sched = sched_xmls(host, config, virt_type, hog_vcpus)
+    context = {
+        "host_cpus": sorted(host.cpus), "reserved_cpus": sorted(config.reserved_cpus),
+        "guest_memory_mib": MEMORY_MIB, "disk_image_mib": DISK_MIB, "kernel_package": image.kernel_package,
+        "hugepages_2m_free_at_start": {c.id: c.pages.get(2048) for c in host.cells},
+    }
+    runs: dict[str, list[dict]] = {v: [] for v in names}
+    with bridge_with_echo(image.echo_server):
+        for r in range(cfg["reps"]):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for v in order:
+                t = time.monotonic()
+                parsed = _retry(f"{v} rep {r + 1}", lambda v=v: _one_boot(variants[v]["xml"], image, cfg, v), log)
+                _fail_on(_check(v, parsed))
+                parsed["loadavg_1min_after"] = os.getloadavg()[0]
+                runs[v].append(parsed)
+                res = parsed["results"]
+                log(f"part 1: rep {r + 1}/{cfg['reps']} {v:9} boot {parsed['boot_s']:.1f}s, "
+                    + ", ".join(f"{k} p50 {res[k].get('p50_us', '?')} us" for k in ("disk", "net", "timer") if k in res)
+                    + f" ({time.monotonic() - t:.0f}s)")
+    sched_runs: dict[str, list[dict]] = {"stock": [], "tuned": []}
+    for r in range(cfg["sched_reps"]):
+        for v in (("stock", "tuned") if r % 2 == 0 else ("tuned", "stock")):
+            t = time.monotonic()
+            parsed = _retry(f"sched {v} rep {r + 1}", lambda v=v: _sched_boot(sched[v], image, cfg), log)
+            _fail_on(_check(f"sched-{v}", parsed))
+            parsed["loadavg_1min_after"] = os.getloadavg()[0]
+            sched_runs[v].append(parsed)
+            log(f"part 1: sched rep {r + 1}/{cfg['sched_reps']} {v:6} timer p50 "
+                f"{parsed['results'].get('timer', {}).get('p50_us', '?')} us, p99 "
+                f"{parsed['results'].get('timer', {}).get('p99_us', '?')} us ({time.monotonic() - t:.0f}s)")
+    records = []
+    for case, (test, what) in CASES.items():
+        per = {v: [p["results"][test] for p in runs[v]] for v in names}
+        for v in names:
+            records.append(_record(case, v, what, per, runs[v], virt_type, cfg, context,
+                                   variants[v], baseline_extra="virtio" if v == "iothread" else None))
+    per = {v: [p["results"]["timer"] for p in sched_runs[v]] for v in sched_runs}
+    for v, boots in sched_runs.items():
+        info = dict(sched[v])
+        info["note"] = ("both stock, nothing pinned" if v == "stock" else
+                        "latency guest: vmtune latency with the hog as claim; hog: vmtune balanced with the "
+                        "tuned latency guest as claim")
+        records.append(_record(SCHED_CASE, v, SCHED_NOTE, per, boots, virt_type, cfg,
+                               {**context, "hog_vcpus": hog_vcpus}, info, reps_key="sched_reps"))
+    return records
+
+
+def _record(case, variant, what, per, boots, virt_type, cfg, context, info, baseline_extra=None,
+            reps_key="reps") -> dict:
+    mine = per[variant]
+    p50 = [r["p50_us"] / 1000 for r in mine]
+    p99 = [r["p99_us"] / 1000 for r in mine]
+    rec = {
+        "case": case,
+        "variant": variant,
+        "virt_type": virt_type,
+        "virt_type_note": ("TCG: QEMU emulates the guest CPU in software; these are not KVM figures"
+                           if virt_type == "qemu" else "KVM: hardware virtualization"),
+        "what": what,
+        "unit_note": "p50_ms/p99_ms: median over repetitions of each boot's percentile over its operations",
+        "p50_ms": statistics.median(p50),
+        "p99_ms": statistics.median(p99),
+        "p50_us": statistics.median(p50) * 1000,
+        "p99_us": statistics.median(p99) * 1000,
+        "spread": {"p50_ms": spread(p50), "p99_ms": spread(p99)},
+        "runs": len(mine),
+        "ops_per_run": mine[0]["n"] if mine else 0,
+        "per_run": [{**r, "boot_s": round(b["boot_s"], 2), "loadavg_1min_after": b["loadavg_1min_after"],
+                     "facts": b["facts"]} for r, b in zip(mine, boots, strict=True)],
+    }
+    if variant != "stock" and "stock" in per:
+        base = per["stock"]
+        rec["vs_stock"] = {k: stats.compare([r[f"{k}_us"] for r in base], [r[f"{k}_us"] for r in mine])
+                           for k in ("p50", "p99")}
+    if baseline_extra and baseline_extra in per:
+        base = per[baseline_extra]
+        rec[f"vs_{baseline_extra}"] = {k: stats.compare([r[f"{k}_us"] for r in base], [r[f"{k}_us"] for r in mine])
+                                       for k in ("p50", "p99")}
+    rec["variant_info"] = {k: v for k, v in info.items() if k not in ("xml", "latency", "hog")}
+    rec["domain_xml"] = info.get("xml") or {k: info[k] for k in ("latency", "hog") if k in info} or None
+    rec["setup"] = {**context, "reps": cfg[reps_key], "warmup_ops": cfg["warmup"]}
+    return rec
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--watchdog"]:
+        sys.exit(_watchdog())
+    sys.exit("usage: python -m bench.guests --watchdog (started by bench/run)")
