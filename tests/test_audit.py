@@ -31,8 +31,10 @@ from vmtune.audit import (
     NOT_APPLIED,
     ON_RESERVED,
     UNKNOWN_PROFILE,
+    NOT_LIVE,
     audit,
     holds_now,
+    live_drift,
 )
 from vmtune.errors import DoesNotFit, InvalidInput
 from vmtune.host import Host
@@ -449,3 +451,32 @@ def test_shuffled_states_only_move_hugepage_needs():
     base = found(audit(HOST, [(x, "running") for x in xmls]))
     for _ in range(5):
         assert found(audit(HOST, [(x, rnd.choice(["running", "shut off", "paused"])) for x in xmls])) == base
+
+
+# -- live_drift: a running domain whose threads are not where its definition pins them ------------------
+def test_live_drift_names_the_threads_that_run_elsewhere():
+    """Applied without --live: the running vCPU and emulator are unpinned, the definition pins them."""
+    defined = dom("web", vcpus=2, pins=("2", "3"), emulator="0", iothreads=("16",))
+    running = dom("web", vcpus=2, iothreads=("16",))
+    problem = live_drift(HOST, defined, running)
+    assert problem is not None and problem.kind == NOT_LIVE and problem.domains == ("web",)
+    assert problem.cpus == frozenset({0, 2, 3})
+    assert "vcpu0 on " in problem.message and "emulator" in problem.message and "iothread" not in problem.message
+    assert "\n" not in problem.message and "vmtune apply --live web" in problem.message
+
+
+@pytest.mark.parametrize("defined, running", [
+    (dom("a", vcpus=2, pins=("2", "3"), emulator="0"), dom("a", vcpus=2, pins=("2", "3"), emulator="0")),
+    (dom("a", vcpus=1, cpuset_="1-7"), dom("a", vcpus=1, cpuset_="1-7")),
+    (dom("a", vcpus=1), dom("a", vcpus=1)),
+], ids=["pinned-alike", "cpuset-alike", "floating-alike"])
+def test_live_drift_is_none_when_the_pins_agree(defined, running):
+    """Identical pins, an identical <vcpu cpuset> or nothing pinned on both sides: no problem."""
+    assert live_drift(HOST, defined, running) is None
+
+
+def test_live_drift_ignores_numad_placement():
+    """placement='auto' lets numad choose at start: the live cpuset differs by design."""
+    defined = dom("a", vcpus=1).replace("placement='static'", "placement='auto'")
+    running = dom("a", vcpus=1, cpuset_="4-7").replace("placement='static'", "placement='auto'")
+    assert live_drift(HOST, defined, running) is None

@@ -429,6 +429,13 @@ def test_apply_without_live_leaves_the_running_threads(doms, capsys):
     assert rc == 0, err
     assert "--live moves" in out
     assert virsh("vcpupin", name, "--live") == before
+    rc, data = run_json(capsys, "plan")
+    drift = [p for p in data["problems"] if p["kind"] == "not-live" and p["domains"] == [name]]
+    assert rc == 1 and len(drift) == 1 and "vcpu0" in drift[0]["message"], data["problems"]
+    rc, out, err = run(capsys, "apply", name, "--live")  # the tag says latency now; moves the threads
+    assert rc == 0, err
+    rc, data = run_json(capsys, "plan")
+    assert not [p for p in data["problems"] if p["kind"] == "not-live" and p["domains"] == [name]], data["problems"]
 
 
 def test_apply_refuses_a_transient_domain(live, capsys, tmp_path):

@@ -51,6 +51,8 @@ Problem kinds (``Problem.kind``; consumers should show kinds they do not know as
 ``unknown-profile``  tagged with a profile that does not exist here
 ``hugepages``        the shut-off domains bound to a node (or unbound, for ``nodes`` all of
                      them) need more hugepages of a size than the node has free
+``not-live``         (``live_drift``, for callers that have both XMLs of a running domain) its
+                     threads run on other CPUs than its definition pins: applied without ``--live``
 
 ``Report.nodes`` gives per node: its CPUs, the reserved ones, those held as dedicated, those still
 free for dedicated vCPUs, its memory, the normal memory bound strictly, what placement sees as
@@ -81,11 +83,12 @@ NOT_APPLIED = "not-applied"
 ON_RESERVED = "on-reserved"
 UNKNOWN_PROFILE = "unknown-profile"
 HUGEPAGES = "hugepages"
-KINDS = (CPU_OVERLAP, CORE_OVERLAP, FLOAT, NOT_APPLIED, ON_RESERVED, UNKNOWN_PROFILE, HUGEPAGES)
+NOT_LIVE = "not-live"
+KINDS = (CPU_OVERLAP, CORE_OVERLAP, FLOAT, NOT_APPLIED, ON_RESERVED, UNKNOWN_PROFILE, HUGEPAGES, NOT_LIVE)
 
 SHUT_OFF = "shut off"
 
-__all__ = ["KINDS", "NodeFree", "Problem", "Report", "Row", "audit", "holds_now"]
+__all__ = ["KINDS", "NodeFree", "Problem", "Report", "Row", "audit", "holds_now", "live_drift"]
 
 
 @dataclass(frozen=True)
@@ -418,3 +421,39 @@ def audit(host: Host, domains: list[tuple[str, str]], *, config: config_mod.Conf
                 + pages_problems)
     problems.sort(key=lambda p: (_ORDER.get(p.kind, len(KINDS)), p.domains, sorted(p.cpus), p.nodes, p.message))
     return Report(tuple(d.row for d in doms), tuple(problems), _free(host, doms, reserved, need))
+
+
+def _pin_shape(dom: Domain, everywhere: frozenset[int]) -> dict[str, frozenset[int]]:
+    """Where each thread of ``dom`` may run: ``vcpuN``, ``emulator``, ``iothreadN``."""
+    default = everywhere if dom.vcpu_cpuset is None else dom.vcpu_cpuset
+    pins = dom.vcpupins()
+    shape = {f"vcpu{v}": pins.get(v, default) for v in range(dom.vcpus)}
+    emulator = dom.find("cputune/emulatorpin")
+    shape["emulator"] = cpuset.parse(emulator.get("cpuset")) if emulator is not None and emulator.get("cpuset") else default
+    io_pins = {el.get("iothread"): el.get("cpuset") for el in dom.iter("cputune/iothreadpin")}
+    for iothread in dom.iothread_ids():
+        text = io_pins.get(str(iothread))
+        shape[f"iothread{iothread}"] = cpuset.parse(text) if text else default
+    return shape
+
+
+def live_drift(host: Host, persistent_xml: str | bytes, live_xml: str | bytes) -> Problem | None:
+    """A ``not-live`` Problem when a running domain's threads may run elsewhere than its definition
+    pins them (``vmtune apply`` without ``--live``: the new pins wait for the next start), else None.
+    Domains with ``placement='auto'`` (numad chooses at start) are never reported."""
+    _, persistent = _domain_of(persistent_xml, 0)
+    _, live = _domain_of(live_xml, 1)
+    if "auto" in (persistent.vcpu_placement, live.vcpu_placement):
+        return None
+    everywhere = frozenset(host.cpus)
+    want, have = _pin_shape(persistent, everywhere), _pin_shape(live, everywhere)
+    differ = sorted((k for k in want.keys() & have.keys() if want[k] != have[k]),
+                    key=lambda k: (k.rstrip("0123456789"), int(k[len(k.rstrip("0123456789")):] or 0)))
+    if not differ:
+        return None
+    name = persistent.name or persistent.uuid or "?"
+    shown = ", ".join(f"{k} on {_cpus(have[k])} (defined {_cpus(want[k])})" for k in differ[:4])
+    more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+    return Problem(NOT_LIVE, (name,), frozenset().union(*(want[k] for k in differ)), (),
+                   f"{name} runs with other pins than its definition: {shown}{more}; "
+                   f"`vmtune apply --live {name}` moves them now, or they change at its next start")

@@ -9,6 +9,7 @@ domain does not fit; 4 libvirt-python is missing or libvirt cannot be reached.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import sys
@@ -174,13 +175,16 @@ def cmd_revert(args, cfg) -> int:
 
 # -- plan -----------------------------------------------------------------------------------------------
 def cmd_plan(args, cfg) -> int:
-    from .audit import audit
+    from .audit import audit, live_drift
     from .live import connect, domains, hostview
 
     with connect.connection(args.connect) as conn:
         host = hostview.host(conn)
         every = domains.every(conn)
     report = audit(host, [(d.xml, d.state) for d in every], config=cfg)
+    drift = [live_drift(host, d.xml, d.live_xml) for d in every if d.persistent and d.live_xml]
+    if any(drift):
+        report = dataclasses.replace(report, problems=report.problems + tuple(p for p in drift if p))
     if args.json:
         data = report.to_dict()
         data["uri"] = args.connect

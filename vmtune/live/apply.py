@@ -180,17 +180,25 @@ def apply(
         return outcomes
     _define(conn, uri, outcomes)
     for o in outcomes:
-        if not (o.defined and o.active):
+        if not o.active:
             continue
-        if live:
+        # --live also moves a domain whose definition was right already but whose threads are not
+        # (applied earlier without --live): moving threads that are in place already is harmless
+        if live and (o.defined or _drifted(host, o.step.result.xml, by_uuid[o.uuid].live_xml)):
             dom = conn.lookupByUUIDString(o.uuid)
             with connect.failures(conn, uri, f"{o.name}: --live"):
                 o.live = move_live(conn, dom, o.step.result.xml, host)
             o.notes.append(f"vCPUs, emulator and iothreads moved now; {NEXT_BOOT}")
-        else:
+        elif o.defined:
             o.notes.append("the new definition takes effect at the next boot (--live moves vCPUs, emulator "
                            "and iothreads now)")
     return outcomes
+
+
+def _drifted(host: Host, xml: str, live_xml: str | None) -> bool:
+    from ..audit import live_drift
+
+    return bool(live_xml) and live_drift(host, xml, live_xml) is not None
 
 
 def _define(conn, uri: str, outcomes: list[Outcome]) -> None:
