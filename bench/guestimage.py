@@ -26,7 +26,6 @@ from __future__ import annotations
 import fcntl
 import gzip
 import hashlib
-import io
 import os
 import re
 import shutil
@@ -35,7 +34,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import debimage
 from .common import ROOT
+from .debimage import BuildError  # noqa: F401 - part of this module's interface
 
 CACHE_DIR = Path(os.environ.get("VMTUNE_BENCH_CACHE", "/var/lib/libvirt/images/vmtune-bench"))
 SOURCES = ROOT / "bench" / "guest"
@@ -104,15 +105,7 @@ class Image:
     key: str
 
 
-class BuildError(RuntimeError):
-    """The guest image could not be built (message says what is missing)."""
-
-
-def _run(*cmd: str, cwd: Path | None = None) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
-    if proc.returncode:
-        raise BuildError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return proc.stdout
+_run = debimage.run
 
 
 def _digest(*parts: bytes) -> str:
@@ -171,7 +164,7 @@ def build() -> Image:
     with open(CACHE_DIR / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         progs = programs(CACHE_DIR)
-        package = _kernel_image_package()
+        package = debimage.kernel_image_package(KERNEL_PACKAGE)
         key = _digest(INIT.encode(), " ".join(MODULES).encode(), package.encode(),
                       *(progs[n].read_bytes() for n in GUEST_PROGRAMS))
         kernel = CACHE_DIR / f"vmlinuz-{package}"
@@ -185,30 +178,6 @@ def build() -> Image:
             if old != progs["disklat"].parent:
                 shutil.rmtree(old, ignore_errors=True)
     return Image(kernel, initrd, package, progs["udpecho"], key)
-
-
-def _kernel_image_package() -> str:
-    """The versioned linux-image-* package the generic kernel metapackage depends on."""
-    try:
-        deps = _run("apt-cache", "depends", KERNEL_PACKAGE)
-    except BuildError:
-        _run("apt-get", "update", "-qq")  # a fresh machine without package lists
-        deps = _run("apt-cache", "depends", KERNEL_PACKAGE)
-    for line in deps.splitlines():
-        kind, _, name = line.strip().partition(": ")
-        if kind == "Depends" and name.startswith("linux-image-"):
-            return name
-    raise BuildError(f"cannot find the kernel image package behind {KERNEL_PACKAGE}:\n{deps}")
-
-
-def _extract(deb: Path, work: Path, *members: str) -> Path:
-    """Unpack members (tar wildcards) of a .deb into a fresh directory under ``work``."""
-    dest = Path(tempfile.mkdtemp(dir=work))
-    tar = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
-    subprocess.run(["tar", "-x", "--wildcards", "-C", str(dest), *members], stdin=tar.stdout, check=True)
-    if tar.wait():
-        raise BuildError(f"dpkg-deb --fsys-tarfile {deb} failed")
-    return dest
 
 
 def _modname(path: str) -> str:
@@ -244,7 +213,7 @@ def _modules(deb: Path, work: Path) -> list[tuple[str, bytes]]:
             raise BuildError(f"{deb.name} has no module(s) {', '.join(missing)}")
         if not batch:
             break
-        tree = _extract(deb, work, *(paths[m] for m in batch))
+        tree = debimage.extract(deb, work, *(paths[m] for m in batch))
         for m in batch:
             data[m] = (tree / paths[m]).read_bytes()
             info = modinfo(data[m])
@@ -275,8 +244,8 @@ def _build(package: str, kernel: Path, initrd: Path, progs: dict[str, Path]) -> 
         _run("apt-get", "download", "-qq", package, "busybox-static", cwd=work)
         (deb,) = work.glob(f"{package}_*.deb")
         (bb_deb,) = work.glob("busybox-static_*.deb")
-        boot = _extract(deb, work, "./boot/vmlinuz-*")
-        busybox = (_extract(bb_deb, work, "./bin/busybox") / "bin/busybox").read_bytes()
+        boot = debimage.extract(deb, work, "./boot/vmlinuz-*")
+        busybox = (debimage.extract(bb_deb, work, "./bin/busybox") / "bin/busybox").read_bytes()
         modules = _modules(deb, work)
         tmp_kernel = work / "vmlinuz"
         shutil.copyfile(next(boot.glob("boot/vmlinuz-*")), tmp_kernel)
@@ -291,30 +260,14 @@ def _build(package: str, kernel: Path, initrd: Path, progs: dict[str, Path]) -> 
 def _initramfs(busybox: bytes, modules: list[tuple[str, bytes]], files: dict[str, bytes]) -> bytes:
     """A cpio (newc) archive: /init, a static busybox, the modules in load order, the programs."""
     order = "".join(f"{m}\n" for m, _ in modules).encode()
-    entries = [
-        ("dev", 0o040755, b"", 0),
-        ("dev/console", 0o020600, b"", os.makedev(5, 1)),
-        ("bin", 0o040755, b"", 0),
-        ("sbin", 0o040755, b"", 0),
-        ("proc", 0o040755, b"", 0),
-        ("sys", 0o040755, b"", 0),
-        ("tmp", 0o041777, b"", 0),
-        ("lib", 0o040755, b"", 0),
-        ("lib/modules", 0o040755, b"", 0),
+    return debimage.cpio([
+        *debimage.SKELETON,
         ("bin/busybox", 0o100755, busybox, 0),
         *((name, 0o100755, data, 0) for name, data in files.items()),
         ("lib/modules/order", 0o100644, order, 0),
         *((f"lib/modules/{m}.ko", 0o100644, ko, 0) for m, ko in modules),
         ("init", 0o100755, INIT.encode(), 0),
-    ]
-    out = io.BytesIO()
-    for ino, (name, mode, data, rdev) in enumerate(entries + [("TRAILER!!!", 0, b"", 0)], 1):
-        fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, os.major(rdev), os.minor(rdev), len(name) + 1, 0)
-        out.write(b"070701" + b"".join(b"%08X" % f for f in fields) + name.encode() + b"\0")
-        out.write(b"\0" * (-out.tell() % 4))
-        out.write(data)
-        out.write(b"\0" * (-out.tell() % 4))
-    return out.getvalue()
+    ])
 
 
 def parse_console(text: str) -> dict:

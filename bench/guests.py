@@ -50,7 +50,7 @@ from lxml import etree
 import vmtune
 from vmtune import driver, passes
 
-from . import guestimage, stats
+from . import debimage, guestimage, stats
 from .common import EXAMPLES, ROOT, spread
 
 URI = "qemu:///system"
@@ -203,18 +203,7 @@ def with_boot(xml: str, image: guestimage.Image, name: str, console: Path, cmdli
     root.find("name").text = name
     for el in root.findall("uuid"):
         root.remove(el)
-    os_el = root.find("os")
-    for tag in ("boot", "kernel", "initrd", "cmdline"):
-        for el in os_el.findall(tag):
-            os_el.remove(el)
-    for tag, text in (("kernel", image.kernel), ("initrd", image.initrd), ("cmdline", f"{CMDLINE} {cmdline}")):
-        etree.SubElement(os_el, tag).text = str(text)
-    devices = root.find("devices")
-    for el in devices.findall("serial") + devices.findall("console"):
-        devices.remove(el)
-    serial = etree.SubElement(devices, "serial", type="file")
-    etree.SubElement(serial, "source", path=str(console))
-    etree.SubElement(serial, "target", port="0")
+    debimage.direct_boot(root, image.kernel, image.initrd, f"{CMDLINE} {cmdline}", console)
     return etree.tostring(root, encoding="unicode")
 
 

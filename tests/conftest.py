@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
@@ -10,6 +11,9 @@ from hypothesis import HealthCheck, settings
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("VMTUNE_CORPUS", ROOT.parent / "shared" / "corpus"))
 EXAMPLES = ROOT / "examples"
+# tests/guest.py shares the guest-image plumbing of bench/ (bench/debimage.py), whatever the cwd
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 settings.register_profile(
     "vmtune", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]

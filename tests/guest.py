@@ -22,12 +22,12 @@ from __future__ import annotations
 import fcntl
 import gzip
 import hashlib
-import io
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
+
+from bench import debimage  # the .deb and cpio plumbing the benchmark's guest uses too
 
 CACHE_DIR = Path(os.environ.get("VMTUNE_GUEST_CACHE", "/var/lib/libvirt/images/vmtune-test"))
 MARKER = "VMTUNE-GUEST-UP"
@@ -103,8 +103,8 @@ def _build(kernel: Path, initrd: Path) -> None:
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
         work = Path(tmp)
         work.chmod(0o755)  # apt-get download runs as _apt when it can
-        image_pkg = _kernel_image_package()
-        _apt_download(work, image_pkg, "busybox-static")
+        image_pkg = debimage.kernel_image_package(KERNEL_PACKAGE)
+        debimage.run("apt-get", "download", "-qq", image_pkg, "busybox-static", cwd=work)
         vmlinuz = _extract(work, image_pkg, "./boot/")
         busybox = _extract(work, "busybox-static", "./bin/busybox")
         modules = _extract(work, image_pkg, *(f"*/{m}.ko" for m in MODULES))
@@ -121,63 +121,17 @@ def _build(kernel: Path, initrd: Path) -> None:
             old.unlink()
 
 
-def _run(*cmd: str, cwd: Path | None = None) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc.stdout
-
-
-def _kernel_image_package() -> str:
-    """The versioned linux-image-* package the cloud kernel metapackage depends on."""
-    try:
-        deps = _run("apt-cache", "depends", KERNEL_PACKAGE)
-    except RuntimeError:
-        _run("apt-get", "update", "-qq")  # fresh machine without package lists
-        deps = _run("apt-cache", "depends", KERNEL_PACKAGE)
-    for line in deps.splitlines():
-        kind, _, name = line.strip().partition(": ")
-        if kind == "Depends" and name.startswith("linux-image-"):
-            return name
-    raise RuntimeError(f"cannot find the kernel image package behind {KERNEL_PACKAGE}:\n{deps}")
-
-
-def _apt_download(dest: Path, *packages: str) -> None:
-    _run("apt-get", "download", "-qq", *packages, cwd=dest)
-
-
 def _extract(work: Path, package: str, *members: str) -> Path:
-    """Unpack members (tar wildcards) of the downloaded package into a fresh directory."""
+    """Unpack members (tar wildcards) of the one downloaded ``package`` into a fresh directory."""
     (deb,) = work.glob(f"{package}_*.deb")
-    dest = Path(tempfile.mkdtemp(dir=work))
-    tar = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
-    subprocess.run(["tar", "-x", "--wildcards", "-C", str(dest), *members], stdin=tar.stdout, check=True)
-    if tar.wait():
-        raise RuntimeError(f"dpkg-deb --fsys-tarfile {deb} failed")
-    return dest
+    return debimage.extract(deb, work, *members)
 
 
 def _initramfs(busybox: bytes, modules: dict[str, bytes]) -> bytes:
     """A cpio (newc) archive: /init, a static busybox, kernel modules and the few nodes needed."""
-    entries = [
-        ("dev", 0o040755, b"", 0),
-        ("dev/console", 0o020600, b"", os.makedev(5, 1)),
-        ("bin", 0o040755, b"", 0),
-        ("sbin", 0o040755, b"", 0),
-        ("proc", 0o040755, b"", 0),
-        ("sys", 0o040755, b"", 0),
+    return debimage.cpio([
+        *debimage.SKELETON,
         ("bin/busybox", 0o100755, busybox, 0),
-        ("tmp", 0o041777, b"", 0),
-        ("lib", 0o040755, b"", 0),
-        ("lib/modules", 0o040755, b"", 0),
         *((f"lib/modules/{m}.ko", 0o100644, ko, 0) for m, ko in modules.items()),
         ("init", 0o100755, INIT.encode(), 0),
-    ]
-    out = io.BytesIO()
-    for ino, (name, mode, data, rdev) in enumerate(entries + [("TRAILER!!!", 0, b"", 0)], 1):
-        fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, os.major(rdev), os.minor(rdev), len(name) + 1, 0)
-        out.write(b"070701" + b"".join(b"%08X" % f for f in fields) + name.encode() + b"\0")
-        out.write(b"\0" * (-out.tell() % 4))
-        out.write(data)
-        out.write(b"\0" * (-out.tell() % 4))
-    return out.getvalue()
+    ])

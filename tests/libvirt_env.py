@@ -33,6 +33,7 @@ import pytest
 from lxml import etree
 
 import guest
+from bench import debimage
 
 URI = "qemu:///system"
 PREFIX = "vmtune-test-"
@@ -117,18 +118,7 @@ def with_test_boot(xml: str, console_log: Path, cmdline: str = "") -> str:
     """``xml`` with the test kernel/initrd/cmdline and a single file-backed serial console."""
     kernel, initrd = guest.kernel_and_initrd()
     root = etree.fromstring(xml.encode())
-    os_el = _child(root, "os")
-    for tag in ("boot", "kernel", "initrd", "cmdline"):
-        for el in os_el.findall(tag):
-            os_el.remove(el)
-    for tag, text in (("kernel", kernel), ("initrd", initrd), ("cmdline", f"{CMDLINE} {cmdline}".strip())):
-        etree.SubElement(os_el, tag).text = str(text)
-    devices = _child(root, "devices")
-    for el in devices.findall("serial") + devices.findall("console"):
-        devices.remove(el)
-    serial = etree.SubElement(devices, "serial", type="file")
-    etree.SubElement(serial, "source", path=str(console_log))
-    etree.SubElement(serial, "target", port="0")
+    debimage.direct_boot(root, kernel, initrd, f"{CMDLINE} {cmdline}", console_log)
     return etree.tostring(root, encoding="unicode")
 
 

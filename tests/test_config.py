@@ -13,6 +13,7 @@ from vmtune import cli, config, schema
 from vmtune.config import Config
 from vmtune.errors import InvalidInput
 from schema_paths import jsonschema_paths as _paths
+from schema_paths import keywords
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "examples" / "hosts" / "2node-smt.xml"
@@ -190,14 +191,6 @@ def test_bad_cpulist_names_file_and_line(tmp_path, text):
 def test_config_schema_is_valid_and_inside_the_supported_subset():
     """config.schema.json is a valid 2020-12 schema using only keywords vmtune.schema implements."""
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-
-    def keywords(node) -> set[str]:
-        out = set(node)
-        for sub in node.get("properties", {}).values():
-            out |= keywords(sub)
-        if isinstance(node.get("additionalProperties"), dict):
-            out |= keywords(node["additionalProperties"])
-        return out
 
     assert keywords(SCHEMA) <= schema.SUPPORTED
 

@@ -17,6 +17,7 @@ from vmtune import cli, profiles, schema
 from vmtune.errors import InvalidInput
 from vmtune.profiles import BUILTIN, Profile
 from schema_paths import jsonschema_paths as _paths
+from schema_paths import keywords
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "examples" / "hosts" / "2node-smt.xml"
@@ -86,16 +87,6 @@ def test_profile_schema_is_a_valid_2020_12_schema():
     """profile.schema.json is itself a valid draft 2020-12 JSON Schema."""
     assert SCHEMA["$schema"].endswith("2020-12/schema")
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-
-
-def keywords(node) -> set[str]:
-    """Every keyword used in a schema, recursing into properties and sub-schemas."""
-    out = set(node)
-    for sub in node.get("properties", {}).values():
-        out |= keywords(sub)
-    if isinstance(node.get("additionalProperties"), dict):
-        out |= keywords(node["additionalProperties"])
-    return out
 
 
 def test_profile_schema_uses_only_keywords_the_mini_validator_knows():

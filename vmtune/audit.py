@@ -202,24 +202,32 @@ def _domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
     return text, Domain(root)
 
 
-def _reach(dom: Domain, everywhere: frozenset[int]):
+def _pin_shape(dom: Domain, everywhere: frozenset[int]) -> dict[str, frozenset[int]]:
+    """Where each thread of ``dom`` may run: ``vcpuN``, ``emulator``, ``iothreadN`` (ids as declared)."""
     default = everywhere if dom.vcpu_placement == "auto" or dom.vcpu_cpuset is None else dom.vcpu_cpuset
     pins = dom.vcpupins()
-    unpinned = [v for v in range(dom.vcpus) if v not in pins]
-    vcpu_reach = default if unpinned else frozenset()
-    pinned_reach = frozenset().union(*pins.values()) if pins else frozenset()
+    shape = {f"vcpu{v}": pins.get(v, default) for v in range(dom.vcpus)}
     emulator = dom.find("cputune/emulatorpin")
-    em = cpuset.parse(emulator.get("cpuset")) if emulator is not None and emulator.get("cpuset") else default
+    shape["emulator"] = cpuset.parse(emulator.get("cpuset")) if emulator is not None and emulator.get("cpuset") else default
     io_pins = {}
     for el in dom.iter("cputune/iothreadpin"):
         try:
             io_pins[int(el.get("iothread", ""))] = cpuset.parse(el.get("cpuset"))
         except ValueError:
             continue
-    io_reach: frozenset[int] = frozenset()
     for iothread in dom.iothread_ids():
-        io_reach |= io_pins.get(iothread, default)
-    other = {"emulator": em}
+        shape[f"iothread{iothread}"] = io_pins.get(iothread, default)
+    return shape
+
+
+def _reach(dom: Domain, everywhere: frozenset[int]):
+    shape = _pin_shape(dom, everywhere)
+    pins = dom.vcpupins()
+    unpinned = [v for v in range(dom.vcpus) if v not in pins]
+    vcpu_reach = frozenset().union(*(shape[f"vcpu{v}"] for v in unpinned))
+    pinned_reach = frozenset().union(*pins.values()) if pins else frozenset()
+    io_reach = frozenset().union(*(shape[f"iothread{i}"] for i in dom.iothread_ids()))
+    other = {"emulator": shape["emulator"]}
     if io_reach:
         other["iothreads"] = io_reach
     all_single = len(pins) >= dom.vcpus and all(len(pins.get(v, ())) == 1 for v in range(dom.vcpus))
@@ -421,20 +429,6 @@ def audit(host: Host, domains: list[tuple[str, str]], *, config: config_mod.Conf
                 + pages_problems)
     problems.sort(key=lambda p: (_ORDER.get(p.kind, len(KINDS)), p.domains, sorted(p.cpus), p.nodes, p.message))
     return Report(tuple(d.row for d in doms), tuple(problems), _free(host, doms, reserved, need))
-
-
-def _pin_shape(dom: Domain, everywhere: frozenset[int]) -> dict[str, frozenset[int]]:
-    """Where each thread of ``dom`` may run: ``vcpuN``, ``emulator``, ``iothreadN``."""
-    default = everywhere if dom.vcpu_cpuset is None else dom.vcpu_cpuset
-    pins = dom.vcpupins()
-    shape = {f"vcpu{v}": pins.get(v, default) for v in range(dom.vcpus)}
-    emulator = dom.find("cputune/emulatorpin")
-    shape["emulator"] = cpuset.parse(emulator.get("cpuset")) if emulator is not None and emulator.get("cpuset") else default
-    io_pins = {el.get("iothread"): el.get("cpuset") for el in dom.iter("cputune/iothreadpin")}
-    for iothread in dom.iothread_ids():
-        text = io_pins.get(str(iothread))
-        shape[f"iothread{iothread}"] = cpuset.parse(text) if text else default
-    return shape
 
 
 def live_drift(host: Host, persistent_xml: str | bytes, live_xml: str | bytes) -> Problem | None:
