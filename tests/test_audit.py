@@ -476,7 +476,7 @@ def test_live_drift_is_none_when_the_pins_agree(defined, running):
 
 
 def test_live_drift_ignores_numad_placement():
-    """placement='auto' lets numad choose at start: the live cpuset differs by design."""
+    """placement='auto' lets numad choose at start: the live cpuset and emulator pin differ by design."""
     defined = dom("a", vcpus=1).replace("placement='static'", "placement='auto'")
-    running = dom("a", vcpus=1, cpuset_="4-7").replace("placement='static'", "placement='auto'")
+    running = dom("a", vcpus=1, cpuset_="4-7", emulator="4-7").replace("placement='static'", "placement='auto'")
     assert live_drift(HOST, defined, running) is None
