@@ -81,7 +81,7 @@ def test_every_area_reports(tree):
     """Each area says something about the healthy tree, so none is silently left out."""
     report = diagnose(tree.roots(), measure=False)
     assert {f.area for f in report.findings} == {"environment", "cpufreq", "cpuidle", "memory", "virt", "tuners",
-                                                 "state", "domains"}
+                                                 "state", "isolation", "domains"}
 
 
 # -- frequency ------------------------------------------------------------------------------------------
@@ -293,6 +293,34 @@ def test_hook_state_drift_and_stale_leases(tree):
     assert found(report, "state", "leases db1 and gone share CPUs 1", level="FAIL")
     assert found(report, "state", "lease of gone, which is not running", level="WARN")
     assert not found(report, "state", "lease of db1")
+
+
+def _task(tree, pid: int, comm: str, cpus: str, flags: int = 0, cgroup: str = "0::/") -> None:
+    stat = f"{pid} ({comm}) S 1 1 1 0 -1 {flags} " + " ".join(["0"] * 12) + " 4242 0 0"
+    tree.write(f"proc/{pid}/cgroup", cgroup)
+    tree.write(f"proc/{pid}/task/{pid}/stat", stat)
+    tree.write(f"proc/{pid}/task/{pid}/status", f"Name:\t{comm}\nCpus_allowed_list:\t{cpus}")
+
+
+def test_host_work_on_a_held_cpu_warns(tree):
+    """A running latency domain holds CPU 2: a movable task and an IRQ that may run there are a WARN
+    with their names; a per-CPU kernel thread, a task pinned there alone, libvirt's QEMU and an IRQ
+    bound to CPU 2 alone are not counted."""
+    trees.hook_state(tree, {"u1": {"name": "db1", "profile": "latency", "cpus": "2"}}, [])
+    _task(tree, 100, "backup", "0-3")
+    _task(tree, 101, "kworker/2:1", "2", flags=0x04000000)
+    _task(tree, 102, "pinned", "2")
+    _task(tree, 103, "qemu-system-x86", "0-3", cgroup="0::/machine.slice/machine-qemu\\x2d1\\x2ddb1.scope")
+    tree.write("proc/irq/30/smp_affinity_list", "0-3")
+    tree.write("proc/irq/31/smp_affinity_list", "2")
+    report = diagnose(tree.roots(), measure=False)
+    (warn,) = found(report, "isolation", level="WARN")
+    assert "CPUs 2" in warn.found and "1 movable task(s) (backup[100])" in warn.found
+    assert "1 IRQ(s) (IRQ 30)" in warn.found
+    tree.write("proc/100/task/100/status", "Name:\tbackup\nCpus_allowed_list:\t0-1,3")
+    tree.write("proc/irq/30/smp_affinity_list", "0-1,3")
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "isolation", "no movable host task or IRQ", level="OK")
 
 
 def test_unreadable_state_and_garbage_do_not_crash(tree):

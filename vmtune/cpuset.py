@@ -51,3 +51,30 @@ def format(cpus: Iterable[int]) -> str:  # noqa: A001 - mirrors libvirt's virBit
         out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
         i = j + 1
     return ",".join(out)
+
+
+def parse_mask(text: str | None) -> frozenset[int]:
+    """Parse a kernel hex CPU mask (``"3"``, ``"00000000,0000000f"``); bad text raises InvalidInput."""
+    digits = (text or "").strip().replace(",", "")
+    if not digits:
+        return frozenset()
+    try:
+        value = int(digits, 16)
+    except ValueError:
+        raise InvalidInput(f"bad cpu mask {text!r}") from None
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+def format_mask(cpus: Iterable[int]) -> str:
+    """Format CPU ids as a kernel hex mask, 32-bit words joined by commas: ``{0, 1, 33}`` -> ``"2,00000003"``."""
+    value = 0
+    for cpu in cpus:
+        value |= 1 << cpu
+    words = []
+    while True:
+        words.append(value & 0xFFFFFFFF)
+        value >>= 32
+        if not value:
+            break
+    head, *rest = reversed(words)
+    return ",".join([f"{head:x}"] + [f"{w:08x}" for w in rest])

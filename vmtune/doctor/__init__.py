@@ -9,7 +9,7 @@
     report.to_dict()      # {"ok", "environment", "roots", "counts", "findings"}
 
 One module per area, each ``check(ctx) -> list[Finding]``, run in this order: environment (the
-others read what it found), cpufreq, cpuidle, memory, virt, tuners, state, domains. The domains
+others read what it found), cpufreq, cpuidle, memory, virt, tuners, state, isolation, domains. The domains
 (``domains=[(xml, state)]``, else libvirt with ``connect``, else the /run/libvirt/qemu status files) are
 loaded first, because memory and state compare against them too.
 
@@ -26,14 +26,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ..config import Config
-from . import cpufreq, cpuidle, environment, memory, state, tuners, virt
+from . import cpufreq, cpuidle, environment, isolation, memory, state, tuners, virt
 from . import domains as _domains
 from .findings import LEVELS, Context, Finding, Roots
 from .measure import Measurement, measurer
 
 __all__ = ["AREAS", "Finding", "Measurement", "Report", "Roots", "diagnose"]
 
-AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, state, _domains)
+AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, state, isolation, _domains)
 log = logging.getLogger("vmtune.doctor")
 
 

@@ -37,7 +37,9 @@ def _load(path: str) -> leases.State | str | None:
         return "unreadable: not a vmtune state object"
     baseline = data.get("baseline")
     held = {str(k): v for k, v in (data.get("leases") or {}).items() if isinstance(v, dict)}
-    return leases.State(leases=held, baseline=baseline if isinstance(baseline, list) else None)
+    isolation = data.get("isolation")
+    return leases.State(leases=held, baseline=baseline if isinstance(baseline, list) else None,
+                        isolation=isolation if isinstance(isolation, dict) else None)
 
 
 def _running(ctx: Context) -> set[str] | None:

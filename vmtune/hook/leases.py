@@ -6,14 +6,17 @@
      "leases": {"<uuid>": {"name": "db1", "profile": "latency", "cpus": "2-3", "since": 1700000000.0,
                            "hugepages": {"0:2048": {"need": 512, "added": 100}},
                            "cstates": [{"path": "...", "before": "0", "after": "1"}, ...]}},
-     "baseline": [{"path": "...", "before": "powersave", "after": "performance"}, ...] | null}
+     "baseline": [{"path": "...", "before": "powersave", "after": "performance"}, ...] | null,
+     "isolation": {"cpus": "2-3", "irqs": "0-40", "pairs": [...], "records": {...}}}
 
 ``cpus`` are the host CPUs the domain's vCPUs are pinned to. ``baseline`` is what the first lease
 changed on the host (hoststate.apply's records); it is null while no lease holds the host tuned.
 ``hugepages`` (domains backed by hugepages) holds, per ``node:size`` pool, the pages the domain
 needs and the pages its prepare added (hugepages.py). ``cstates`` (``cstate_scope = "pinned"``) are
 the C-state records of the lease's CPUs; when the lease goes, records of CPUs that another lease
-still pins pass to that lease, the others are restored.
+still pins pass to that lease, the others are restored. ``isolation`` (absent while no CPU is
+isolated) is what the hook moved off the leases' CPUs: the isolated CPUs, and per moved task, IRQ,
+workqueue mask or cgroup its value before and after (isolation/__init__.py).
 
 Journal first: before the hook writes a sysfs value it commits the records it is about to create,
 marked ``"pending": true`` (knobs) or ``"raising"``/``"lowering": {"from": nr, "to": nr}`` (pools).
@@ -55,9 +58,18 @@ def state_dir() -> str:
 class State:
     leases: dict[str, dict] = field(default_factory=dict)
     baseline: list[dict[str, str]] | None = None
+    isolation: dict | None = None
 
     def to_dict(self) -> dict:
-        return {"version": VERSION, "leases": self.leases, "baseline": self.baseline}
+        out = {"version": VERSION, "leases": self.leases, "baseline": self.baseline}
+        if self.isolation is not None:
+            out["isolation"] = self.isolation
+        return out
+
+    def held_cpus(self, but: str | None = None) -> frozenset[int]:
+        """Every CPU a lease's vCPUs are pinned to (``but``: leaving out that lease)."""
+        return frozenset().union(*(cpuset.parse(lease.get("cpus", "")) for key, lease in self.leases.items()
+                                   if key != but))
 
     def find(self, uuid: str | None, name: str | None) -> str | None:
         """The key of the lease for this domain: by UUID, else by name."""
@@ -109,7 +121,9 @@ class Store:
             return self._corrupt(exc)
         if not isinstance(data, dict) or not isinstance(data.get("leases", {}), dict):
             return self._corrupt(ValueError("not a vmtune state object"))
-        return State(leases=dict(data.get("leases") or {}), baseline=data.get("baseline"))
+        isolation = data.get("isolation")
+        return State(leases=dict(data.get("leases") or {}), baseline=data.get("baseline"),
+                     isolation=isolation if isinstance(isolation, dict) else None)
 
     def _corrupt(self, exc: Exception) -> State:
         log.error("state file %s is unreadable (%s); starting from an empty state", self.path, exc)

@@ -11,12 +11,15 @@ A lease (``prepare begin``; ``reconnect begin`` without the top-up and never ref
 5. compact memory, raise the short pools, read back; too few: lower them again, put the state file
    back as it was, refuse the start (one line);
 6. apply the host knobs and the C-states;
-7. commit the records as the kernel read them back.
+7. isolate the leases' CPUs (isolation/): journal, then move the host's tasks, IRQs, workqueues
+   and cgroups off them; refuse the start when no housekeeping CPU would be left;
+8. commit the records as the kernel read them back.
 
 A Python error in 5-7 undoes this call's changes and puts the state file back; a kill leaves the
 journal for the next call. A release drops the lease, passes C-state records of CPUs another lease
 still pins to that lease and restores the rest, gives back the pages the lease added (journalled
-the same way), and the last lease restores the host baseline.
+the same way), shrinks the isolation to the CPUs the other leases hold, and the last lease
+restores the host baseline.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import logging
 import os
 
 from .. import cpuset
-from . import hoststate, hugepages
+from . import hoststate, hugepages, isolation
 
 log = logging.getLogger("vmtune.hook")
 
@@ -44,6 +47,36 @@ class Hook:
         self.settings = dict(cfg.hook)
         self.max_latency = int(self.settings.get("max_cstate_latency_us", hoststate.DEFAULT_MAX_CSTATE_LATENCY_US))
         self.pinned = self.settings.get("cstate_scope", "host") == "pinned"
+        self.isolate = self.settings.get("isolate", "on") != "off"
+        self.roots = isolation.Roots.from_env(self.sysfs, hugepages.procfs_root(self.sysfs))
+
+    # -- isolation -----------------------------------------------------------------------------
+    def _reserved(self) -> frozenset[int]:
+        if self.cfg.reserved_cpus is not None:
+            return frozenset(self.cfg.reserved_cpus)
+        try:
+            from ..host import Host
+
+            return Host.from_sysfs(self.sysfs).default_reserved()
+        except Exception as exc:  # noqa: BLE001 - no topology here: nothing is reserved
+            log.debug("no reserved CPUs: %s", exc)
+            return frozenset()
+
+    def _isolated(self, held: frozenset[int]) -> frozenset[int]:
+        """The CPUs to keep the host's work off: the leases' vCPU CPUs ``held`` less the reserved ones."""
+        if not self.isolate:
+            return frozenset()
+        if not held:
+            return frozenset()
+        return (held - self._reserved()) & frozenset(hoststate.online_cpus(self.sysfs))
+
+    def _isolate(self, state, cpus: frozenset[int]) -> None:
+        """Make the host's isolation match ``cpus``, journal first (isolation.reconcile)."""
+        def journal(record: dict) -> None:
+            state.isolation = record
+            self.store.commit(state)
+
+        state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=self.dry_run)
 
     # -- plans ---------------------------------------------------------------------------------
     def _host_plan(self) -> list[hoststate.Knob]:
@@ -79,6 +112,15 @@ class Hook:
                               dom.name, what)
                     return 1
                 log.warning("%s: vCPU pins overlap another latency domain: %s", dom.name, what)
+            iso: frozenset[int] | None = self._isolated(state.held_cpus() | dom.cpus)
+            if iso and not set(hoststate.online_cpus(self.sysfs)) - iso:
+                if refuse_conflicts:
+                    log.error("%s: refusing to start: isolating CPUs %s would leave no CPU for the host's own "
+                              "work (set reserved_cpus, or [hook] isolate = \"off\")", dom.name, cpuset.format(iso))
+                    return 1
+                log.warning("%s: isolating CPUs %s would leave no CPU for the host: not isolated",
+                            dom.name, cpuset.format(iso))
+                iso = None
             original = copy.deepcopy(state)
             others = [lease for key, lease in state.leases.items() if key != dom.uuid]
             shorts: dict[str, tuple[int, int]] = {}
@@ -111,10 +153,13 @@ class Hook:
                     state.baseline = hoststate.apply(self.sysfs, host_knobs, dry_run=self.dry_run)
                 if cs_knobs:
                     self._set_cstates(lease, kept + hoststate.apply(self.sysfs, cs_knobs, dry_run=self.dry_run))
+                if iso is not None:
+                    self._isolate(state, iso)
                 self.store.commit(state)
             except BaseException:
                 log.error("%s: cannot take the lease; undoing its changes", dom.name)
                 self._undo(journal, lease, shorts, others)
+                self._undo_isolation(state, original)
                 try:
                     self.store.commit(original)
                 except Exception:  # noqa: BLE001,S110 - the journal stays; the next call settles it
@@ -185,6 +230,17 @@ class Hook:
         except Exception as exc:  # noqa: BLE001 - the journal on disk still says what to undo
             log.error("undoing failed too: %s", exc)
 
+    def _undo_isolation(self, state, original) -> None:
+        """After an error half-way: back to the isolation of the leases before this call."""
+        if state.isolation == original.isolation:
+            return
+        try:
+            self._isolate(state, self._isolated(original.held_cpus()))
+            original.isolation = state.isolation
+        except Exception as exc:  # noqa: BLE001 - the journal on disk still says what to undo
+            log.error("undoing the isolation failed too: %s", exc)
+            original.isolation = state.isolation
+
     # -- release -------------------------------------------------------------------------------
     def release(self, uuid: str | None, name: str) -> int:
         with self.store.locked() as state:
@@ -201,6 +257,8 @@ class Hook:
                 for k, (nr, n) in give.items():
                     lease["hugepages"][k]["lowering"] = {"from": nr, "to": nr - n}
                 self.store.commit(state)  # journal first, as for the top-up
+            # journal first: a kill in here leaves the lease, so the next release does it all again
+            self._isolate(state, self._isolated(state.held_cpus(but=key)))
             del state.leases[key]
             hoststate.restore(self.sysfs, self._hand_over(lease, state), dry_run=self.dry_run)
             for k, (nr, n) in give.items():

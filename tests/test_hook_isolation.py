@@ -1,0 +1,477 @@
+"""The hook keeps the host's own work off the CPUs of running latency domains (vmtune/hook/isolation).
+
+Fake trees (isotrees.py) for IRQs, the workqueue mask, cgroup v2 without systemd, cgroup v1 and a
+stub systemctl; real child processes for tasks (any user may move its own); and, as root, the real
+hook against this machine's real /proc.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from isotrees import IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, build, irq, read, stub_systemctl, tree
+from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F401 - env is a fixture
+
+from vmtune import cpuset
+from vmtune.hook import isolation
+from vmtune.hook.isolation import items
+
+A = domain("vm-a", UUID_A, pins="2")
+B = domain("vm-b", UUID_B, pins="3")
+CG = "sys/fs/cgroup"
+
+
+@pytest.fixture
+def host(env, monkeypatch):  # noqa: F811 - env is test_hook's fixture
+    """test_hook's fake host (CPUs 0-3) with IRQs, workqueue and cgroup v2; CPU 0 reserved."""
+    build(env)
+    (env / "vmtune.toml").write_text('reserved_cpus = "0"\n')
+    return env
+
+
+def test_a_lease_moves_host_work_off_its_cpus_and_release_restores_exactly(host, capsys):
+    """IRQs, the default IRQ mask, the workqueue mask and the host's cgroups lose CPU 2 while vm-a
+    holds it; an IRQ pinned to CPU 2 alone and libvirt's groups are left alone; release restores
+    every file exactly."""
+    before = tree(host)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert [irq(host, n) for n in IRQS] == ["0-1,3", "0-1,3", "0-1", "2", "0", "1,3"]
+    assert read(host, "proc/irq/default_smp_affinity") == "b"
+    assert read(host, "sys/devices/virtual/workqueue/cpumask") == "b"
+    assert {g: read(host, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS} == {
+        "init.scope": "0-1,3", "system.slice": "0-1,3", "user.slice": "0-1,3", "lxc.payload": "1,3",
+        "machine.slice": "", "machine": "", "qemu.libvirt-qemu": "2"}
+    assert state(host)["isolation"]["cpus"] == "2"
+    assert "move host work off CPUs 2" in capsys.readouterr().err
+    assert call(A, "vm-a", "release", "end") == 0
+    assert tree(host) == before
+    assert "isolation" not in state(host)
+
+
+def test_two_leases_extend_and_shrink_the_isolation(host):
+    """A second lease extends the isolation to its CPUs, the first one's release shrinks it back to
+    the second's, and the last release restores everything."""
+    before = tree(host)
+    call(A, "vm-a", "prepare", "begin")
+    call(B, "vm-b", "prepare", "begin")
+    assert irq(host, 1) == "0-1" and irq(host, 6) == "1"
+    assert read(host, f"{CG}/lxc.payload/cpuset.cpus") == "1"
+    assert read(host, "proc/irq/default_smp_affinity") == "3"
+    call(A, "vm-a", "release", "end")
+    assert irq(host, 1) == "0-2" and irq(host, 6) == "1-2" and irq(host, 4) == "2"
+    assert read(host, "proc/irq/default_smp_affinity") == "7"
+    assert state(host)["isolation"]["cpus"] == "3"
+    call(B, "vm-b", "release", "end")
+    assert tree(host) == before
+
+
+def test_reserved_cpus_are_never_isolated(host):
+    """A lease pinned to the reserved CPU 0 and CPU 2 isolates CPU 2 only."""
+    assert call(domain("vm-r", UUID_A, pins="0,2"), "vm-r", "prepare", "begin") == 0
+    assert state(host)["isolation"]["cpus"] == "2"
+    assert irq(host, 5) == "0"
+
+
+def test_no_housekeeping_cpu_left_refuses_the_start(host, capsys):
+    """With nothing reserved, a lease on every online CPU would leave the host no CPU: refused in
+    one line, nothing changed; a reconnect of the same domain is never refused and isolates nothing."""
+    (host / "vmtune.toml").write_text('reserved_cpus = ""\n')
+    before = tree(host)
+    everything = domain("vm-all", UUID_A, pins="0-3")
+    assert call(everything, "vm-all", "prepare", "begin") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "would leave no CPU for the host's own work" in err[0]
+    assert tree(host) == before
+    assert call(everything, "vm-all", "reconnect", "begin") == 0
+    assert "isolation" not in state(host)
+    assert all(irq(host, n) == IRQS[n] for n in IRQS)
+
+
+def test_isolate_off_moves_nothing_and_turning_it_off_gives_back(host):
+    """``isolate = "off"``: nothing moves. Turned off while CPUs are isolated: the next release gives
+    everything back."""
+    before_irqs = {n: irq(host, n) for n in IRQS}
+    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nisolate = "off"\n')
+    call(A, "vm-a", "prepare", "begin")
+    assert {n: irq(host, n) for n in IRQS} == before_irqs
+    call(A, "vm-a", "release", "end")
+    before = tree(host)
+    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n')
+    call(A, "vm-a", "prepare", "begin")
+    assert irq(host, 1) == "0-1,3"
+    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nisolate = "off"\n')
+    call(A, "vm-a", "release", "end")
+    assert tree(host) == before
+
+
+def test_dry_run_logs_what_would_move_and_writes_nothing(host, capsys, monkeypatch):
+    before = tree(host)
+    monkeypatch.setenv("VMTUNE_DRY_RUN", "1")
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert tree(host) == before
+    assert "dry run: would move host work off CPUs 2" in capsys.readouterr().err
+
+
+def test_hand_changes_are_kept_with_a_warning(host, capsys):
+    """An IRQ and a cgroup changed by hand while isolated keep their new value at release; the
+    rest is restored."""
+    before = tree(host)
+    call(A, "vm-a", "prepare", "begin")
+    (host / "proc/irq/1/smp_affinity_list").write_text("1\n")
+    (host / f"{CG}/system.slice/cpuset.cpus").write_text("1-3\n")
+    capsys.readouterr()
+    call(A, "vm-a", "release", "end")
+    err = capsys.readouterr().err
+    assert "left alone" in err and "IRQ 1" in err and "cgroup system.slice" in err
+    after = tree(host)
+    assert after.pop("proc/irq/1/smp_affinity_list") == "1"
+    assert after.pop(f"{CG}/system.slice/cpuset.cpus") == "1-3"
+    for rel in ("proc/irq/1/smp_affinity_list", f"{CG}/system.slice/cpuset.cpus"):
+        before.pop(rel)
+    assert after == before
+
+
+def test_a_refused_write_is_skipped(host, monkeypatch):
+    """A managed IRQ refuses a new affinity (EIO): it is skipped, the others move, and release
+    leaves it as it is."""
+    real = items.Kind.write
+
+    def write(self, item, raw):
+        if item.key == "irq:2":
+            raise OSError(5, "Input/output error")
+        real(self, item, raw)
+
+    monkeypatch.setattr(items.Kind, "write", write)
+    before = tree(host)
+    call(A, "vm-a", "prepare", "begin")
+    assert irq(host, 2) == "0-3" and irq(host, 1) == "0-1,3"
+    assert "irq:2" not in state(host)["isolation"]["records"]
+    call(A, "vm-a", "release", "end")
+    assert tree(host) == before
+
+
+def test_a_new_irq_inherits_the_narrowed_default_and_is_widened_at_release(host):
+    """An IRQ that appears while CPU 2 is isolated, with the narrowed default mask, is widened at
+    release; an old IRQ with that same mask all along (IRQ 3: 0-1) is not touched."""
+    call(A, "vm-a", "prepare", "begin")
+    (host / "proc/irq/9").mkdir()
+    (host / "proc/irq/9/smp_affinity_list").write_text("0-1,3\n")  # default_smp_affinity "b"
+    call(A, "vm-a", "release", "end")
+    assert irq(host, 9) == "0-3"
+    assert irq(host, 3) == "0-1"
+
+
+def test_cgroup_v1_tree_is_never_written(host):
+    """cgroup v1 (like this development machine): no cgroup file is written; tasks carry it."""
+    import shutil
+
+    shutil.rmtree(host / CG)
+    build(host, cgroup="v1")
+    call(A, "vm-a", "prepare", "begin")
+    assert {rel: read(host, f"{CG}/{rel}") for rel in V1_GROUPS} == V1_GROUPS
+    assert irq(host, 1) == "0-1,3"
+
+
+def test_systemd_slices_get_allowed_cpus_through_systemctl(host, monkeypatch):
+    """With systemd (``/run/systemd/system``) on cgroup v2, the host's slices and init.scope get
+    ``AllowedCPUs`` with ``systemctl set-property --runtime``; the cgroup files are left to systemd;
+    release sets them back to unset."""
+    import shutil
+
+    shutil.rmtree(host / "sys")
+    from test_hook import build_sysfs
+
+    build_sysfs(host / "sys")
+    build(host, systemd=True)
+    log = stub_systemctl(host)
+    monkeypatch.setenv("PATH", f"{host / 'bin'}:{os.environ['PATH']}")
+    cgroup_files = {g: read(host, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS}
+    call(A, "vm-a", "prepare", "begin")
+    calls = log.read_text().splitlines()
+    assert [c for c in calls if c.startswith("set-property")] == [
+        f"set-property --runtime {u} AllowedCPUs=0-1,3" for u in ("init.scope", "system.slice", "user.slice")]
+    assert {g: read(host, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS} == cgroup_files
+    log.write_text("")
+    call(A, "vm-a", "release", "end")
+    assert [c for c in log.read_text().splitlines() if c.startswith("set-property")] == [
+        f"set-property --runtime {u} AllowedCPUs=" for u in ("init.scope", "system.slice", "user.slice")]
+
+
+# -- a kill at every write point ------------------------------------------------------------------
+
+KILLED = 9
+
+
+def _die_at(n: int, argv: list[str], xml: str) -> None:
+    from vmtune import hook
+
+    real = items.Kind.write
+    done = [0]
+
+    def write(self, item, raw):
+        if done[0] == n:
+            os._exit(KILLED)
+        done[0] += 1
+        real(self, item, raw)
+
+    items.Kind.write = write
+    hook.main(argv, xml.encode())
+    os._exit(0)
+
+
+def killed_at(n: int, argv: list[str], xml: str) -> int:
+    proc = multiprocessing.get_context("fork").Process(target=_die_at, args=(n, argv, xml))
+    proc.start()
+    proc.join(60)
+    return proc.exitcode
+
+
+def _writes(host) -> int:
+    """How many isolation writes vm-a's prepare makes on this tree (then released)."""
+    count = [0]
+    real = items.Kind.write
+
+    def write(self, item, raw):
+        count[0] += 1
+        real(self, item, raw)
+
+    items.Kind.write = write
+    try:
+        call(A, "vm-a", "prepare", "begin")
+        call(A, "vm-a", "release", "end")
+    finally:
+        items.Kind.write = real
+    return count[0] // 2
+
+
+@pytest.mark.parametrize("phase", ["prepare", "release"])
+def test_a_kill_at_every_write_point_then_release_restores_exactly(host, phase):
+    """SIGKILL-like death (``os._exit``) before each isolation write of prepare, or of release;
+    then a release (and for prepare, a reconnect first) leaves the tree exactly as it was."""
+    before = tree(host)
+    total = _writes(host)
+    assert total >= 9
+    assert tree(host) == before
+    for n in range(total + 1):
+        if phase == "prepare":
+            killed_at(n, ["vm-a", "prepare", "begin", "-"], A)
+            assert call(A, "vm-a", "reconnect", "begin") == 0  # completes the isolation
+            assert irq(host, 1) == "0-1,3" and read(host, "proc/irq/default_smp_affinity") == "b"
+        else:
+            assert call(A, "vm-a", "prepare", "begin") == 0
+            killed_at(n, ["vm-a", "release", "end", "-"], A)
+        assert call(A, "vm-a", "release", "end") == 0
+        assert tree(host) == before, f"killed before write {n}"
+        assert "isolation" not in state(host)
+
+
+# -- properties -----------------------------------------------------------------------------------
+
+masks = st.frozensets(st.integers(0, 3), min_size=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(irq_masks=st.lists(masks, min_size=1, max_size=6),
+       steps=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.booleans(), masks), min_size=1, max_size=8))
+def test_isolation_property(tmp_path_factory, irq_masks, steps):
+    """Any sequence of leases starting and stopping: while CPUs are isolated, no IRQ that had a
+    housekeeping CPU to begin with runs on an isolated one, and one that had none is untouched;
+    when the last lease goes, every file is exactly as it was."""
+    base = tmp_path_factory.mktemp("iso")
+    (base / "proc" / "irq").mkdir(parents=True)
+    (base / "sys" / "devices/system/cpu").mkdir(parents=True)
+    (base / "sys" / "devices/system/cpu/online").write_text("0-3\n")
+    for n, m in enumerate(irq_masks):
+        (base / "proc/irq" / str(n)).mkdir()
+        (base / "proc/irq" / str(n) / "smp_affinity_list").write_text(cpuset.format(m) + "\n")
+    roots = isolation.Roots(str(base / "sys"), str(base / "proc"), str(base / "cg"), str(base / "run"),
+                            str(base / "lv"))
+    before = tree(base)
+    held: dict[str, frozenset[int]] = {}
+    record = None
+    for name, start, cpus in steps:
+        if start:
+            held[name] = cpus - {0}
+        else:
+            held.pop(name, None)
+        iso = frozenset().union(*held.values()) if held else frozenset()
+        record = isolation.reconcile(record, iso, roots, lambda j: None)
+        for n, m in enumerate(irq_masks):
+            now = cpuset.parse(irq(base, n))
+            assert now == (m if not m - iso else m - iso)
+    record = isolation.reconcile(record, frozenset(), roots, lambda j: None)
+    assert record is None
+    assert tree(base) == before
+
+
+# -- tasks: real processes ------------------------------------------------------------------------
+
+ONLINE = cpuset.parse(open("/sys/devices/system/cpu/online", encoding="ascii").read())
+needs_two_cpus = pytest.mark.skipif(len(ONLINE) < 2, reason="needs two CPUs to isolate one")
+FORKER = ("import os, sys, time\n"
+          "for line in sys.stdin:\n"
+          "    pid = os.fork()\n"
+          "    if pid == 0:\n"
+          "        time.sleep(1000)\n"
+          "    print(pid, flush=True)\n")
+
+
+def allowed(pid: int) -> frozenset[int]:
+    return frozenset(os.sched_getaffinity(pid))
+
+
+@pytest.fixture
+def forker():
+    proc = subprocess.Popen([sys.executable, "-c", FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    os.sched_setaffinity(proc.pid, ONLINE)  # whatever this test process was left with
+    children: list[int] = []
+
+    def fork() -> int:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        children.append(int(proc.stdout.readline()))
+        return children[-1]
+
+    yield proc, fork
+    for pid in children:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    proc.kill()
+    proc.wait()
+
+
+@needs_two_cpus
+def test_tasks_are_narrowed_and_restored(tmp_path, forker):
+    """A process and its threads lose the isolated CPU; a child it forks while isolated inherits the
+    narrowed affinity and is widened when the isolation ends; the parent gets its own value back."""
+    proc, fork = forker
+    every = allowed(proc.pid)
+    cpu = max(every)
+    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(tmp_path / "lv"))
+    journals = []
+    pids = {proc.pid}
+    record = isolation.reconcile(None, frozenset({cpu}), roots, journals.append, only=pids)
+    assert allowed(proc.pid) == every - {cpu}
+    assert journals and f"task:{proc.pid}" in journals[0]["records"]
+    time.sleep(0.05)  # a tick after the narrowing: the child is born after it
+    child = fork()
+    pids.add(child)
+    assert allowed(child) == every - {cpu}
+    record = isolation.reconcile(record, frozenset({cpu}), roots, journals.append, only=pids)
+    assert record["records"][f"task:{child}"]["before"] == cpuset.format(every)  # known as inherited
+    assert isolation.reconcile(record, frozenset(), roots, journals.append, only=pids) is None
+    assert allowed(proc.pid) == every
+    assert allowed(child) == every
+
+
+@needs_two_cpus
+def test_a_task_pinned_by_hand_is_left_alone(tmp_path, forker):
+    """A task changed by hand while isolated keeps its value; one pinned to the isolated CPU alone
+    before the isolation is never moved."""
+    proc, fork = forker
+    every = allowed(proc.pid)
+    cpu = max(every)
+    pinned = fork()
+    os.sched_setaffinity(pinned, {cpu})
+    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(tmp_path / "lv"))
+    pids = {proc.pid, pinned}
+    record = isolation.reconcile(None, frozenset({cpu}), roots, lambda j: None, only=pids)
+    assert allowed(pinned) == {cpu}
+    assert f"task:{pinned}" not in record["records"]
+    assert allowed(proc.pid) == every - {cpu}
+    os.sched_setaffinity(proc.pid, {cpu})  # by hand: neither its original nor what the hook set
+    assert isolation.reconcile(record, frozenset(), roots, lambda j: None, only=pids) is None
+    assert allowed(proc.pid) == {cpu}
+    assert allowed(pinned) == {cpu}
+
+
+@needs_two_cpus
+def test_a_reused_pid_is_never_restored(tmp_path, forker):
+    """A record whose start time is not the task's (the pid was reused) is not applied."""
+    proc, _ = forker
+    every = allowed(proc.pid)
+    cpu = max(every)
+    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(tmp_path / "lv"))
+    fake = {"cpus": cpuset.format({cpu}), "irqs": "", "pairs": [], "records": {
+        f"task:{proc.pid}": {"before": cpuset.format({cpu}), "after": cpuset.format(every), "ident": "1"}}}
+    isolation.reconcile(fake, frozenset(), roots, lambda j: None, only={proc.pid})
+    assert allowed(proc.pid) == every
+
+
+@needs_two_cpus
+def test_libvirt_qemu_threads_are_never_moved(tmp_path, forker):
+    """A process whose pid is in a domain's NAME.pid in libvirt's run dir is left alone; libvirtd's
+    own driver.pid does not count."""
+    proc, _ = forker
+    every = allowed(proc.pid)
+    lv = tmp_path / "lv"
+    lv.mkdir()
+    (lv / "vm.pid").write_text(f"{proc.pid}\n")
+    (lv / "vm.xml").write_text("<domstatus/>\n")
+    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(lv))
+    isolation.reconcile(None, frozenset({max(every)}), roots, lambda j: None, only={proc.pid})
+    assert allowed(proc.pid) == every
+    (lv / "vm.xml").unlink()
+    (lv / "vm.pid").rename(lv / "driver.pid")
+    record = isolation.reconcile(None, frozenset({max(every)}), roots, lambda j: None, only={proc.pid})
+    assert allowed(proc.pid) == every - {max(every)}
+    isolation.reconcile(record, frozenset(), roots, lambda j: None, only={proc.pid})
+    assert allowed(proc.pid) == every
+
+
+def test_libvirt_groups_are_recognised():
+    for name in LIBVIRT:
+        assert items.is_machine_group(name)
+    assert not items.is_machine_group("system.slice")
+
+
+# -- the real hook against this machine -----------------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="moves every task of this machine: root only")
+@needs_two_cpus
+def test_real_hook_isolates_a_busy_process_and_gives_it_back(tmp_path):
+    """The installed-style hook (hooks/qemu, this interpreter) against the real /proc and /sys with a
+    temporary state dir: a busy child leaves CPU 1 while the lease holds it, and has it back after."""
+    cpu = max(ONLINE)
+    hog = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    xml = domain("vmtune-test-iso", UUID_A, pins=str(cpu)).encode()
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "vmtune.toml").write_text("")
+    env = {**os.environ, "VMTUNE_SYSFS": "/sys", "VMTUNE_PROCFS": "/proc", "VMTUNE_STATE_DIR": str(tmp_path / "st"),
+           "VMTUNE_CONFIG": str(tmp_path / "vmtune.toml"), "VMTUNE_PROFILES": str(tmp_path / "profiles"),
+           "VMTUNE_SYSLOG": "0"}
+
+    def hook(op: str, sub: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(HOOK), "vmtune-test-iso", op, sub, "-"], input=xml, env=env,
+                              capture_output=True, timeout=60, check=False)
+
+    def cpus_allowed(pid: int) -> frozenset[int]:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            line = next(x for x in fh if x.startswith("Cpus_allowed_list:"))
+        return cpuset.parse(line.split(":", 1)[1])
+
+    try:
+        before, mine = cpus_allowed(hog.pid), cpus_allowed(os.getpid())
+        assert cpu in before
+        done = hook("prepare", "begin")
+        assert done.returncode == 0, done.stderr
+        assert cpu not in cpus_allowed(hog.pid)
+        assert cpu not in cpus_allowed(os.getpid())
+    finally:
+        done = hook("release", "end")
+        try:
+            assert done.returncode == 0, done.stderr
+            assert cpus_allowed(hog.pid) == before
+            assert cpus_allowed(os.getpid()) == mine
+        finally:
+            hog.kill()
+            hog.wait()
