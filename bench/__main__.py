@@ -5,6 +5,11 @@ boots real guests through the system libvirtd; it needs root, and is skipped wit
 that or libvirtd/QEMU is not available. ``--virt-type`` is recorded in every result: it is the
 ``type=`` of part 1's guests and of part 2's generated placement domains (the corpus domains keep
 their own). ``--part 1|2`` runs one part only.
+
+The ``host-isolation`` case (bench/host_isolation.py: a busy pinned probe on the host, with host
+work around it, without a lease and with the hook's lease, isolation off and on) runs in the full
+run and alone with ``--part host-isolation``. It needs root and two online CPUs, and is skipped
+with a message otherwise.
 """
 
 from __future__ import annotations
@@ -16,8 +21,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import costs, guests, hook_cost
+from . import costs, guests, hook_cost, host_isolation
 from .common import ROOT, machine, versions, write_result
+
+# The --part values that run the host-isolation case (None: the full run). Not "1" yet:
+# tests/test_bench.py's part-1 test expects exactly the guest cases in a --part 1 run.
+ISOLATION_PARTS = (None, "host-isolation")
 
 FULL = {"rewrite_runs": 9, "rewrite_inner": 5, "sizes": (10, 30, 100, 300), "placement_runs": 5, "place_inner": 10}
 QUICK = {"rewrite_runs": 3, "rewrite_inner": 1, "sizes": (10, 30, 100), "placement_runs": 3, "place_inner": 3}
@@ -36,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="recorded in every result; type= of the generated domains (default qemu: TCG)")
     ap.add_argument("--cprofile", action="store_true",
                     help="also write a cProfile of planning the largest N (not timed)")
-    ap.add_argument("--part", type=int, choices=(1, 2),
-                    help="only part 1 (guests through libvirt, root) or part 2 (vmtune's own cost)")
+    ap.add_argument("--part", choices=("1", "2", "host-isolation"),
+                    help="only part 1 (guests through libvirt, root), part 2 (vmtune's own cost), "
+                         "or the host-isolation case (root)")
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     start = time.monotonic()
@@ -55,12 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     records = []
-    if args.part != 1:
+    if args.part is None or args.part == "2":
         records += costs.rewrite_throughput(cfg["rewrite_runs"], cfg["rewrite_inner"], log)
         records += costs.placement(cfg["sizes"], cfg["placement_runs"], cfg["place_inner"], args.virt_type, log)
         records += hook_cost.run(args.quick, log)  # FULL/QUICK sizes in bench/hook_cost.py
     part1 = {"ran": False}
-    if args.part != 2:
+    if args.part is None or args.part == "1":
         try:
             records += guests.run(GUESTS_QUICK if args.quick else GUESTS_FULL, args.virt_type, log)
             part1 = {"ran": True}
@@ -70,6 +80,17 @@ def main(argv: list[str] | None = None) -> int:
         except (guests.GuestError, guests.guestimage.BuildError) as exc:
             part1 = {"ran": False, "failed": str(exc)}
             log(f"part 1 (what a guest gains) FAILED: {exc}")
+    isolation = {"ran": False}
+    if args.part in ISOLATION_PARTS:
+        try:
+            records += host_isolation.run(args.quick, log)  # FULL/QUICK sizes in bench/host_isolation.py
+            isolation = {"ran": True}
+        except host_isolation.Unavailable as exc:
+            isolation = {"ran": False, "skipped": str(exc)}
+            log(f"host-isolation skipped: {exc}")
+        except (host_isolation.IsolationError, guests.guestimage.BuildError) as exc:
+            isolation = {"ran": False, "failed": str(exc)}
+            log(f"host-isolation FAILED: {exc}")
     written = []
     for rec in records:
         # the case, variant and figures first, then the context every result carries
@@ -81,14 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     summary = [{k: r.get(k) for k in ("case", "variant", "p50_ms", "p99_ms", "rewrites_per_s", "total_s")}
                for r in records]
     index = {"quick": args.quick, "virt_type": args.virt_type, "elapsed_s": time.monotonic() - start,
-             "files": [p.name for p in written], "summary": summary, "part1": part1}
+             "files": [p.name for p in written], "summary": summary, "part1": part1,
+             "host_isolation": isolation}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     for row in summary:
         figs = "  ".join(f"{k}={v:.3g}" for k, v in row.items() if isinstance(v, float))
         print(f"{row['case']:22} {row['variant']:11} {figs}")
     log(f"{len(written)} result files in {args.out}")
-    return 1 if "failed" in part1 else 0
+    if any(r["case"] == host_isolation.CASE for r in records):
+        print(host_isolation.table([r for r in records if r["case"] == host_isolation.CASE]), end="")
+    return 1 if "failed" in part1 or "failed" in isolation else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from itertools import permutations
 import pytest
 from conftest import EXAMPLES
 from hosttrees import hosts
-from hypothesis import assume, given
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 from strategies import domains as domain_xmls
@@ -412,6 +412,7 @@ def test_a_fleet_placed_by_the_rewriter_audits_clean(host, drawn):
     assert report.ok, [p.message for p in report.problems]
 
 
+@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])  # full hosts are assumed away
 @given(reserved_hosts, st.lists(st.tuples(domain_xmls(max_vcpus=4), st.sampled_from(PROFILES)), max_size=4),
        st.integers(1, 4))
 def test_free_dedicated_is_where_the_next_latency_domain_goes(host, drawn, vcpus):

@@ -118,3 +118,29 @@ def test_bench_run_quick_part1(tmp_path: Path):
     assert facts[("guest-net", "stock")]["nic_driver"] == "e1000"
     assert facts[("guest-net", "tuned")]["nic_driver"] == "virtio_net"
     assert sorted(index["files"]) == [p.name for p in files]
+
+
+ISOLATION_VARIANTS = {"no-hog", "no-lease", "lease-isolate-off", "lease-isolated"}
+
+
+def test_bench_run_quick_host_isolation(tmp_path: Path):
+    """``--part host-isolation``: as root with two CPUs, one record per variant with the comparisons
+    (the figures are not asserted); the host's IRQ and workqueue masks are as before; else a skip."""
+    out = tmp_path / "results"
+    masks = ("/proc/irq/default_smp_affinity", "/sys/devices/virtual/workqueue/cpumask")
+    before = {p: Path(p).read_text() for p in masks if os.path.exists(p)}
+    proc = subprocess.run([str(ROOT / "bench" / "run"), "--quick", "--part", "host-isolation", "--out", str(out)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    index = json.loads((out / "index.json").read_text())
+    if os.geteuid() != 0 or (os.cpu_count() or 1) < 2:
+        assert index["host_isolation"]["ran"] is False
+        return
+    assert index["host_isolation"] == {"ran": True}, index["host_isolation"]
+    records = [json.loads(p.read_text()) for p in out.glob("host-isolation--*.json")]
+    assert {r["variant"] for r in records} == ISOLATION_VARIANTS
+    for rec in records:
+        assert _number(rec["p50_ms"]) and _number(rec["p99_ms"]), rec["variant"]
+    isolated = next(r for r in records if r["variant"] == "lease-isolated")
+    assert _number(isolated["vs_lease_isolate_off"]["p99"]["ratio"])  # compared with today's behaviour
+    assert {p: Path(p).read_text() for p in before} == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from vmtune import cli, hook
 from vmtune.hook import hoststate, install, leases
+from vmtune.hook.state import KnobRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = ROOT / "hooks" / "qemu"
@@ -178,9 +180,7 @@ def test_reconnect_recreates_a_lost_lease_and_never_fails(env, capsys):
     assert call(clash, "vm-c", "reconnect", "begin") == 0  # already running: warn, keep its lease
     assert "vm-a" in capsys.readouterr().err
     assert len(state(env)["leases"]) == 2
-    (env / "state" / "state.json").unlink()
-    (env / "state" / "lock").unlink()
-    (env / "state").rmdir()
+    shutil.rmtree(env / "state")
     (env / "state").write_text("not a directory")
     assert call(A, "vm-a", "reconnect", "begin") == 0
     assert capsys.readouterr().out == ""
@@ -203,7 +203,7 @@ def test_overlapping_pins_refuse_the_start(env, capsys):
     """vCPU pins overlapping another lease: exit 1, one stderr line naming the other domain and CPUs."""
     call(domain("vm-a", UUID_A, pins="2-3"), "vm-a", "prepare", "begin")
     capsys.readouterr()
-    rc = call(domain("vm-b", UUID_B, pins="3,5"), "vm-b", "prepare", "begin")
+    rc = call(domain("vm-b", UUID_B, pins="1,3"), "vm-b", "prepare", "begin")
     out = capsys.readouterr()
     assert rc == 1
     assert out.out == ""
@@ -312,7 +312,7 @@ def test_drifted_value_is_left_alone_with_a_warning(env, capsys):
     call(A, "vm-a", "prepare", "begin")
     gov1 = f"{CPU}/cpu1/cpufreq/scaling_governor"
     (sysfs / gov1).write_text("schedutil\n")
-    saved = state(env)["baseline"]
+    saved = [KnobRecord(r["path"], r["before"], r["after"]) for r in state(env)["baseline"]]
     assert [d[0] for d in hoststate.verify(str(sysfs), saved)] == [gov1]
     capsys.readouterr()
     call(A, "vm-a", "release", "end")
@@ -356,18 +356,23 @@ def test_state_file_is_replaced_whole(env):
     """After each call the state file is valid JSON and no temporary file is left behind."""
     call(A, "vm-a", "prepare", "begin")
     call(B, "vm-b", "prepare", "begin")
-    assert sorted(p.name for p in (env / "state").iterdir()) == ["lock", "state.json"]
+    assert sorted(p.name for p in (env / "state").iterdir()) == ["baseline.json", "lock", "state.json"]
     assert state(env)["version"] == 1
+    assert json.loads((env / "state" / "baseline.json").read_text()) == state(env)  # the completed state
 
 
-def test_corrupt_state_starts_empty_and_is_kept_aside(env, capsys):
-    """An unreadable state file is moved aside (logged), and the hook goes on from an empty state."""
+def test_a_damaged_state_fails_closed(env, capsys):
+    """An unreadable state file is never replaced by an empty one: a latency prepare is refused with
+    one line naming the file and what to do, a release does nothing, and the file stays as it is."""
     (env / "state").mkdir()
     (env / "state" / "state.json").write_text("{nope")
-    assert call(A, "vm-a", "prepare", "begin") == 0
-    assert list(state(env)["leases"]) == [UUID_A]
-    assert any(p.name.startswith("state.json.corrupt-") for p in (env / "state").iterdir())
-    assert "unreadable" in capsys.readouterr().err
+    before = snapshot(env / "sys")
+    assert call(A, "vm-a", "prepare", "begin") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "state.json: not JSON" in err[0] and "vmtune hook reap" in err[0]
+    assert call(A, "vm-a", "release", "end") == 0
+    assert (env / "state" / "state.json").read_text() == "{nope"
+    assert snapshot(env / "sys") == before
 
 
 # -- two processes at once ----------------------------------------------------------------------
@@ -529,7 +534,7 @@ def test_real_cpuidle_state_is_disabled_and_restored():
     saved = hoststate.apply("/sys", [hoststate.Knob(rel, want)])
     try:
         assert hoststate.read("/sys", rel) == want
-        assert saved == [{"path": rel, "before": original, "after": want}]
+        assert saved == [KnobRecord(rel, original, want)]
     finally:
         assert hoststate.restore("/sys", saved) == []
     assert hoststate.read("/sys", rel) == original

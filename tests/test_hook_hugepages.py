@@ -17,6 +17,7 @@ from test_hook import UUID_A, UUID_B, call, env, snapshot, state  # noqa: F401 -
 
 from vmtune import model, xmlsafe
 from vmtune.hook import hoststate, hugepages
+from vmtune.hook.state import Lease, PoolRecord
 
 TAG = '<metadata><vmtune:tune xmlns:vmtune="https://vmtune.dev/xmlns/1" profile="latency"/></metadata>'
 PAGE_2M = "<page size='2048' unit='KiB'/>"
@@ -272,7 +273,7 @@ def test_give_back_leaves_what_another_lease_still_waits_for(env):  # noqa: F811
     """150 pages free, another lease needs 120 and uses none yet: at most 30 can go back."""
     fake = FakeKernel(env / "sys", env / "proc")
     fake.pool(P0, nr=150, free=150)
-    waiting = [{"hugepages": {P0: {"need": 120, "added": 0}}}]
+    waiting = [Lease("other", hugepages={P0: PoolRecord(need=120)})]
     assert hugepages.plan_shrink(str(env / "sys"), P0, 50, waiting) == (150, 30)
     assert hugepages.plan_shrink(str(env / "sys"), P0, 50, []) == (150, 50)
     fake.pool(P0, nr=150, free=40)  # 110 in use: counted as that lease's first

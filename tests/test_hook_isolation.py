@@ -22,6 +22,7 @@ from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F4
 from vmtune import cpuset
 from vmtune.hook import isolation
 from vmtune.hook.isolation import items
+from vmtune.hook.state import IsoRecord, Isolation
 
 A = domain("vm-a", UUID_A, pins="2")
 B = domain("vm-b", UUID_B, pins="3")
@@ -361,13 +362,13 @@ def test_tasks_are_narrowed_and_restored(tmp_path, forker):
     pids = {proc.pid}
     record = isolation.reconcile(None, frozenset({cpu}), roots, journals.append, only=pids)
     assert allowed(proc.pid) == every - {cpu}
-    assert journals and f"task:{proc.pid}" in journals[0]["records"]
+    assert journals and f"task:{proc.pid}" in journals[0].records
     time.sleep(0.05)  # a tick after the narrowing: the child is born after it
     child = fork()
     pids.add(child)
     assert allowed(child) == every - {cpu}
     record = isolation.reconcile(record, frozenset({cpu}), roots, journals.append, only=pids)
-    assert record["records"][f"task:{child}"]["before"] == cpuset.format(every)  # known as inherited
+    assert record.records[f"task:{child}"].before == cpuset.format(every)  # known as inherited
     assert isolation.reconcile(record, frozenset(), roots, journals.append, only=pids) is None
     assert allowed(proc.pid) == every
     assert allowed(child) == every
@@ -386,7 +387,7 @@ def test_a_task_pinned_by_hand_is_left_alone(tmp_path, forker):
     pids = {proc.pid, pinned}
     record = isolation.reconcile(None, frozenset({cpu}), roots, lambda j: None, only=pids)
     assert allowed(pinned) == {cpu}
-    assert f"task:{pinned}" not in record["records"]
+    assert f"task:{pinned}" not in record.records
     assert allowed(proc.pid) == every - {cpu}
     os.sched_setaffinity(proc.pid, {cpu})  # by hand: neither its original nor what the hook set
     assert isolation.reconcile(record, frozenset(), roots, lambda j: None, only=pids) is None
@@ -401,8 +402,8 @@ def test_a_reused_pid_is_never_restored(tmp_path, forker):
     every = allowed(proc.pid)
     cpu = max(every)
     roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(tmp_path / "lv"))
-    fake = {"cpus": cpuset.format({cpu}), "irqs": "", "pairs": [], "records": {
-        f"task:{proc.pid}": {"before": cpuset.format({cpu}), "after": cpuset.format(every), "ident": "1"}}}
+    fake = Isolation(frozenset({cpu}), records={
+        f"task:{proc.pid}": IsoRecord(cpuset.format({cpu}), cpuset.format(every), ident="1")})
     isolation.reconcile(fake, frozenset(), roots, lambda j: None, only={proc.pid})
     assert allowed(proc.pid) == every
 

@@ -65,15 +65,18 @@ def test_killed_while_tuning_then_released(env, writes):  # noqa: F811 - env is 
 
 
 def test_killed_then_reconnected_settles_the_journal(env):  # noqa: F811 - env is test_hook's fixture
-    """A later call (here reconnect) settles the journal: records for values never written go, the
-    written ones stay as ordinary records; a second domain and both releases end with the host as before."""
+    """A later call (here reconnect) settles the journal (records for values never written go, the
+    written ones stay as ordinary records) and completes the tuning: verify, never assume. A second
+    domain and both releases end with the host as before."""
     sysfs = env / "sys"
     before = snapshot(sysfs)
     assert killed_after(5, ["vm-a", "prepare", "begin", "-"], A) == KILLED
-    assert call(A, "vm-a", "reconnect", "begin") == 0
+    assert call(A, "vm-a", "reconnect", "begin") == 0  # settles, then completes what was not written
     baseline = state(env)["baseline"]
-    assert pending(baseline) == [] and len(baseline) == 5
-    assert call(B, "vm-b", "prepare", "begin") == 0  # not the first: the host is left as it is
+    assert pending(baseline) == [] and len(baseline) == HOST_WRITES
+    tuned = snapshot(sysfs)
+    assert call(B, "vm-b", "prepare", "begin") == 0  # not the first: the host is already as it should be
+    assert snapshot(sysfs) == tuned
     call(A, "vm-a", "release", "end")
     call(B, "vm-b", "release", "end")
     assert snapshot(sysfs) == before

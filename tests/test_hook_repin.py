@@ -11,6 +11,7 @@ from hosttrees import write_sysfs
 from test_placement import make_host
 from vmtune import cpuset, hook
 from vmtune.hook import leases, repin
+from vmtune.hook.state import Lease
 from vmtune.host import Host
 from vmtune.model import Domain
 
@@ -144,6 +145,6 @@ def test_untagged_or_not_latency_prints_nothing(place, capsys, profile):
 
 
 def test_ledger_from_leases_skips_the_domain_itself():
-    led = repin.ledger_from_leases({"u1": {"name": "a", "cpus": "2-3"}, "u2": {"name": "b", "cpus": "5"}},
+    led = repin.ledger_from_leases({"u1": Lease("a", cpus=frozenset({2, 3})), "u2": Lease("b", cpus=frozenset({5}))},
                                    "u1", "a")
     assert led.dedicated == frozenset({5}) and led.owner_of(5) == "b"

@@ -1,4 +1,8 @@
-"""Writing a file all or nothing: a temporary file in the same folder, fsync, rename."""
+"""Writing a file all or nothing: a temporary file in the same folder, fsync, rename (then the folder).
+
+``replace`` is the one implementation (OSError on failure; the hook's state and the installed
+hook use it); ``write_atomic`` is the same for the command line, with a one-line InvalidInput.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +12,45 @@ import tempfile
 from .errors import InvalidInput
 
 
+def replace(path: str, data: bytes, mode: int = 0o644, prefix: str = ".vmtune-", sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` (mode ``mode``) through ``PREFIX*.tmp`` beside it; OSError if not.
+
+    A kill at any point leaves either the old file or the new one, and perhaps the temporary file.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if sync_dir:
+        try:
+            dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+
+
 def write_atomic(path: str, text: str, mode_from: str | None = None, mode: int | None = None) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename: all or nothing.
 
     The file gets the permissions of ``mode_from`` when that exists, else ``mode``, else 0644.
     """
-    folder = os.path.dirname(os.path.abspath(path))
+    source = mode_from if mode_from and os.path.exists(mode_from) else None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".vmtune-", suffix=".tmp", dir=folder)
+        perms = os.stat(source).st_mode & 0o7777 if source else (0o644 if mode is None else mode)
+        replace(path, text.encode("utf-8"), perms, sync_dir=False)
     except OSError as exc:
-        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        source = mode_from if mode_from and os.path.exists(mode_from) else None
-        os.chmod(tmp, os.stat(source).st_mode & 0o7777 if source else (0o644 if mode is None else mode))
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from None
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -84,8 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--config", metavar="FILE")
     prof.add_argument("--json", action="store_true")
 
-    hook = sub.add_parser("hook", help="install or remove the libvirt hook")
-    hook.add_argument("action", choices=("install", "uninstall"))
+    hook = sub.add_parser("hook", help="install or remove the libvirt hook, or reap its stale leases")
+    hook.add_argument("action", choices=("install", "uninstall", "reap"))
     hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks)")
     cli_live.add_parsers(sub)    # tag, untag, apply, revert, plan: domains libvirt already knows
     cli_doctor.add_parsers(sub)  # doctor: what is wrong with this host
@@ -162,12 +162,31 @@ def cmd_profiles(args, cfg) -> int:
 def cmd_hook(args, cfg) -> int:
     from .hook import install
 
+    if args.action == "reap":
+        return _reap(cfg)
     if args.action == "install":
         path = install.install(args.hooks_dir)
         print(f"installed {path}; restart libvirtd (or virtqemud) so that it sees a new hook")
     else:
         path = install.uninstall(args.hooks_dir)
         print(f"removed {path}" if path else f"{install.hook_path(args.hooks_dir)} was not installed")
+    return 0
+
+
+def _reap(cfg) -> int:
+    """``vmtune hook reap``: what the hook does at every start and stop, for an operator."""
+    from .hook import leases, setup_logging
+    from .hook.lifecycle import Hook
+
+    setup_logging()  # the hook's own lines (a lease reaped, a value left alone) on stderr
+    try:
+        done = Hook(cfg).reap()
+    except (leases.LockTimeout, leases.Unsafe) as exc:
+        raise InvalidInput(str(exc)) from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot reap: {exc.strerror or exc}") from None
+    for line in done or ["nothing to reap: every lease belongs to a running domain"]:
+        print(line)
     return 0
 
 

@@ -7,8 +7,12 @@ from collections.abc import Iterable
 from .errors import InvalidInput
 
 
-def parse(text: str | None) -> frozenset[int]:
-    """Parse a cpulist (``"0-3,^2,8"``, Linux sysfs or libvirt syntax); ``""`` and None give {}."""
+def parse(text: str | None, limit: int | None = None) -> frozenset[int]:
+    """Parse a cpulist (``"0-3,^2,8"``, Linux sysfs or libvirt syntax); ``""`` and None give {}.
+
+    ``limit``: ids must be below it (the host's possible CPUs), checked before a range is expanded,
+    so the work is bounded by the limit, not by the text.
+    """
     if text is None:
         return frozenset()
     include: set[int] = set()
@@ -26,6 +30,8 @@ def parse(text: str | None) -> frozenset[int]:
                 lo, hi = int(lo_s), int(hi_s)
                 if lo < 0 or hi < lo:
                     raise ValueError
+                if limit is not None and hi >= limit:
+                    raise InvalidInput(f"cpu list {raw.strip()!r} goes beyond the host's last CPU {limit - 1}")
                 if hi - lo > 1 << 16:
                     raise InvalidInput(f"cpu list range too large: {raw.strip()!r}")
                 target.update(range(lo, hi + 1))
@@ -33,6 +39,8 @@ def parse(text: str | None) -> frozenset[int]:
                 value = int(part)
                 if value < 0:
                     raise ValueError
+                if limit is not None and value >= limit:
+                    raise InvalidInput(f"cpu list names CPU {value}, beyond the host's last CPU {limit - 1}")
                 target.add(value)
         except ValueError:
             raise InvalidInput(f"bad cpu list {text!r}") from None

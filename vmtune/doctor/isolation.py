@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import cpuset
 from ..hook.isolation import items, tasks
-from .findings import Context, Finding, cpulist, maker
+from .findings import Context, Finding, maker
 from .state import _load, state_path
 
 new = maker("isolation")
@@ -18,12 +18,9 @@ SHOWN = 3
 
 
 def held_cpus(ctx: Context, state) -> frozenset[int]:
-    recorded = (state.isolation or {}).get("cpus")
-    if isinstance(recorded, str) and recorded:
-        return cpulist(recorded)
-    held = frozenset().union(*(cpulist(str(lease.get("cpus", ""))) for lease in state.leases.values()
-                               if isinstance(lease, dict)))
-    return held - (ctx.cfg.reserved_cpus or frozenset())
+    if state.isolation is not None and state.isolation.cpus:
+        return state.isolation.cpus
+    return state.held_cpus() - (ctx.cfg.reserved_cpus or frozenset())
 
 
 def _names(found: list[items.Item]) -> str:

@@ -1,17 +1,18 @@
 """vmtune's own state: the hook's leases and saved baseline (vmtune/hook/leases.py) against the
 live values (drift), leases that overlap, and leases whose domain no longer runs.
 
-The state file is read, never locked or written (``leases.Store`` would move a corrupt file aside).
+The state file is read with the hook's own reader and validator (leases.Store, state.py), never
+locked or written.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 from .. import cpuset
 from ..hook import hoststate, leases
-from .findings import Context, Finding, cpulist, maker
+from ..hook.state import KnobRecord
+from .findings import Context, Finding, maker
 
 new = maker("state")
 
@@ -24,22 +25,15 @@ def state_path(ctx: Context) -> str:
 
 def _load(path: str) -> leases.State | str | None:
     """The state; None when there is no file; a string saying why it cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
+    store = leases.Store(folder=os.path.dirname(path), dry_run=True)
+    try:
+        return store.read()
     except PermissionError:
         return "permission denied"
-    except (OSError, ValueError) as exc:
-        return f"unreadable: {exc}"
-    if not isinstance(data, dict) or not isinstance(data.get("leases", {}), dict):
-        return "unreadable: not a vmtune state object"
-    baseline = data.get("baseline")
-    held = {str(k): v for k, v in (data.get("leases") or {}).items() if isinstance(v, dict)}
-    isolation = data.get("isolation")
-    return leases.State(leases=held, baseline=baseline if isinstance(baseline, list) else None,
-                        isolation=isolation if isinstance(isolation, dict) else None)
+    except leases.Damaged as exc:
+        return f"damaged: {exc}" if "permission denied" not in str(exc).lower() else "permission denied"
 
 
 def _running(ctx: Context) -> set[str] | None:
@@ -58,13 +52,13 @@ def _running(ctx: Context) -> set[str] | None:
 
 def _leases(ctx: Context, state: leases.State, path: str) -> list[Finding]:
     out = []
-    rows = [f"{lease.get('name', key)} ({lease.get('profile') or '?'}, CPUs {lease.get('cpus') or '-'})"
+    rows = [f"{lease.name} ({lease.profile or '?'}, CPUs {cpuset.format(lease.cpus) or '-'})"
             for key, lease in sorted(state.leases.items())]
     out.append(new("INFO", path, f"{len(rows)} lease(s): {', '.join(rows)}"))
     seen: set[frozenset[str]] = set()
     for key, lease in sorted(state.leases.items()):
-        for other, shared in state.conflicts(key, cpulist(str(lease.get("cpus", "")))):
-            pair = frozenset((lease.get("name", key), other))
+        for other, shared in state.conflicts(key, lease.cpus):
+            pair = frozenset((lease.name, other))
             if pair not in seen:
                 seen.add(pair)
                 out.append(new("FAIL", path, f"leases {' and '.join(sorted(pair))} share CPUs {cpuset.format(shared)}",
@@ -72,7 +66,7 @@ def _leases(ctx: Context, state: leases.State, path: str) -> list[Finding]:
     running = _running(ctx)
     if running is not None:
         for key, lease in sorted(state.leases.items()):
-            name = lease.get("name", key)
+            name = lease.name
             if key not in running and name not in running and key.removeprefix("name:") not in running:
                 out.append(new("WARN", path, f"lease of {name}, which is not running ({ctx.domains_source}): "
                                "the host stays tuned for it", "a lease per running latency domain",
@@ -80,12 +74,9 @@ def _leases(ctx: Context, state: leases.State, path: str) -> list[Finding]:
     return out
 
 
-def _records(state: leases.State) -> list[dict]:
+def _records(state: leases.State) -> list[KnobRecord]:
     """Every sysfs record the hook keeps: the host baseline, then each lease's C-states."""
-    out = [r for r in state.baseline or [] if isinstance(r, dict) and "path" in r and "after" in r]
-    for lease in state.leases.values():
-        out += [r for r in lease.get("cstates") or [] if isinstance(r, dict) and "path" in r and "after" in r]
-    return out
+    return list(state.baseline or []) + [r for lease in state.leases.values() for r in lease.cstates]
 
 
 def _baseline(ctx: Context, state: leases.State, path: str) -> list[Finding]:
@@ -98,7 +89,7 @@ def _baseline(ctx: Context, state: leases.State, path: str) -> list[Finding]:
                        "tuned", "no baseline without a lease",
                        "start and stop a latency domain, or write the 'before' values back"))
     records = _records(state)
-    pending = [r for r in records if r.get("pending")]
+    pending = [r for r in records if r.pending]
     if pending:
         out.append(new("WARN", path, f"{len(pending)} journal record(s) pending: a hook was interrupted",
                        "none pending", "the next hook call settles them (start or stop any latency domain)"))
@@ -106,7 +97,7 @@ def _baseline(ctx: Context, state: leases.State, path: str) -> list[Finding]:
         return out
     if not ctx.has("sysfs"):
         return out + [new("SKIP", path, "no sysfs tree given: drift not checked")]
-    drifted = hoststate.verify(ctx.roots.sysfs, [r for r in records if not r.get("pending")])
+    drifted = hoststate.verify(ctx.roots.sysfs, [r for r in records if not r.pending])
     if not drifted:
         return out + [new("OK", path, f"{len(records) - len(pending)} value(s) still as the hook set them")]
     return out + [new("WARN", ctx.path("sysfs", rel), f"{now if now is not None else 'gone'}, but the hook set "
@@ -124,7 +115,8 @@ def check(ctx: Context) -> list[Finding]:
     if isinstance(state, str):
         level = "SKIP" if state == "permission denied" else "FAIL"
         return [new(level, path, state, "", "" if level == "SKIP" else
-                    "keep a copy, then remove it once no latency VM runs (the hook starts afresh)")]
+                    "the hook refuses latency domains until `vmtune hook reap` sets it aside and goes on from "
+                    "baseline.json")]
     if not state.leases and state.baseline is None:
         return [new("OK", path, "no lease held")]
     return _leases(ctx, state, path) + _baseline(ctx, state, path)

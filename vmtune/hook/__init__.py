@@ -47,7 +47,15 @@ from dataclasses import dataclass, field
 MARK = b"https://vmtune.dev/xmlns/1"
 log = logging.getLogger("vmtune.hook")
 
-__all__ = ["HANDLED_OPS", "MARK", "main"]
+__all__ = ["HANDLED_OPS", "MARK", "main", "setup_logging"]
+
+
+class _Escaped(logging.Formatter):
+    """Control characters (a newline in a domain's ``<name>``) are escaped: one record, one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class _Stderr(logging.Handler):
@@ -101,19 +109,19 @@ def load_env_file(path: str | None) -> dict[str, str]:
     return added
 
 
-def _setup_logging() -> None:
+def setup_logging() -> None:
     if getattr(log, "_vmtune_ready", False):
         return
     log.setLevel(logging.INFO)
     log.propagate = False
     err = _Stderr()
-    err.setFormatter(logging.Formatter("vmtune-hook: %(message)s"))
+    err.setFormatter(_Escaped("vmtune-hook: %(message)s"))
     log.addHandler(err)
     if os.path.exists("/dev/log") and os.environ.get("VMTUNE_SYSLOG", "1") != "0":
         from logging.handlers import SysLogHandler
         try:
             syslog = SysLogHandler(address="/dev/log", facility=SysLogHandler.LOG_DAEMON)
-            syslog.setFormatter(logging.Formatter("vmtune-hook[%(process)d]: %(message)s"))
+            syslog.setFormatter(_Escaped("vmtune-hook[%(process)d]: %(message)s"))
             log.addHandler(syslog)
         except OSError:
             pass
@@ -127,21 +135,34 @@ class Domain:
     profile: str | None
     cpus: frozenset[int]  # host CPUs the vCPUs are pinned to
     pages: Mapping[str, int] = field(default_factory=dict)  # hugepages needed per "node:size KiB" pool
+    error: str | None = None  # what is wrong with its pins or nodesets (the prepare is refused)
 
 
 def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
-    from .. import model, xmlsafe
+    """The domain as the hook sees it. Its cpusets are read against the host's CPUs (an id past the
+    last possible CPU is an error, found before any range is expanded), so one domain's XML can
+    never make the hook do more work than the host has CPUs."""
+    from .. import cpuset, model, xmlsafe
+    from ..errors import InvalidInput
+    from . import hoststate
 
     dom = model.Domain(xmlsafe.parse(xml, "domain XML"))
-    cpus: frozenset[int] = frozenset().union(*dom.vcpupins().values()) if dom.vcpupins() else frozenset()
+    sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
+    limit = hoststate.cpu_limit(sysfs)
+    cpus: frozenset[int] = frozenset()
     need: dict[str, int] = {}
-    if pages:
-        from . import hugepages
+    error = None
+    try:
+        for pin in dom.iter("cputune/vcpupin"):
+            cpus |= cpuset.parse(pin.get("cpuset"), limit=limit)
+        if pages:
+            from . import hugepages
 
-        sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
-        need = hugepages.needs(dom, lambda: hugepages.default_size(sysfs))
+            need = hugepages.needs(dom, lambda: hugepages.default_size(sysfs))
+    except InvalidInput as exc:
+        error = str(exc)
     return Domain(name=dom.name or name, uuid=dom.uuid or f"name:{dom.name or name}",
-                  profile=dom.tagged_profile, cpus=cpus, pages=need)
+                  profile=dom.tagged_profile, cpus=cpus, pages=need, error=error)
 
 
 def _wants_host_tuning(profile: str | None, cfg) -> bool:
@@ -189,7 +210,11 @@ def _run(argv: list[str], data: bytes) -> int:
     from .lifecycle import Hook
 
     prepare = op == ("prepare", "begin")
-    return Hook(cfg).lease(_domain(name, data, pages=True), refuse_conflicts=prepare, top_up=prepare)
+    dom = _domain(name, data, pages=True)
+    if dom.error:
+        log.error("%s: %s: %s", dom.name, "refusing to start" if prepare else "not tuned", dom.error)
+        return 1 if prepare else 0
+    return Hook(cfg).lease(dom, refuse_conflicts=prepare, top_up=prepare)
 
 
 def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int:
@@ -208,7 +233,7 @@ def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int
     if MARK not in data:
         return 0  # untagged: not ours
     load_env_file(env_file())
-    _setup_logging()
+    setup_logging()
     name = argv[0] if argv else "?"
     try:
         return _run(list(argv), data)

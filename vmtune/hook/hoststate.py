@@ -1,8 +1,8 @@
 """Host knobs the hook tunes while a latency VM runs, with tuned's apply / verify / restore lifecycle.
 
 A knob is a sysfs file and the value vmtune wants in it. ``apply`` reads each value before it
-writes, and returns what it changed as records ``{"path", "before", "after"}`` (``after`` is what
-the kernel reads back). ``restore`` walks those records backwards, so a governor is restored before
+writes, and returns what it changed as ``KnobRecord(path, before, after)`` (``after`` is what the
+kernel reads back). ``restore`` walks those records backwards, so a governor is restored before
 its energy_performance_preference, and writes ``before`` back only where the live value is still
 the one vmtune wrote: a value someone changed since is left alone, with a warning.
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import cpuset
+from .state import KnobRecord
 
 log = logging.getLogger("vmtune.hook")
 
@@ -52,6 +53,19 @@ def read(sysfs: str, path: str) -> str | None:
 def write(sysfs: str, path: str, value: str) -> None:
     with open(os.path.join(sysfs, path), "w", encoding="ascii") as fh:
         fh.write(value)
+
+
+def cpu_limit(sysfs: str, default: int = 8192) -> int:
+    """One past the highest CPU id the kernel may ever use (``possible``, ``present``, ``online``
+    and the ``cpuN`` directories), so a CPU list from outside can be bounded by the host."""
+    ids: set[int] = set()
+    for name in ("possible", "present", "online"):
+        try:
+            ids |= cpuset.parse(read(sysfs, f"{CPU_DIR}/{name}") or "")
+        except Exception:  # noqa: BLE001,S112 - a garbled file: the others still count
+            continue
+    ids |= {int(m.group(1)) for p in Path(sysfs, CPU_DIR).glob("cpu*") if (m := re.fullmatch(r"cpu(\d+)", p.name))}
+    return max(ids) + 1 if ids else default
 
 
 def online_cpus(sysfs: str) -> list[int]:
@@ -126,7 +140,7 @@ def cpu_of(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def intend(sysfs: str, knobs: list[Knob]) -> list[dict]:
+def intend(sysfs: str, knobs: list[Knob]) -> list[KnobRecord]:
     """The journal for ``apply``: a pending record for every knob that is not at its value yet.
 
     Written to the state file before any sysfs value changes, so that a hook killed half-way
@@ -136,30 +150,49 @@ def intend(sysfs: str, knobs: list[Knob]) -> list[dict]:
     for knob in knobs:
         before = read(sysfs, knob.path)
         if before is not None and before != knob.want:
-            out.append({"path": knob.path, "before": before, "after": knob.want, "pending": True})
+            out.append(KnobRecord(knob.path, before, knob.want, pending=True))
     return out
 
 
-def settle(sysfs: str, records: list[dict]) -> list[dict]:
+def complete(sysfs: str, saved: list[KnobRecord], knobs: list[Knob]) -> tuple[list[KnobRecord], list[Knob]]:
+    """What is still missing for the host to be tuned as ``saved`` says (verify, never assume):
+    (journal records for the knobs not saved yet and not at their value, the saved knobs found back
+    at their original value). A saved knob at any other value was changed by hand: left alone."""
+    by_path = {r.path: r for r in saved}
+    fresh: list[KnobRecord] = []
+    again: list[Knob] = []
+    for knob in knobs:
+        now = read(sysfs, knob.path)
+        if now is None or now == knob.want:
+            continue
+        rec = by_path.get(knob.path)
+        if rec is None:
+            fresh.append(KnobRecord(knob.path, now, knob.want, pending=True))
+        elif now == rec.before:
+            again.append(knob)
+    return fresh, again
+
+
+def settle(sysfs: str, records: list[KnobRecord]) -> list[KnobRecord]:
     """Journal records of a hook that died, made exact: a knob still at ``before`` was never
     written (dropped); the others become ordinary records (``restore`` judges them)."""
     out = []
     for rec in records:
-        if rec.get("pending"):
-            now = read(sysfs, rec["path"])
-            if now is None or now == rec["before"]:
+        if rec.pending:
+            now = read(sysfs, rec.path)
+            if now is None or now == rec.before:
                 continue
-            rec = {k: v for k, v in rec.items() if k != "pending"}
+            rec = KnobRecord(rec.path, rec.before, rec.after)
         out.append(rec)
     return out
 
 
-def apply(sysfs: str, knobs: list[Knob], dry_run: bool = False) -> list[dict[str, str]]:
+def apply(sysfs: str, knobs: list[Knob], dry_run: bool = False) -> list[KnobRecord]:
     """Set every knob that is not already at its value; return what was changed, in order.
 
     A knob that cannot be written is logged and skipped (the rest of the host still gets tuned).
     """
-    saved: list[dict[str, str]] = []
+    saved: list[KnobRecord] = []
     for knob in knobs:
         before = read(sysfs, knob.path)
         if before is None or before == knob.want:
@@ -175,23 +208,23 @@ def apply(sysfs: str, knobs: list[Knob], dry_run: bool = False) -> list[dict[str
         after = read(sysfs, knob.path)
         if after is None or after == before:
             continue
-        saved.append({"path": knob.path, "before": before, "after": after})
+        saved.append(KnobRecord(knob.path, before, after))
     if saved:
         log.info("host tuned: %d value(s) changed", len(saved))
     return saved
 
 
-def verify(sysfs: str, saved: list[dict[str, str]]) -> list[tuple[str, str, str | None]]:
+def verify(sysfs: str, saved: list[KnobRecord]) -> list[tuple[str, str, str | None]]:
     """The records whose live value is no longer what vmtune wrote: (path, wrote, now)."""
     drifted = []
     for rec in saved:
-        now = read(sysfs, rec["path"])
-        if now != rec["after"]:
-            drifted.append((rec["path"], rec["after"], now))
+        now = read(sysfs, rec.path)
+        if now != rec.after:
+            drifted.append((rec.path, rec.after, now))
     return drifted
 
 
-def restore(sysfs: str, saved: list[dict[str, str]], dry_run: bool = False) -> list[str]:
+def restore(sysfs: str, saved: list[KnobRecord], dry_run: bool = False) -> list[str]:
     """Write back the values ``apply`` saved, newest first; return the paths left alone.
 
     A value that someone changed since vmtune wrote it is theirs now: it is left alone, with a
@@ -199,7 +232,7 @@ def restore(sysfs: str, saved: list[dict[str, str]], dry_run: bool = False) -> l
     """
     left: list[str] = []
     for rec in reversed(saved):
-        path, before, after = rec["path"], rec["before"], rec["after"]
+        path, before, after = rec.path, rec.before, rec.after
         now = read(sysfs, path)
         if now is None:
             log.warning("%s is gone; not restored", path)

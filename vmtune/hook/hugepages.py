@@ -34,12 +34,14 @@ from collections.abc import Callable, Iterable
 
 from .. import cpuset, units
 from . import hoststate
+from .state import Lease
 
 log = logging.getLogger("vmtune.hook")
 
 NODE_DIR = "devices/system/node"
 COMPACT = "sys/vm/compact_memory"  # under the proc root
 DEFAULT_SIZE_KIB = 2048
+NODE_LIMIT = 1024  # the kernel's MAX_NUMNODES at most: a nodeset beyond it is an error, not a huge set
 
 
 class Shortage(Exception):
@@ -101,7 +103,7 @@ def needs(dom, default: Callable[[], int]) -> dict[str, int]:
     pages = []
     for page in hp.findall("page"):
         size = units.to_kib(page.get("size"), page.get("unit")) if page.get("size") else None
-        pages.append((size, cpuset.parse(page.get("nodeset")) if page.get("nodeset") else None))
+        pages.append((size, cpuset.parse(page.get("nodeset"), NODE_LIMIT) if page.get("nodeset") else None))
 
     def size_of(cell: int) -> int | None:
         if not pages:
@@ -115,8 +117,8 @@ def needs(dom, default: Callable[[], int]) -> dict[str, int]:
         return None
 
     memory = dom.find("numatune/memory")
-    bound = sorted(cpuset.parse(memory.get("nodeset"))) if memory is not None and memory.get("nodeset") else []
-    memnodes = {e.get("cellid"): sorted(cpuset.parse(e.get("nodeset")))
+    bound = sorted(cpuset.parse(memory.get("nodeset"), NODE_LIMIT)) if memory is not None and memory.get("nodeset") else []
+    memnodes = {e.get("cellid"): sorted(cpuset.parse(e.get("nodeset"), NODE_LIMIT))
                 for e in dom.iter("numatune/memnode") if e.get("nodeset")}
     cells = [(c.id, c.memory_kib) for c in dom.cells] or [(0, dom.memory_kib)]
     for dimm in dom.iter("devices/memory/target"):
@@ -146,13 +148,13 @@ def read_pool(sysfs: str, k: str) -> tuple[int, int] | None:
     return nr, free
 
 
-def pending(k: str, nr: int, free: int, others: Iterable[dict]) -> int:
+def pending(k: str, nr: int, free: int, others: Iterable[Lease]) -> int:
     """Pages of pool ``k`` promised to ``others`` (leases) and not in use yet."""
-    promised = sum(int((lease.get("hugepages") or {}).get(k, {}).get("need", 0)) for lease in others)
+    promised = sum(lease.hugepages[k].need for lease in others if k in lease.hugepages)
     return max(0, promised - (nr - free))
 
 
-def shortfalls(sysfs: str, need: dict[str, int], others: list[dict]) -> dict[str, tuple[int, int]]:
+def shortfalls(sysfs: str, need: dict[str, int], others: list[Lease]) -> dict[str, tuple[int, int]]:
     """Pool -> (nr_hugepages now, pages to add) for the pools where ``need`` exceeds what is free.
 
     Raises Shortage when a pool the domain needs does not exist on this host. A sysfs without
@@ -197,7 +199,7 @@ def grow(sysfs: str, k: str, nr: int, count: int) -> int:
     return max(0, min(count, now[0] - nr)) if now else 0
 
 
-def plan_shrink(sysfs: str, k: str, count: int, others: list[dict]) -> tuple[int, int]:
+def plan_shrink(sysfs: str, k: str, count: int, others: list[Lease]) -> tuple[int, int]:
     """(nr_hugepages now, pages to take off): up to ``count`` free pages ``others`` do not wait for."""
     pool = read_pool(sysfs, k)
     if pool is None or count <= 0:
@@ -216,31 +218,30 @@ def lower(sysfs: str, k: str, nr: int, count: int) -> int:
     return max(0, min(count, nr - now[0])) if now else 0
 
 
-def settle(sysfs: str, lease: dict) -> bool:
+def settle(sysfs: str, lease: Lease) -> bool:
     """Make exact what a killed hook left in ``lease``: a top-up journal (``raising``) becomes
     ``added``, a give-back journal (``lowering``) is taken off ``added``. True if there was any."""
     changed = False
-    for k, rec in (lease.get("hugepages") or {}).items():
-        for step in ("raising", "lowering"):
-            journal = rec.pop(step, None)
+    for k, rec in lease.hugepages.items():
+        for name in ("raising", "lowering"):
+            journal = getattr(rec, name)
             if journal is None:
                 continue
+            setattr(rec, name, None)
             changed = True
             pool = read_pool(sysfs, k)
-            start, target = int(journal["from"]), int(journal["to"])
-            asked, got = target - start, (pool[0] - start if pool else 0)  # signed: + raising, - lowering
+            asked, got = journal.to - journal.start, (pool[0] - journal.start if pool else 0)  # + raising, - lowering
             moved = min(abs(asked), abs(got)) if asked * got > 0 else 0
-            rec["added"] = max(0, int(rec.get("added", 0)) + (moved if step == "raising" else -moved))
-            log.warning("%s: an interrupted change of %s moved %d page(s); recorded", lease.get("name"),
-                        describe(k), moved)
+            rec.added = max(0, rec.added + (moved if name == "raising" else -moved))
+            log.warning("%s: an interrupted change of %s moved %d page(s); recorded", lease.name, describe(k), moved)
     return changed
 
 
-def give_back_plan(sysfs: str, lease: dict, others: list[dict]) -> dict[str, tuple[int, int]]:
+def give_back_plan(sysfs: str, lease: Lease, others: list[Lease]) -> dict[str, tuple[int, int]]:
     """Pool -> (nr_hugepages now, pages to give back) for what ``lease`` added (release end)."""
     out = {}
-    for k, rec in sorted((lease.get("hugepages") or {}).items()):
-        nr, n = plan_shrink(sysfs, k, int(rec.get("added", 0)), others)
+    for k, rec in sorted(lease.hugepages.items()):
+        nr, n = plan_shrink(sysfs, k, rec.added, others)
         if n > 0:
             out[k] = (nr, n)
     return out

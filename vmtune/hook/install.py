@@ -7,11 +7,10 @@ monolithic hook of someone else's) is never touched.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from .. import atomic
 from ..errors import InvalidInput
 
 DEFAULT_HOOKS_DIR = "/etc/libvirt/hooks"
@@ -27,14 +26,41 @@ import sys
 
 MARK = b"https://vmtune.dev/xmlns/1"
 OPS = {ops}
+MAX_STDIN = 8 << 20  # bytes, as vmtune.xmlsafe.MAX_BYTES
+STDIN_TIMEOUT_S = 10.0
+
+
+def _stdin():
+    """The domain XML on stdin: all of it within STDIN_TIMEOUT_S and MAX_STDIN bytes, else None."""
+    import os
+    import select
+    import time
+
+    fd, chunks, size = sys.stdin.fileno(), [], 0
+    deadline = time.monotonic() + float(os.environ.get("VMTUNE_STDIN_TIMEOUT_S") or STDIN_TIMEOUT_S)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_STDIN:
+            return None
+        chunks.append(chunk)
 
 
 def _run():
     if tuple(sys.argv[2:4]) not in OPS:
         return 0  # an op vmtune ignores: exit before reading stdin (libvirt ignores EPIPE) or importing
     try:
-        data = sys.stdin.buffer.read()
+        data = _stdin()
     except Exception:  # noqa: BLE001 - unreadable stdin: not a domain vmtune can know
+        return 0
+    if data is None:
+        sys.stderr.write("vmtune-hook: the domain XML did not arrive in time (or is over 8 MiB): "
+                         "domain ignored\\n")
         return 0
     if MARK not in data:
         return 0  # untagged: not vmtune's domain; exit before importing anything heavy
@@ -66,15 +92,7 @@ def install(hooks_dir: str | None = None, python: str | None = None) -> Path:
         raise InvalidInput(f"{target} exists and is not vmtune's hook; not overwritten")
     try:
         target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".vmtune-", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(script(python))
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, target)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        atomic.replace(str(target), script(python).encode("utf-8"), 0o755)
     except OSError as exc:
         raise InvalidInput(f"cannot install {target}: {exc.strerror or exc}") from None
     return target

@@ -1,184 +1,235 @@
-"""The hook's state: one lease per running latency domain, and the host baseline.
+"""Where the hook's state lives: ``$VMTUNE_STATE_DIR/state.json`` (default ``/run/vmtune``, so a
+reboot starts clean), read and written only under an exclusive ``flock`` on ``lock`` beside it.
 
-``$VMTUNE_STATE_DIR/state.json`` (default ``/run/vmtune``, so a reboot starts clean)::
+The state's shape, reader and validator are in state.py. ``Store`` adds the file handling:
 
-    {"version": 1,
-     "leases": {"<uuid>": {"name": "db1", "profile": "latency", "cpus": "2-3", "since": 1700000000.0,
-                           "hugepages": {"0:2048": {"need": 512, "added": 100}},
-                           "cstates": [{"path": "...", "before": "0", "after": "1"}, ...]}},
-     "baseline": [{"path": "...", "before": "powersave", "after": "performance"}, ...] | null,
-     "isolation": {"cpus": "2-3", "irqs": "0-40", "pairs": [...], "records": {...}}}
+- the folder must be a directory (not a symlink) owned by root (or by the user running the tests)
+  with mode 0755 or less; anything else is refused with one line (``Unsafe``);
+- the lock and the state are opened with ``O_NOFOLLOW``; the lock wait is capped (``lock_timeout``,
+  ``[hook] lock_timeout_s``, 30 s by default), then one line names the pid that holds it
+  (``LockTimeout``);
+- temporary files a killed commit left (``.state-*.tmp``) are removed under the lock;
+- a commit replaces ``state.json`` atomically (atomic.replace). The last commit of a hook call
+  (``final``) also replaces ``baseline.json``, a second copy of the completed state. When
+  ``state.json`` is damaged the original host values are still there (``vmtune hook reap``);
+- a damaged ``state.json`` (not JSON, out of shape, missing while ``baseline.json`` holds leases)
+  raises ``Damaged``; it is never replaced by an empty state. Only ``set_aside``, under the lock,
+  moves it, to a name no other set-aside copy has.
 
-``cpus`` are the host CPUs the domain's vCPUs are pinned to. ``baseline`` is what the first lease
-changed on the host (hoststate.apply's records); it is null while no lease holds the host tuned.
-``hugepages`` (domains backed by hugepages) holds, per ``node:size`` pool, the pages the domain
-needs and the pages its prepare added (hugepages.py). ``cstates`` (``cstate_scope = "pinned"``) are
-the C-state records of the lease's CPUs; when the lease goes, records of CPUs that another lease
-still pins pass to that lease, the others are restored. ``isolation`` (absent while no CPU is
-isolated) is what the hook moved off the leases' CPUs: the isolated CPUs, and per moved task, IRQ,
-workqueue mask or cgroup its value before and after (isolation/__init__.py).
-
-Journal first: before the hook writes a sysfs value it commits the records it is about to create,
-marked ``"pending": true`` (knobs) or ``"raising"``/``"lowering": {"from": nr, "to": nr}`` (pools).
-The final commit replaces them with what the kernel read back. A hook killed in between leaves the
-journal, and the next call under the lock settles it against sysfs (lifecycle.py), so the release
-still restores exactly what was changed. Keys are only ever added, so older readers still work.
-Every read-modify-write happens under an exclusive ``flock`` on ``lock`` in the same directory, and
-the file is replaced atomically (temporary file, fsync, rename), so two hooks running at once never
-lose a lease or save the baseline twice.
+Journal first: before the hook writes a sysfs value it commits the records it is about to create
+(``pending`` knobs, ``raising``/``lowering`` pool steps, isolation records). A hook killed in
+between leaves the journal, and the next call under the lock settles it against sysfs
+(lifecycle.py), so the release still restores exactly what was changed.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
 import os
-import tempfile
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
-from .. import cpuset
+from .. import atomic
+from .state import Damaged, State, decode
 
 log = logging.getLogger("vmtune.hook")
 
 DEFAULT_DIR = "/run/vmtune"
 STATE_FILE = "state.json"
+BASELINE_FILE = "baseline.json"
 LOCK_FILE = "lock"
-VERSION = 1
+TMP_PREFIX = ".state-"
+LOCK_TIMEOUT_S = 30.0
+DEFAULT_CPU_LIMIT = 8192  # the largest NR_CPUS of distribution kernels
+
+__all__ = ["BASELINE_FILE", "DEFAULT_DIR", "STATE_FILE", "Damaged", "LockTimeout", "State", "Store", "Unsafe",
+           "state_dir"]
+
+
+class Unsafe(Exception):
+    """The state folder is not one the hook may trust (one line)."""
+
+
+class LockTimeout(Exception):
+    """Another process held the state lock past the wait cap (one line naming it)."""
 
 
 def state_dir() -> str:
     return os.environ.get("VMTUNE_STATE_DIR") or DEFAULT_DIR
 
 
-@dataclass
-class State:
-    leases: dict[str, dict] = field(default_factory=dict)
-    baseline: list[dict[str, str]] | None = None
-    isolation: dict | None = None
-
-    def to_dict(self) -> dict:
-        out = {"version": VERSION, "leases": self.leases, "baseline": self.baseline}
-        if self.isolation is not None:
-            out["isolation"] = self.isolation
-        return out
-
-    def held_cpus(self, but: str | None = None) -> frozenset[int]:
-        """Every CPU a lease's vCPUs are pinned to (``but``: leaving out that lease)."""
-        return frozenset().union(*(cpuset.parse(lease.get("cpus", "")) for key, lease in self.leases.items()
-                                   if key != but))
-
-    def find(self, uuid: str | None, name: str | None) -> str | None:
-        """The key of the lease for this domain: by UUID, else by name."""
-        if uuid and uuid in self.leases:
-            return uuid
-        for key, lease in self.leases.items():
-            if name and lease.get("name") == name:
-                return key
-        return None
-
-    def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int]) -> dict:
-        """Record (or renew) the lease; a renewed lease keeps the records of what it changed."""
-        old = self.leases.get(uuid) or {}
-        lease = {"name": name, "profile": profile, "cpus": cpuset.format(cpus), "since": time.time()}
-        for kept in ("hugepages", "cstates"):
-            if old.get(kept):
-                lease[kept] = old[kept]
-        self.leases[uuid] = lease
-        return lease
-
-    def conflicts(self, uuid: str, cpus: frozenset[int]) -> list[tuple[str, frozenset[int]]]:
-        """(other domain's name, shared CPUs) for every other lease whose pins overlap ``cpus``."""
-        out = []
-        for key, lease in sorted(self.leases.items(), key=lambda kv: kv[1].get("name", "")):
-            if key == uuid:
-                continue
-            shared = cpus & cpuset.parse(lease.get("cpus", ""))
-            if shared:
-                out.append((lease.get("name", key), frozenset(shared)))
-        return out
+def lock_holder(fd: int) -> str:
+    """``pid N (comm)`` of the process holding the flock on ``fd``'s file (``/proc/locks``)."""
+    inode = os.fstat(fd).st_ino
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                words = line.split()
+                if len(words) >= 6 and words[1] == "FLOCK" and words[5].rsplit(":", 1)[-1] == str(inode):
+                    pid = words[4]
+                    try:
+                        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as comm:
+                            return f"pid {pid} ({comm.read().strip()})"
+                    except OSError:
+                        return f"pid {pid}"
+    except OSError:
+        pass
+    return "an unknown process"
 
 
 class Store:
-    """The state file in ``folder``; ``dry_run`` reads but never writes (nor creates the folder)."""
+    """The state files in ``folder``; ``dry_run`` reads but never writes (nor creates the folder).
 
-    def __init__(self, folder: str | None = None, dry_run: bool = False):
+    ``limit`` bounds the CPU ids the state may name (the host's possible CPUs); ``sysfs`` is the
+    root every knob path must resolve inside.
+    """
+
+    def __init__(self, folder: str | None = None, dry_run: bool = False, sysfs: str | None = None,
+                 limit: int = DEFAULT_CPU_LIMIT, lock_timeout: float = LOCK_TIMEOUT_S):
         self.folder = folder or state_dir()
         self.dry_run = dry_run
+        self.sysfs = sysfs
+        self.limit = limit
+        self.lock_timeout = lock_timeout
         self.path = os.path.join(self.folder, STATE_FILE)
+        self.baseline_path = os.path.join(self.folder, BASELINE_FILE)
+
+    # -- reading -------------------------------------------------------------------------------
+    def _load(self, path: str) -> State | None:
+        """The state in ``path``; None when there is no such file; Damaged when it cannot be trusted."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            what = "a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+            raise Damaged(f"{path}: {what}") from None
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read()
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise Damaged(f"{path}: not JSON ({'empty' if not raw.strip() else exc})") from None
+        try:
+            return decode(data, self.limit, self.sysfs)
+        except Damaged as exc:
+            raise Damaged(f"{path}: {exc}") from None
 
     def read(self) -> State:
-        """The state as it is on disk (no lock: for looking, not for changing)."""
+        """The state as it is on disk (no lock: for looking; ``locked`` for changing). Damaged if it
+        cannot be trusted."""
+        state = self._load(self.path)
+        if state is not None:
+            return state
         try:
-            with open(self.path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except FileNotFoundError:
-            return State()
-        except (OSError, ValueError) as exc:
-            return self._corrupt(exc)
-        if not isinstance(data, dict) or not isinstance(data.get("leases", {}), dict):
-            return self._corrupt(ValueError("not a vmtune state object"))
-        isolation = data.get("isolation")
-        return State(leases=dict(data.get("leases") or {}), baseline=data.get("baseline"),
-                     isolation=isolation if isinstance(isolation, dict) else None)
-
-    def _corrupt(self, exc: Exception) -> State:
-        log.error("state file %s is unreadable (%s); starting from an empty state", self.path, exc)
-        if not self.dry_run:
-            try:
-                os.replace(self.path, f"{self.path}.corrupt-{int(time.time())}")
-            except OSError:
-                pass
+            copy = self._load(self.baseline_path)
+        except Damaged:
+            copy = None
+        if copy is not None and not copy.empty:
+            raise Damaged(f"{self.path} is missing, but {self.baseline_path} holds {len(copy.leases)} lease(s) "
+                          "and the host's original values")
         return State()
 
-    @contextmanager
-    def locked(self) -> Iterator[State]:
-        """Hold the exclusive lock and yield the current state; ``commit`` it before leaving."""
-        if self.dry_run and not os.path.isdir(self.folder):
-            yield State()
-            return
-        if not self.dry_run:
+    def read_baseline(self) -> State | None:
+        """The copy of the last completed state (``baseline.json``); None if there is none."""
+        return self._load(self.baseline_path)
+
+    # -- the folder and the lock ---------------------------------------------------------------
+    def check_folder(self) -> bool:
+        """Create the folder if needed; Unsafe if it is not a directory the hook may trust.
+        False when it does not exist (dry run)."""
+        try:
+            st = os.lstat(self.folder)
+        except FileNotFoundError:
+            if self.dry_run:
+                return False
             os.makedirs(self.folder, mode=0o755, exist_ok=True)
-        flags = os.O_RDONLY if self.dry_run else os.O_RDWR | os.O_CREAT
-        try:
-            fd = os.open(os.path.join(self.folder, LOCK_FILE), flags | os.O_CLOEXEC, 0o600)
-        except FileNotFoundError:  # dry run, no lock file yet: nobody has written state here
-            yield self.read()
+            st = os.lstat(self.folder)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            raise Unsafe(f"state dir {self.folder} is {kind}: refused (want a directory owned by root, mode 0755 or less)")
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o7777 & ~0o755:
+            raise Unsafe(f"state dir {self.folder} is owned by uid {st.st_uid} with mode {st.st_mode & 0o7777:04o}: "
+                         "refused (want owned by root, mode 0755 or less)")
+        return True
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the exclusive lock (wait at most ``lock_timeout``); remove stale temporary files."""
+        if not self.check_folder():
+            yield
             return
+        flags = (os.O_RDONLY if self.dry_run else os.O_RDWR | os.O_CREAT) | os.O_NOFOLLOW | os.O_CLOEXEC
+        path = os.path.join(self.folder, LOCK_FILE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield self.read()
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:  # dry run, no lock file yet: nobody has written state here
+            yield
+            return
+        except OSError as exc:
+            raise Unsafe(f"lock {path}: {'a symlink' if exc.errno == errno.ELOOP else exc.strerror}: refused") from None
+        try:
+            self._wait(fd, path)
+            if not self.dry_run:
+                self._sweep()
+            yield
         finally:
             os.close(fd)  # closing drops the lock
 
-    def commit(self, state: State) -> None:
-        """Replace the state file atomically (call while holding ``locked``)."""
+    def _wait(self, fd: int, path: str) -> None:
+        deadline = time.monotonic() + self.lock_timeout
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"the state lock {path} is held by {lock_holder(fd)} for more than "
+                                      f"{self.lock_timeout:g} s") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+
+    def _sweep(self) -> None:
+        """Remove the temporary files of commits that were killed (we hold the lock: none is live)."""
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(TMP_PREFIX) and name.endswith(".tmp"):
+                try:
+                    os.unlink(os.path.join(self.folder, name))
+                except OSError:
+                    pass
+
+    @contextmanager
+    def locked(self) -> Iterator[State]:
+        """Hold the lock and yield the current state (Damaged if it cannot be trusted)."""
+        with self.lock():
+            yield self.read()
+
+    # -- writing -------------------------------------------------------------------------------
+    def commit(self, state: State, final: bool = False) -> None:
+        """Replace the state file atomically (call while holding the lock); ``final`` (the last
+        commit of a hook call) also replaces the copy in ``baseline.json``."""
         if self.dry_run:
             log.info("dry run: state not written (%d lease(s))", len(state.leases))
             return
-        fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".tmp", dir=self.folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(state.to_dict(), fh, indent=1, sort_keys=True)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        try:
-            dfd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        data = (json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8")
+        atomic.replace(self.path, data, 0o644, prefix=TMP_PREFIX)
+        if final:
+            atomic.replace(self.baseline_path, data, 0o644, prefix=TMP_PREFIX)
+
+    def set_aside(self, path: str) -> str:
+        """Move a damaged file (``self.path`` or ``self.baseline_path``) to a name no other set-aside
+        copy has; return that name. Call under the lock."""
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}.{time.time_ns() % 10**9:09d}.{os.getpid()}"
+        target = f"{path}.damaged-{stamp}"
+        os.rename(path, target)
+        return target

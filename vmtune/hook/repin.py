@@ -27,18 +27,18 @@ from ..claims import Claim, Ledger
 from ..errors import DoesNotFit
 from ..host import Host
 from ..model import Domain
+from .state import Lease
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
 
 
-def ledger_from_leases(leases: dict[str, dict], skip_uuid: str | None, skip_name: str | None) -> Ledger:
+def ledger_from_leases(leases: dict[str, Lease], skip_uuid: str | None, skip_name: str | None) -> Ledger:
     """A Ledger of the other leased domains' dedicated CPUs (leases know no memory)."""
     kept = []
     for key, lease in sorted(leases.items()):
-        if key == skip_uuid or (skip_name and lease.get("name") == skip_name):
+        if key == skip_uuid or (skip_name and lease.name == skip_name):
             continue
-        cpus = frozenset(cpuset.parse(lease.get("cpus", "")))
-        kept.append(Claim(lease.get("name"), key, lease.get("profile"), cpus, cpus))
+        kept.append(Claim(lease.name, key, lease.profile, lease.cpus, lease.cpus))
     dedicated = frozenset().union(*(c.dedicated for c in kept)) if kept else frozenset()
     return Ledger(tuple(kept), dedicated)
 
@@ -166,7 +166,7 @@ def _sig(el: etree._Element | None, attr: str) -> list:
             for c in el.iter() if c is not el]
 
 
-def filter_xml(xml: bytes, host: Host, leases: dict[str, dict], cfg) -> str | None:
+def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg) -> str | None:
     """The domain XML re-pinned for ``host``, or None when it is already right here."""
     from .. import xmlsafe
     from . import _wants_host_tuning
@@ -212,7 +212,11 @@ def run(name: str, data: bytes, cfg, out) -> int:
     sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
     try:
         host = Host.from_sysfs(sysfs)
-        current = leases_mod.Store().read().leases
+        try:
+            current = leases_mod.Store(sysfs=sysfs).read().leases
+        except leases_mod.Damaged as exc:  # placed without the other leases; the prepare refuses anyway
+            log.warning("%s: %s; re-pinned without the other latency domains' CPUs", name, exc)
+            current = {}
         new = filter_xml(data, host, current, cfg)
     except DoesNotFit as exc:
         log.error("%s: cannot be placed on this host: %s", name, " ".join(str(exc).split()))

@@ -39,13 +39,13 @@ from dataclasses import dataclass
 
 from ... import cpuset
 from ..hoststate import online_cpus
+from ..state import MAX_PAIRS, IsoRecord, Isolation, Pair
 from . import items as _items
 from .items import Item
 from . import tasks
 
 log = logging.getLogger("vmtune.hook")
 
-MAX_PAIRS = 64
 SHOWN = 3  # names per kind in a log line
 
 
@@ -64,9 +64,11 @@ class Roots:
         """``$VMTUNE_CGROUPFS`` (default ``fs/cgroup`` under the sysfs root), ``$VMTUNE_RUNFS``
         (default ``run`` beside it: ``/run`` for ``/sys``) and ``$VMTUNE_LIBVIRT_RUNDIR`` (default
         ``RUNFS/libvirt/qemu``)."""
+        from ..alive import rundir
+
         runfs = os.environ.get("VMTUNE_RUNFS") or os.path.join(os.path.dirname(sysfs.rstrip("/")) or "/", "run")
         return cls(sysfs, proc, os.environ.get("VMTUNE_CGROUPFS") or os.path.join(sysfs, "fs", "cgroup"), runfs,
-                   os.environ.get("VMTUNE_LIBVIRT_RUNDIR") or os.path.join(runfs, "libvirt", "qemu"))
+                   rundir(runfs))
 
     @property
     def systemd(self) -> bool:
@@ -90,49 +92,40 @@ def collect(roots: Roots, online: frozenset[int], only: Collection[int] | None =
     return out + list(tasks.scan(roots.proc, roots.libvirt, covered, only, qemu))
 
 
-def _valid_record(rec) -> bool:
-    return isinstance(rec, dict) and isinstance(rec.get("before"), str) and isinstance(rec.get("after"), str)
-
-
-def _valid_pair(pair) -> bool:
-    return (isinstance(pair, dict) and pair.get("kind") in ("task", "irq") and isinstance(pair.get("mask"), str)
-            and isinstance(pair.get("removed"), str) and isinstance(pair.get("since"), (int, float)))
-
-
 class _Pass:
     """One reconcile: the previous record, the wanted isolated CPUs, and what was found."""
 
-    def __init__(self, previous: dict, cpus: frozenset[int], irqs: frozenset[int], since: float):
+    def __init__(self, previous: Isolation, cpus: frozenset[int], irqs: frozenset[int], since: float):
         self.cpus = cpus
-        self.records = {k: r for k, r in (previous.get("records") or {}).items() if _valid_record(r)}
-        self.pairs = [p for p in previous.get("pairs") or [] if _valid_pair(p)]
+        self.records = dict(previous.records)
+        self.pairs = list(previous.pairs)
         self.irqs = irqs
         self.since = since
-        self.kept: dict[str, dict] = {}
-        self.new_pairs: list[dict] = []
+        self.kept: dict[str, IsoRecord] = {}
+        self.new_pairs: list[Pair] = []
         self.moves: list[tuple[Item, str]] = []
         self.by_hand: list[Item] = []
 
     def original(self, item: Item) -> str | None:
         """The item's value before any isolation; None when it was changed by hand (left alone)."""
         rec = self.records.get(item.key)
-        if rec is not None and rec.get("ident", "") == item.ident:
-            if any(item.same(item.raw, v) for v in (rec["before"], rec["after"], rec.get("from")) if v is not None):
-                return rec["before"]
+        if rec is not None and rec.ident == item.ident:
+            if any(item.same(item.raw, v) for v in (rec.before, rec.after, rec.was) if v is not None):
+                return rec.before
             self.by_hand.append(item)
             return None
         if item.kind.inherits:
             for pair in self.pairs:
                 if self._inherited(item, pair):
-                    return item.kind.format(item.cpus | cpuset.parse(pair["removed"]))
+                    return item.kind.format(item.cpus | pair.removed)
         return item.raw
 
-    def _inherited(self, item: Item, pair: dict) -> bool:
-        if pair["kind"] != item.kind.name or item.cpus != cpuset.parse(pair["mask"]):
+    def _inherited(self, item: Item, pair: Pair) -> bool:
+        if pair.kind != item.kind.name or item.cpus != pair.mask:
             return False
         if item.kind.name == "irq":
             return int(item.key.split(":", 1)[1]) not in self.irqs
-        return item.born is not None and item.born >= pair["since"]
+        return item.born is not None and item.born >= pair.since
 
     def plan(self, item: Item) -> None:
         before = self.original(item)
@@ -143,38 +136,30 @@ class _Pass:
         want = before
         if target and target != orig:
             want = item.kind.format(target)
-            rec = {"before": before, "after": want, "label": item.label}
-            if item.ident:
-                rec["ident"] = item.ident
-            if not (item.same(item.raw, before) or item.same(item.raw, want)):
-                rec["from"] = item.raw  # the journal accepts the value it finds now, too
-            self.kept[item.key] = rec
-            kind = "irq" if item.key == "irq:default" else item.kind.name  # new IRQs copy the default
-            if kind == "task" or item.key == "irq:default":
-                self.new_pairs.append({"kind": kind, "mask": cpuset.format(target),
-                                       "removed": cpuset.format(orig - target), "since": self.since})
+            # the journal accepts the value found now too (an earlier call's ``after``)
+            was = None if item.same(item.raw, before) or item.same(item.raw, want) else item.raw
+            self.kept[item.key] = IsoRecord(before, want, item.label, item.ident, was)
+            if item.kind.name == "task" or item.key == "irq:default":  # new IRQs copy the default
+                kind = "irq" if item.key == "irq:default" else "task"
+                self.new_pairs.append(Pair(kind, target, orig - target, self.since))
         if not item.same(item.raw, want):
             self.moves.append((item, want))
 
-    def journal(self) -> dict:
-        by_hand = {i.key for i in self.by_hand}
-        records = {k: r for k, r in self.records.items() if k not in by_hand}
-        records.update(self.kept)
-        return self._record(records, self.merged_pairs())
-
-    def merged_pairs(self) -> list[dict]:
-        seen: dict[tuple[str, str, str], dict] = {}
+    def merged_pairs(self) -> list[Pair]:
+        seen: dict[tuple[str, frozenset[int], frozenset[int]], Pair] = {}
         for pair in self.pairs + self.new_pairs:
-            k = (pair["kind"], pair["mask"], pair["removed"])
-            if k not in seen or pair["since"] < seen[k]["since"]:
+            k = (pair.kind, pair.mask, pair.removed)
+            if k not in seen or pair.since < seen[k].since:
                 seen[k] = pair
         return list(seen.values())[-MAX_PAIRS:]
 
-    def _record(self, records: dict, pairs: list[dict]) -> dict:
-        return {"cpus": cpuset.format(self.cpus), "irqs": cpuset.format(self.irqs), "pairs": pairs,
-                "records": records}
+    def journal(self) -> Isolation:
+        by_hand = {i.key for i in self.by_hand}
+        records = {k: r for k, r in self.records.items() if k not in by_hand}
+        records.update(self.kept)
+        return Isolation(self.cpus, self.irqs, self.merged_pairs(), records)
 
-    def final(self, failed: set[str]) -> dict | None:
+    def final(self, failed: set[str]) -> Isolation | None:
         records = {}
         for key, rec in self.kept.items():
             if key in failed:
@@ -182,27 +167,27 @@ class _Pass:
                 if old is not None:
                     records[key] = old  # still at the value an earlier call wrote
                 continue
-            records[key] = {k: v for k, v in rec.items() if k != "from"}
+            records[key] = IsoRecord(rec.before, rec.after, rec.label, rec.ident)
         if not self.cpus:
-            return {"cpus": "", "irqs": "", "pairs": [], "records": records} if records else None
-        return self._record(records, self.merged_pairs())
+            return Isolation(records=records) if records else None
+        return Isolation(self.cpus, self.irqs, self.merged_pairs(), records)
 
 
-def reconcile(previous: dict | None, cpus: frozenset[int], roots: Roots, commit: Callable[[dict], None],
-              dry_run: bool = False, only: Collection[int] | None = None) -> dict | None:
+def reconcile(previous: Isolation | None, cpus: frozenset[int], roots: Roots, commit: Callable[[Isolation], None],
+              dry_run: bool = False, only: Collection[int] | None = None) -> Isolation | None:
     """Make the host match the isolated set ``cpus``; return the new isolation record (None: none).
 
     ``previous`` is the last record (from the state file); ``commit(journal)`` is called with the
     records before the first write. ``only`` limits the tasks to these pids (tests).
     """
-    previous = previous if isinstance(previous, dict) else {}
-    if not cpus and not previous.get("records") and not previous.get("pairs"):
+    if not cpus and (previous is None or (not previous.records and not previous.pairs)):
         return None
+    previous = previous or Isolation()
     online = frozenset(online_cpus(roots.sysfs))
     qemu: set[int] = set()
     found = collect(roots, online, only, qemu)
     # the IRQs that existed when the isolation began: any other one got default_smp_affinity since
-    irqs = (cpuset.parse(previous["irqs"]) if previous.get("cpus") and isinstance(previous.get("irqs"), str)
+    irqs = (previous.irqs if previous.cpus
             else frozenset(int(i.key.split(":", 1)[1]) for i in found if i.kind.name == "irq"))
     run = _Pass(previous, cpus, irqs, uptime(roots.proc))
     for item in found:
@@ -210,7 +195,7 @@ def reconcile(previous: dict | None, cpus: frozenset[int], roots: Roots, commit:
     _warn(run, found)
     if dry_run:
         _report(run.moves, set(), cpus, "dry run: would ")
-        return previous or None
+        return previous if previous.cpus or previous.records else None
     if run.moves:
         commit(run.journal())
     failed = _write(run.moves)

@@ -1,0 +1,334 @@
+"""The hook's state, typed: ``decode`` is the one reader and validator, ``State.to_json`` the writer.
+
+``state.json`` (leases.Store commits it; ``baseline.json`` beside it is a copy of the last
+completed state, committed separately)::
+
+    {"version": 1,
+     "leases": {"<uuid>": {"name": "db1", "profile": "latency", "cpus": "2-3", "since": 1700000000.0,
+                           "hugepages": {"0:2048": {"need": 512, "added": 100, "raising": {"from": 0, "to": 100}}},
+                           "cstates": [KNOB, ...]}},
+     "baseline": [KNOB, ...] | null,
+     "isolation": {"cpus": "2-3", "irqs": "0-40",
+                   "pairs": [{"kind": "task", "mask": "0-1", "removed": "2-3", "since": 345.6}],
+                   "records": {"task:1234": {"before": "0-3", "after": "0-1", "label": "sshd[1234]",
+                                             "ident": "4242"}}}}
+    KNOB = {"path": "devices/system/cpu/cpu0/cpufreq/scaling_governor", "before": "powersave",
+            "after": "performance", "pending": true}
+
+``isolation`` is absent while nothing is isolated; ``pending``, ``raising``, ``lowering`` and an
+isolation record's ``from`` are journal marks (lifecycle.py, isolation/). Keys are only ever added.
+
+Anything else is damage (``Damaged``, one line naming the field): a value of the wrong type, a CPU
+beyond the host's last one (so no structure grows past the host's size), a pool key that is not
+``node:size``, or a knob path that is not a plain relative path inside the sysfs root. The hook
+refuses to tune through a damaged state; it never starts from empty over one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from .. import cpuset
+from ..errors import InvalidInput
+
+VERSION = 1
+KNOB_PREFIXES = ("devices/system/cpu/", "devices/system/node/", "kernel/mm/")
+POOL_KEY = re.compile(r"\d{1,5}:\d{1,10}")
+ISO_KEY = re.compile(r"(task|irq):\d{1,10}|irq:default|wq:cpumask|(cgroup|unit):[A-Za-z0-9_.@:\\-]{1,255}")
+MAX_PAIRS = 64
+
+
+class Damaged(Exception):
+    """The state cannot be trusted: one line that says which field and why."""
+
+
+@dataclass
+class KnobRecord:
+    """One sysfs value the hook changed: what it was, what the kernel read back after the write."""
+
+    path: str
+    before: str
+    after: str
+    pending: bool = False  # journal: committed before the write, settled by the next call
+
+    def to_json(self) -> dict:
+        out: dict = {"path": self.path, "before": self.before, "after": self.after}
+        if self.pending:
+            out["pending"] = True
+        return out
+
+
+@dataclass
+class Step:
+    """A pool change under way (journal): nr_hugepages from ``start`` to ``to``."""
+
+    start: int
+    to: int
+
+    def to_json(self) -> dict:
+        return {"from": self.start, "to": self.to}
+
+
+@dataclass
+class PoolRecord:
+    """A lease's share of one hugepage pool: the pages it needs, the pages its prepare added."""
+
+    need: int = 0
+    added: int = 0
+    raising: Step | None = None
+    lowering: Step | None = None
+
+    def to_json(self) -> dict:
+        out: dict = {"need": self.need, "added": self.added}
+        for name in ("raising", "lowering"):
+            step = getattr(self, name)
+            if step is not None:
+                out[name] = step.to_json()
+        return out
+
+
+@dataclass
+class Lease:
+    name: str
+    profile: str = ""
+    cpus: frozenset[int] = frozenset()
+    since: float = 0.0
+    hugepages: dict[str, PoolRecord] = field(default_factory=dict)
+    cstates: list[KnobRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out: dict = {"name": self.name, "profile": self.profile, "cpus": cpuset.format(self.cpus), "since": self.since}
+        if self.hugepages:
+            out["hugepages"] = {k: rec.to_json() for k, rec in sorted(self.hugepages.items())}
+        if self.cstates:
+            out["cstates"] = [rec.to_json() for rec in self.cstates]
+        return out
+
+
+@dataclass
+class IsoRecord:
+    """One item the isolation moved: its value before, what the hook wrote (isolation/)."""
+
+    before: str
+    after: str
+    label: str = ""
+    ident: str = ""  # a task's start time
+    was: str | None = None  # journal: the value found when the record was written
+
+    def to_json(self) -> dict:
+        out = {"before": self.before, "after": self.after, "label": self.label}
+        if self.ident:
+            out["ident"] = self.ident
+        if self.was is not None:
+            out["from"] = self.was
+        return out
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A mask the isolation imposed (``kind`` task or irq) and the CPUs it removed, since when."""
+
+    kind: str
+    mask: frozenset[int]
+    removed: frozenset[int]
+    since: float
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "mask": cpuset.format(self.mask), "removed": cpuset.format(self.removed),
+                "since": self.since}
+
+
+@dataclass
+class Isolation:
+    cpus: frozenset[int] = frozenset()
+    irqs: frozenset[int] = frozenset()  # the IRQs that existed when the isolation began
+    pairs: list[Pair] = field(default_factory=list)
+    records: dict[str, IsoRecord] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"cpus": cpuset.format(self.cpus), "irqs": cpuset.format(self.irqs),
+                "pairs": [p.to_json() for p in self.pairs],
+                "records": {k: r.to_json() for k, r in sorted(self.records.items())}}
+
+
+@dataclass
+class State:
+    leases: dict[str, Lease] = field(default_factory=dict)
+    baseline: list[KnobRecord] | None = None
+    isolation: Isolation | None = None
+
+    def to_json(self) -> dict:
+        out: dict = {"version": VERSION, "leases": {k: lease.to_json() for k, lease in self.leases.items()},
+                     "baseline": None if self.baseline is None else [r.to_json() for r in self.baseline]}
+        if self.isolation is not None:
+            out["isolation"] = self.isolation.to_json()
+        return out
+
+    @property
+    def empty(self) -> bool:
+        return not self.leases and self.baseline is None and self.isolation is None
+
+    def find(self, uuid: str | None, name: str | None) -> str | None:
+        """The key of the lease for this domain: by UUID when it has one, else by name."""
+        if uuid and not uuid.startswith("name:"):
+            return uuid if uuid in self.leases else None
+        for key, lease in self.leases.items():
+            if name and lease.name == name:
+                return key
+        return None
+
+    def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int]) -> Lease:
+        """Record (or renew) the lease; a renewed lease keeps the records of what it changed."""
+        old = self.leases.get(uuid)
+        lease = Lease(name, profile, frozenset(cpus), time.time())
+        if old is not None:
+            lease.hugepages, lease.cstates = old.hugepages, old.cstates
+        self.leases[uuid] = lease
+        return lease
+
+    def conflicts(self, uuid: str, cpus: frozenset[int]) -> list[tuple[str, frozenset[int]]]:
+        """(other domain's name, shared CPUs) for every other lease whose pins overlap ``cpus``."""
+        out = []
+        for key, lease in sorted(self.leases.items(), key=lambda kv: kv[1].name):
+            shared = cpus & lease.cpus if key != uuid else frozenset()
+            if shared:
+                out.append((lease.name, frozenset(shared)))
+        return out
+
+    def held_cpus(self, but: str | None = None) -> frozenset[int]:
+        """Every CPU a lease's vCPUs are pinned to (``but``: leaving out that lease)."""
+        return frozenset().union(*(lease.cpus for key, lease in self.leases.items() if key != but))
+
+
+# -- the reader ---------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Checks one decoded JSON document against the shape above; ``limit`` bounds CPU ids."""
+
+    def __init__(self, limit: int, sysfs: str | None):
+        self.limit = limit
+        self.sysfs = os.path.realpath(sysfs) if sysfs else None
+
+    @staticmethod
+    def fail(where: str, what: str):
+        raise Damaged(f"{where}: {what}")
+
+    def typed(self, value, kind, where: str, optional: bool = False):
+        if value is None and optional:
+            return None
+        if kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            self.fail(where, f"{type(value).__name__} where {kind.__name__} belongs")
+        return value
+
+    def cpus(self, value, where: str) -> frozenset[int]:
+        try:
+            return cpuset.parse(self.typed(value, str, where), limit=self.limit)
+        except InvalidInput as exc:
+            self.fail(where, str(exc))
+        raise AssertionError  # unreachable
+
+    def path(self, value, where: str) -> str:
+        rel = self.typed(value, str, where)
+        parts = rel.split("/")
+        if (rel.startswith("/") or os.path.normpath(rel) != rel or ".." in parts or "\x00" in rel
+                or not rel.startswith(KNOB_PREFIXES)):
+            self.fail(where, f"{rel!r} is not a sysfs path vmtune writes")
+        if self.sysfs is not None:
+            real = os.path.realpath(os.path.join(self.sysfs, rel))
+            if not real.startswith(self.sysfs.rstrip("/") + "/"):
+                self.fail(where, f"{rel!r} resolves outside {self.sysfs}")
+        return rel
+
+    def knob(self, value, where: str) -> KnobRecord:
+        rec = self.typed(value, dict, where)
+        return KnobRecord(self.path(rec.get("path"), f"{where}.path"), self.typed(rec.get("before"), str, f"{where}.before"),
+                          self.typed(rec.get("after"), str, f"{where}.after"),
+                          bool(self.typed(rec.get("pending", False), bool, f"{where}.pending")))
+
+    def knobs(self, value, where: str) -> list[KnobRecord]:
+        return [self.knob(r, f"{where}[{i}]") for i, r in enumerate(self.typed(value, list, where))]
+
+    def step(self, value, where: str) -> Step | None:
+        if value is None:
+            return None
+        rec = self.typed(value, dict, where)
+        return Step(self.typed(rec.get("from"), int, f"{where}.from"), self.typed(rec.get("to"), int, f"{where}.to"))
+
+    def pool(self, value, where: str) -> PoolRecord:
+        rec = self.typed(value, dict, where)
+        return PoolRecord(self.typed(rec.get("need", 0), int, f"{where}.need"),
+                          self.typed(rec.get("added", 0), int, f"{where}.added"),
+                          self.step(rec.get("raising"), f"{where}.raising"),
+                          self.step(rec.get("lowering"), f"{where}.lowering"))
+
+    def lease(self, value, where: str) -> Lease:
+        rec = self.typed(value, dict, where)
+        pools = self.typed(rec.get("hugepages") or {}, dict, f"{where}.hugepages")
+        for k in pools:
+            if not POOL_KEY.fullmatch(k):
+                self.fail(f"{where}.hugepages", f"{k!r} is not node:size")
+        return Lease(self.typed(rec.get("name"), str, f"{where}.name"),
+                     self.typed(rec.get("profile", ""), str, f"{where}.profile"),
+                     self.cpus(rec.get("cpus", ""), f"{where}.cpus"),
+                     float(self.typed(rec.get("since", 0.0), float, f"{where}.since")),
+                     {k: self.pool(v, f"{where}.hugepages.{k}") for k, v in pools.items()},
+                     self.knobs(rec.get("cstates") or [], f"{where}.cstates"))
+
+    def isolation(self, value, where: str) -> Isolation | None:
+        if value is None:
+            return None
+        rec = self.typed(value, dict, where)
+        records = {}
+        for key, r in self.typed(rec.get("records") or {}, dict, f"{where}.records").items():
+            at = f"{where}.records.{key}"
+            if not ISO_KEY.fullmatch(key):
+                self.fail(at, "not an item key the isolation writes")
+            r = self.typed(r, dict, at)
+            records[key] = IsoRecord(self.typed(r.get("before"), str, f"{at}.before"),
+                                     self.typed(r.get("after"), str, f"{at}.after"),
+                                     self.typed(r.get("label", ""), str, f"{at}.label"),
+                                     self.typed(r.get("ident", ""), str, f"{at}.ident"),
+                                     self.typed(r.get("from"), str, f"{at}.from", optional=True))
+        pairs = []
+        for i, p in enumerate(self.typed(rec.get("pairs") or [], list, f"{where}.pairs")[:MAX_PAIRS]):
+            at = f"{where}.pairs[{i}]"
+            p = self.typed(p, dict, at)
+            if p.get("kind") not in ("task", "irq"):
+                self.fail(f"{at}.kind", "neither task nor irq")
+            pairs.append(Pair(p["kind"], self.cpus(p.get("mask"), f"{at}.mask"), self.cpus(p.get("removed"), f"{at}.removed"),
+                              float(self.typed(p.get("since"), float, f"{at}.since"))))
+        irqs = self.typed(rec.get("irqs", ""), str, f"{where}.irqs")
+        try:
+            irq_ids = cpuset.parse(irqs, limit=1 << 20)
+        except InvalidInput as exc:
+            self.fail(f"{where}.irqs", str(exc))
+        return Isolation(self.cpus(rec.get("cpus", ""), f"{where}.cpus"), irq_ids, pairs, records)
+
+    def state(self, data) -> State:
+        doc = self.typed(data, dict, "the document")
+        if doc.get("version", VERSION) != VERSION:
+            self.fail("version", f"{doc.get('version')!r}, this vmtune writes {VERSION}")
+        leases = self.typed(doc.get("leases", {}), dict, "leases")
+        baseline = doc.get("baseline")
+        return State({str(k): self.lease(v, f"leases.{k}") for k, v in leases.items()},
+                     None if baseline is None else self.knobs(baseline, "baseline"),
+                     self.isolation(doc.get("isolation"), "isolation"))
+
+
+def decode(data, limit: int, sysfs: str | None = None) -> State:
+    """The state in a decoded JSON document; Damaged (one line) for anything out of shape.
+
+    ``limit``: CPU ids must be below it (the host's possible CPUs). ``sysfs``: knob paths must
+    resolve inside it.
+    """
+    return _Reader(limit, sysfs).state(data)
