@@ -7,7 +7,6 @@ hook against this machine's real /proc.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from killpoints import killed_at
 from isotrees import IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, build, irq, read, stub_systemctl, tree
 from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F401 - env is a fixture
 
@@ -207,31 +207,8 @@ def test_systemd_slices_get_allowed_cpus_through_systemctl(host, monkeypatch):
 
 # -- a kill at every write point ------------------------------------------------------------------
 
-KILLED = 9
-
-
-def _die_at(n: int, argv: list[str], xml: str) -> None:
-    from vmtune import hook
-
-    real = items.Kind.write
-    done = [0]
-
-    def write(self, item, raw):
-        if done[0] == n:
-            os._exit(KILLED)
-        done[0] += 1
-        real(self, item, raw)
-
-    items.Kind.write = write
-    hook.main(argv, xml.encode())
-    os._exit(0)
-
-
-def killed_at(n: int, argv: list[str], xml: str) -> int:
-    proc = multiprocessing.get_context("fork").Process(target=_die_at, args=(n, argv, xml))
-    proc.start()
-    proc.join(60)
-    return proc.exitcode
+def killed_before_write(n: int, argv: list[str], xml: str) -> int:
+    return killed_at(n, argv, xml, [(items.Kind, "write")])
 
 
 def _writes(host) -> int:
@@ -262,12 +239,12 @@ def test_a_kill_at_every_write_point_then_release_restores_exactly(host, phase):
     assert tree(host) == before
     for n in range(total + 1):
         if phase == "prepare":
-            killed_at(n, ["vm-a", "prepare", "begin", "-"], A)
+            killed_before_write(n, ["vm-a", "prepare", "begin", "-"], A)
             assert call(A, "vm-a", "reconnect", "begin") == 0  # completes the isolation
             assert irq(host, 1) == "0-1,3" and read(host, "proc/irq/default_smp_affinity") == "b"
         else:
             assert call(A, "vm-a", "prepare", "begin") == 0
-            killed_at(n, ["vm-a", "release", "end", "-"], A)
+            killed_before_write(n, ["vm-a", "release", "end", "-"], A)
         assert call(A, "vm-a", "release", "end") == 0
         assert tree(host) == before, f"killed before write {n}"
         assert "isolation" not in state(host)

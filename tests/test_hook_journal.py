@@ -8,39 +8,21 @@ release restores exactly what was there. A Python error half-way undoes the call
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 
 import pytest
+from killpoints import KILLED, killed_at
 from test_hook import CPU, UUID_A, A, B, call, env, snapshot, state, value  # noqa: F401 - env is a fixture
 
 from vmtune import hook
 from vmtune.hook import hoststate
 
-KILLED = 9
 HOST_WRITES = 12  # the fake host of test_hook: 3 EPP + 4 governors + 4 deep C-states + KSM
 
 
-def _die_after(writes: int, argv: list[str], xml: str) -> None:
-    real = hoststate.write
-    done = [0]
-
-    def write(root, path, val):
-        if done[0] == writes:
-            os._exit(KILLED)
-        done[0] += 1
-        real(root, path, val)
-
-    hoststate.write = write
-    hook.main(argv, xml.encode())
-    os._exit(0)
-
-
 def killed_after(writes: int, argv: list[str], xml: str) -> int:
-    proc = multiprocessing.get_context("fork").Process(target=_die_after, args=(writes, argv, xml))
-    proc.start()
-    proc.join(60)
-    return proc.exitcode
+    """Killed before its sysfs write number ``writes`` (0: before the first)."""
+    return killed_at(writes, argv, xml, [(hoststate, "write")])
 
 
 def pending(records) -> list[str]:

@@ -18,6 +18,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from killpoints import KILLED, killed_at
 from isotrees import build, irq, tree
 from test_hook import HOOK, UUID_A, UUID_B, assert_tuned, call, domain, env, state  # noqa: F401 - env is a fixture
 
@@ -27,7 +28,6 @@ from vmtune.hook.isolation import items
 
 A = domain("vm-a", UUID_A, pins="2")
 B = domain("vm-b", UUID_B, pins="3")
-KILLED = 9
 
 
 class Libvirt:
@@ -87,33 +87,13 @@ def clean(host) -> None:
 
 # -- a kill at every write point, then every order of what may come next ----------------------------
 
-def _die_at(n: int, argv: list[str], xml: str) -> None:
-    points = [0]
-
-    def point():
-        if points[0] == n:
-            os._exit(KILLED)
-        points[0] += 1
-
-    def wrap(fn):
-        def inner(*args, **kwargs):
-            point()
-            return fn(*args, **kwargs)
-        return inner
-
-    hoststate.write = wrap(hoststate.write)
-    items.Kind.write = wrap(items.Kind.write)
-    os.replace = wrap(os.replace)  # inside every state commit: before the rename
-    os.fsync = wrap(os.fsync)  # inside every state commit: before the temporary file is whole
-    hook.main(argv, xml.encode())
-    os._exit(0)
+POINTS = [(hoststate, "write"), (items.Kind, "write"),
+          (os, "replace"),  # inside every state commit: before the rename
+          (os, "fsync")]  # inside every state commit: before the temporary file is whole
 
 
-def killed_at(n: int, argv: list[str], xml: str) -> int:
-    proc = multiprocessing.get_context("fork").Process(target=_die_at, args=(n, argv, xml))
-    proc.start()
-    proc.join(60)
-    return proc.exitcode
+def killed(n: int, argv: list[str], xml: str) -> int:
+    return killed_at(n, argv, xml, POINTS)
 
 
 def prepare(host, name: str, uuid: str, xml: str, cpu: int) -> None:
@@ -148,13 +128,13 @@ def sweep(host, phase: str, orders: list[list[str]]) -> int:
             if phase == "release":
                 prepare(host, "vm-a", UUID_A, A, 2)
                 lv().stop("vm-a")  # the domain stopped; its release is killed
-            code = killed_at(n, ["vm-a", phase, "end" if phase == "release" else "begin", "-"], A)
+            code = killed(n, ["vm-a", phase, "end" if phase == "release" else "begin", "-"], A)
             for step in order:
                 STEPS[step](host)
             assert tree(host) == before, f"{phase} killed at point {n}, then {order}"
             clean(host)
             trials += 1
-            if code == 0:
+            if code != KILLED:
                 break  # the call finished before point n: every point was tried
             n += 1
     return trials
@@ -180,7 +160,7 @@ def test_kill_at_every_point_of_release_then_what_may_come(host):
 def test_a_killed_commit_leaves_no_temporary_file_behind(host):
     """A kill between a commit's temporary file and its rename leaves ``.state-*.tmp``; the next
     call removes it under the lock."""
-    killed_at(1, ["vm-a", "prepare", "begin", "-"], A)  # point 1: the first fsync is point 0
+    killed(1, ["vm-a", "prepare", "begin", "-"], A)  # point 1: the first fsync is point 0
     call(A, "vm-a", "release", "end")
     assert not [p.name for p in (host / "state").iterdir() if p.name.endswith(".tmp")]
 
@@ -442,7 +422,7 @@ def test_hook_reap_for_an_operator(host, capsys):
 def test_every_prepare_completes_what_a_crash_left(host):
     """Class 1 of the trials: vm-a's prepare is killed half-way, vm-b prepares before vm-a's release
     arrives (vm-a still starting): vm-b's prepare leaves the host fully tuned."""
-    killed_at(5, ["vm-a", "prepare", "begin", "-"], A)
+    killed(5, ["vm-a", "prepare", "begin", "-"], A)
     lv().start("vm-a", UUID_A)  # libvirt goes on starting it
     prepare(host, "vm-b", UUID_B, B, 3)
     assert_tuned(host / "sys")
