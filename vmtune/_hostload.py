@@ -91,7 +91,19 @@ def from_capabilities(xml: str | bytes) -> Host:
 
     arch = (host.findtext("cpu/arch") or "").strip()
     vendor = (host.findtext("cpu/vendor") or "").strip() or None
-    return Host(arch, tuple(cells[n] for n in sorted(cells)), dict(sorted(cpus.items())), frozenset(), vendor)
+    return Host(arch, tuple(cells[n] for n in sorted(cells)), dict(sorted(cpus.items())), frozenset(), vendor,
+                _native_guests(root))
+
+
+def _native_guests(root) -> frozenset[str] | None:
+    """The guest arches the host runs with KVM (``<guest>`` entries with ``<domain type='kvm'>``:
+    i686 on x86_64, say); None when the capabilities list no guest at all."""
+    guests = root.findall("guest")
+    if not guests:
+        return None
+    return frozenset(g.find("arch").get("name") for g in guests
+                     if g.find("arch") is not None and g.find("arch").get("name")
+                     and any(d.get("type") == "kvm" for d in g.findall("arch/domain")))
 
 
 # -- sysfs ----------------------------------------------------------------------------------------

@@ -20,9 +20,17 @@ from .model import Domain
 from .passes import ORDER
 
 VIRT_TYPES = ("kvm", "qemu")
-# libvirt arch names the host reports -> domain arch names that run natively there
-ARCH_ALIASES = {"x86_64": {"x86_64"}, "aarch64": {"aarch64"}, "ppc64le": {"ppc64le", "ppc64"},
+# For a host known only from sysfs (no libvirt <guest> entries): host arch -> the domain arches
+# its KVM runs natively. A host from capabilities says it itself (Host.guest_arches).
+ARCH_ALIASES = {"x86_64": {"x86_64", "i686"}, "aarch64": {"aarch64"}, "ppc64le": {"ppc64le", "ppc64"},
                 "ppc64": {"ppc64", "ppc64le"}, "s390x": {"s390x"}, "i686": {"i686"}}
+
+
+def native_arches(host: Host) -> frozenset[str]:
+    """The domain arches this host runs natively: its own, and those its capabilities list for kvm."""
+    if host.guest_arches:
+        return frozenset(host.guest_arches) | {host.arch}
+    return frozenset(ARCH_ALIASES.get(host.arch, {host.arch}))
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,9 @@ def _check_domain(dom: Domain, host: Host) -> str:
     if virt not in VIRT_TYPES:
         raise Unsupported(f"domain type {virt!r} is not tuned by vmtune (only kvm and qemu)")
     arch = dom.arch
-    if arch and arch not in ARCH_ALIASES.get(host.arch, {host.arch}):
-        raise Unsupported(f"domain arch {arch} does not match the host arch {host.arch}")
+    if arch and arch not in native_arches(host):
+        raise Unsupported(f"domain arch {arch} does not run natively on this {host.arch} host "
+                          f"(it runs {', '.join(sorted(native_arches(host)))})")
     if dom.vcpus < 1 or dom.vcpus > 4096:
         raise InvalidInput(f"bad vCPU count {dom.vcpu_text!r}")
     return virt

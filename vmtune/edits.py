@@ -13,6 +13,7 @@ New elements are inserted in libvirt's canonical order, so output is determinist
 from __future__ import annotations
 
 import re
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import Union
 
@@ -115,11 +116,19 @@ def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Elemen
     return el
 
 
+def clone(el: etree._Element) -> etree._Element:
+    """A detached deep copy of ``el`` without its tail: an element, a comment or a processing
+    instruction (libvirt keeps comments and PIs wherever they are, and so does vmtune)."""
+    out = deepcopy(el)
+    out.tail = None
+    return out
+
+
 def show(el: etree._Element | None) -> str | None:
     """An element as one line of XML (for change records)."""
     if el is None:
         return None
-    copy = etree.fromstring(etree.tostring(el))
+    copy = clone(el)
     for e in copy.iter():
         if e.text is not None and not e.text.strip():
             e.text = None

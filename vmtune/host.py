@@ -45,6 +45,7 @@ class Host:
     cpus: Mapping[int, Cpu]  # online CPUs by id
     isolated: frozenset[int] = frozenset()  # /sys/devices/system/cpu/isolated (isolcpus)
     vendor: str | None = None  # "Intel", "AMD", ... when known
+    guest_arches: frozenset[str] | None = field(default=None, compare=False)  # KVM guest arches (<guest>)
 
     __hash__ = object.__hash__
 

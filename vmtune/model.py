@@ -103,9 +103,18 @@ class Controller(View):
 
 
 class Cell(View):
-    id = Prop("@id", _int)
     cpus = Prop("@cpus", cpuset.parse)
     mem_access = Prop("@memAccess")
+
+    def __init__(self, node: etree._Element, index: int = 0):
+        super().__init__(node)
+        self.index = index
+
+    @property
+    def id(self) -> int:
+        """The cell's ``id``; without one, its position (libvirt numbers such cells in order)."""
+        given = _int(self.node.get("id") or "")
+        return given if given is not None else self.index
 
     @property
     def memory_kib(self) -> int:
@@ -175,7 +184,7 @@ class Domain(View):
     # -- children -----------------------------------------------------------------------------
     @property
     def cells(self) -> list[Cell]:
-        return [Cell(e) for e in self.node.iterfind("cpu/numa/cell")]
+        return [Cell(e, i) for i, e in enumerate(self.node.iterfind("cpu/numa/cell"))]
 
     @property
     def disks(self) -> list[Disk]:

@@ -102,13 +102,10 @@ def _pages_free(host: Host, ledger: Ledger, node: int, size: int) -> int:
     return host.cell(node).pages.get(size, 0) - ledger.hugepages.get((node, size), 0)
 
 
-def _backing(host: Host, ledger: Ledger, split: list[tuple[int, int]]) -> int | None:
-    """The largest hugepage size that backs every (node, KiB) of ``split``, or None."""
-    sizes = sorted({s for c in host.cells for s in c.pages}, reverse=True)
-    for size in sizes:
-        if all(kib % size == 0 and _pages_free(host, ledger, node, size) >= kib // size for node, kib in split):
-            return size
-    return None
+def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int) -> bool:
+    """Whether free pages of ``size`` back every (node, KiB) of ``split``, each rounded up to whole
+    pages (QEMU rounds a hugepage-backed memory up to its page size)."""
+    return all(_pages_free(host, ledger, node, size) >= -(-kib // size) for node, kib in split)
 
 
 def _split_memory(total: int, shares: list[int], granule: int) -> list[int]:
@@ -121,11 +118,11 @@ def _split_memory(total: int, shares: list[int], granule: int) -> list[int]:
 def _memory_fit(host: Host, ledger: Ledger, nodes: tuple[int, ...], shares: list[int], req: Request):
     """(hugepage size or None, memory per node) when memory fits, else None."""
     sizes = sorted({s for c in host.cells for s in c.pages}, reverse=True) if req.hugepages else []
-    for size in sizes:
-        if req.memory_kib % size:
-            continue
+    # the largest size that divides the memory; else the largest one not above it, the memory
+    # rounded up to whole pages (never more than one page less one KiB of waste per node)
+    for size in [s for s in sizes if req.memory_kib % s == 0] + [s for s in sizes if s <= req.memory_kib]:
         parts = _split_memory(req.memory_kib, shares, size)
-        if all(p > 0 for p in parts) and _backing(host, ledger, list(zip(nodes, parts))) == size:
+        if all(p > 0 for p in parts) and _backs(host, ledger, list(zip(nodes, parts)), size):
             return size, parts
     parts = _split_memory(req.memory_kib, shares, MIB)
     for node, kib in zip(nodes, parts):

@@ -2,7 +2,7 @@
 
 from lxml import etree
 
-from ..edits import E, Put, insert
+from ..edits import E, Put, clone, insert
 
 
 def copy(el: etree._Element | None, tag: str, drop: tuple[str, ...] = ()) -> etree._Element:
@@ -10,7 +10,7 @@ def copy(el: etree._Element | None, tag: str, drop: tuple[str, ...] = ()) -> etr
     new = E(tag, dict(el.attrib) if el is not None else None)
     for child in el if el is not None else ():
         if not isinstance(child.tag, str) or child.tag not in drop:
-            new.append(etree.fromstring(etree.tostring(child)))
+            new.append(clone(child))
     return new
 
 

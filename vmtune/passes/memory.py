@@ -18,6 +18,10 @@ def _backing(ctx, dom):
             nodeset = cpuset.format(c.id for c in pl.cells) if pl.cells else None
             insert(new, E("hugepages", None, E("page", {"size": pl.hugepage_kib, "unit": "KiB", "nodeset": nodeset})))
             reasons.append(f"{pl.hugepage_kib} KiB hugepages: fewer TLB misses, memory that never swaps or moves")
+            if dom.memory_kib % pl.hugepage_kib:
+                pages = -(-dom.memory_kib // pl.hugepage_kib)
+                reasons.append(f"{dom.memory_kib} KiB is not a whole number of pages: QEMU rounds it up to {pages} "
+                               f"pages ({pages * pl.hugepage_kib} KiB)")
     for flag, wanted, why in (
         ("nosharepages", p.memory_nosharepages, "no KSM merging: no copy-on-write faults on guest writes"),
         ("locked", p.memory_locked, "locked memory: the host never swaps it out"),

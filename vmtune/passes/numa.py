@@ -2,9 +2,8 @@
 
 from .. import cpuset
 from ..edits import E, Put, Remove, Set
+from . import _cells
 from ._xml import copy, put_under
-
-CELL_ATTRS = ("memAccess", "discard")
 
 
 def _memory(dom, total_kib: int, reason: str):
@@ -21,13 +20,13 @@ def dedicated(ctx, dom):
         new.append(E("memnode", {"cellid": cell.id, "mode": "strict", "nodeset": cell.node}))
     where = "the vCPUs' node" if len(pl.nodes) == 1 else "each guest cell's host node"
     edits = [Put(dom.node, new, f"bind guest memory to {where} ({nodes}): no remote memory access")]
-    old_cells = {c.id: c.node for c in dom.cells}
+    old_cells = dom.cells
     numa = dom.find("cpu/numa")
     if pl.cells:
+        mapping = _cells.remap(old_cells, pl.cells) if old_cells else {}
         guest = E("numa")
         for cell in pl.cells:
-            source = old_cells.get(cell.id, old_cells.get(0))
-            extra = {a: source.get(a) for a in CELL_ATTRS if source is not None and source.get(a)}
+            extra = _cells.merged_attrs(old_cells, mapping, cell.id)
             guest.append(E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus),
                                     "memory": cell.memory_kib, "unit": "KiB", **extra}))
         why = (f"guest NUMA cells mirror the {len(pl.nodes)} host nodes the vCPUs span"
@@ -35,6 +34,7 @@ def dedicated(ctx, dom):
         edits.append(put_under(dom, "cpu", guest, why))
         total = sum(c.memory_kib for c in pl.cells) + dom.dimm_kib
         edits.extend(_memory(dom, total, "memory equals the sum of the guest cells"))
+        edits.extend(_cells.follow(dom, mapping))
     elif numa is not None:
         edits.append(Remove(numa, "all vCPUs and memory sit on one host node: one guest node is the truth"))
         edits.extend(_memory(dom, dom.boot_memory_kib + dom.dimm_kib, "memory keeps the size the guest cells had"))
@@ -60,12 +60,16 @@ def clamp(ctx, dom):
     changed = False
     for el in new:
         if el.get("nodeset") is None:
+            if el.tag == "memory" and el.get("placement") is None and dom.vcpu_placement != "auto":
+                el.set("placement", "auto")  # it followed <vcpu placement='auto'>, which is static now
+                changed = True
             continue
         nodes = cpuset.parse(el.get("nodeset"))
         if not nodes <= host_nodes:
             el.set("nodeset", cpuset.format((nodes & host_nodes) or host_nodes))
             changed = True
-    return [Put(dom.node, new, "the nodeset named NUMA nodes this host does not have")] if changed else []
+    return [Put(dom.node, new, "the nodeset named NUMA nodes this host does not have, or the memory followed "
+                "a numad vCPU placement that is static now (numad still places the memory)")] if changed else []
 
 
 def run(ctx, dom):

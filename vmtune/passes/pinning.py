@@ -3,7 +3,7 @@
 from lxml import etree
 
 from .. import cpuset
-from ..edits import E, Put, Remove, Set, insert
+from ..edits import E, Put, Remove, Set, clone, insert
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
 
@@ -19,8 +19,17 @@ def _cputune(dom, drop: tuple[str, ...]) -> etree._Element:
     if old is not None:
         for child in old:
             if not isinstance(child.tag, str) or child.tag not in drop:
-                new.append(etree.fromstring(etree.tostring(child)))
+                new.append(clone(child))
     return new
+
+
+def _vcpu(dom, attrs: dict[str, str | None], reason: str) -> list:
+    """Set attributes of ``<vcpu>``; without one (libvirt's default: 1 vCPU), write it out whole,
+    count included, since libvirt refuses a ``<vcpu>`` without a count."""
+    if dom.find("vcpu") is not None:
+        return [Set(dom.node, f"vcpu/@{name}", value, reason) for name, value in attrs.items()]
+    return [Put(dom.node, E("vcpu", attrs, text=str(dom.vcpus)), f"no <vcpu>: libvirt's default of {dom.vcpus}, "
+                f"written out; {reason}")]
 
 
 def _put_cputune(dom, new, reason):
@@ -33,10 +42,8 @@ def _put_cputune(dom, new, reason):
 def dedicated(ctx, dom):
     pl = ctx.placement
     p = ctx.profile
-    edits = [
-        Set(dom.node, "vcpu/@placement", "static", "every vCPU is pinned explicitly"),
-        Set(dom.node, "vcpu/@cpuset", None, "per-vCPU pins replace the domain-wide cpuset"),
-    ]
+    edits = _vcpu(dom, {"placement": "static", "cpuset": None},
+                  "every vCPU is pinned explicitly: per-vCPU pins replace the domain-wide cpuset")
     drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" else ())
     new = _cputune(dom, drop)
     for vcpu, cpu in enumerate(pl.pins):
@@ -77,9 +84,9 @@ def shared(ctx, dom):
     if target is not None:
         value = None if target == online else cpuset.format(target)
         if value is not None or current:
-            edits.append(Set(dom.node, "vcpu/@cpuset", value, why))
+            edits += _vcpu(dom, {"cpuset": value}, why)
         if dom.vcpu_placement == "auto":
-            edits.append(Set(dom.node, "vcpu/@placement", "static", "numad placement would ignore the cpuset"))
+            edits += _vcpu(dom, {"placement": "static"}, "numad placement would ignore the cpuset")
     old = dom.find("cputune")
     if old is not None:
         new = _cputune(dom, ())
