@@ -8,13 +8,11 @@ release restores exactly what was there. A Python error half-way undoes the call
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from killpoints import KILLED, killed_at
 from test_hook import CPU, UUID_A, A, B, call, env, snapshot, state, value  # noqa: F401 - env is a fixture
 
-from vmtune import hook
 from vmtune.hook import hoststate
 
 HOST_WRITES = 12  # the fake host of test_hook: 3 EPP + 4 governors + 4 deep C-states + KSM

@@ -147,4 +147,4 @@ def test_untagged_or_not_latency_prints_nothing(place, capsys, profile):
 def test_ledger_from_leases_skips_the_domain_itself():
     led = repin.ledger_from_leases({"u1": Lease("a", cpus=frozenset({2, 3})), "u2": Lease("b", cpus=frozenset({5}))},
                                    "u1", "a")
-    assert led.dedicated == frozenset({5}) and led.owner_of(5) == "b"
+    assert led.dedicated == frozenset({5}) and [c.name for c in led.claims] == ["b"]

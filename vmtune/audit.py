@@ -70,7 +70,7 @@ from lxml import etree
 
 from . import claims as claims_mod
 from . import config as config_mod
-from . import cpuset, profiles, xmlsafe
+from . import cpuset, profiles, units, xmlsafe
 from .errors import InvalidInput
 from .host import Host
 from .model import Domain
@@ -346,8 +346,6 @@ def _cpus(cpus) -> str:
     return f"CPU{'s' if len(cpus) > 1 else ''} {cpuset.format(cpus)}"
 
 
-def _size_text(kib: int) -> str:
-    return f"{kib // 1048576} GiB" if kib >= 1048576 and kib % 1048576 == 0 else f"{kib // 1024} MiB" if kib >= 1024 else f"{kib} KiB"
 
 
 def _hugepages(host: Host, doms: list[_Dom]) -> tuple[list[Problem], dict[tuple[int, int], int]]:
@@ -371,14 +369,14 @@ def _hugepages(host: Host, doms: list[_Dom]) -> tuple[list[Problem], dict[tuple[
         if pages > free:
             names = tuple(sorted(who[(node, size)]))
             out.append(Problem(HUGEPAGES, names, nodes=(node,), message=(
-                f"node {node} has {free} free {_size_text(size)} hugepages; shut-off "
+                f"node {node} has {free} free {units.size(size)} hugepages; shut-off "
                 f"{'domain' if len(names) == 1 else 'domains'} {', '.join(names)} need {pages} there")))
     for size, pages in sorted(unbound.items()):
         left = sum(max(c.pages.get(size, 0) - need.get((c.id, size), 0), 0) for c in host.cells)
         if pages > left:
             names = tuple(sorted(unbound_who[size]))
             out.append(Problem(HUGEPAGES, names, nodes=host.node_ids, message=(
-                f"the host has {left} free {_size_text(size)} hugepages left; shut-off "
+                f"the host has {left} free {units.size(size)} hugepages left; shut-off "
                 f"{'domain' if len(names) == 1 else 'domains'} {', '.join(names)} need {pages} on any node")))
     return out, need
 
@@ -422,8 +420,7 @@ def audit(host: Host, domains: list[tuple[str, str]], *, config: config_mod.Conf
     """
     config = config or config_mod.Config()
     doms = [_read(host, xml, state, i) for i, (xml, state) in enumerate(domains)]
-    reserved = config.reserved_cpus if config.reserved_cpus is not None else host.default_reserved()
-    reserved = frozenset(reserved) & frozenset(host.cpus)
+    reserved = host.reserved(config)
     pages_problems, need = _hugepages(host, doms)
     problems = (_overlaps(host, doms) + _floats(host, doms, reserved) + _tags(doms, config.profiles_dir, reserved)
                 + pages_problems)

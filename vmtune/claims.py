@@ -27,16 +27,6 @@ class Claim:
     memory: Mapping[int, int] = field(default_factory=dict)  # node -> KiB bound strictly
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (node, size KiB) -> pages
 
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "uuid": self.uuid,
-            "profile": self.profile,
-            "dedicated": cpuset.format(self.dedicated),
-            "memory_kib": {str(k): v for k, v in sorted(self.memory.items())},
-            "hugepages": {f"{n}:{s}": c for (n, s), c in sorted(self.hugepages.items())},
-        }
-
 
 @dataclass(frozen=True)
 class Ledger:
@@ -46,12 +36,6 @@ class Ledger:
     dedicated: frozenset[int] = frozenset()
     memory: Mapping[int, int] = field(default_factory=dict)
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)
-
-    def owner_of(self, cpu: int) -> str | None:
-        for claim in self.claims:
-            if cpu in claim.dedicated:
-                return claim.name or claim.uuid
-        return None
 
 
 def _hugepage_size(dom: Domain, host: Host) -> int | None:

@@ -14,26 +14,25 @@ import sys
 
 from . import cli_doctor, cli_live
 from . import config as config_mod
-from . import cpuset, profiles
+from . import cpuset, profiles, units, xmlsafe
 from .atomic import write_atomic  # moved to the library; vmtune.cli.write_atomic still works
 from .errors import InvalidInput, VmtuneError
 from .host import Host
 from .driver import rewrite
 
-MAX_INPUT = 8 * 1024 * 1024
 
 
 def _read(path: str, what: str) -> str:
     try:
         if path == "-":
-            data = sys.stdin.buffer.read(MAX_INPUT + 1)
+            data = sys.stdin.buffer.read(xmlsafe.MAX_BYTES + 1)
         else:
             with open(path, "rb") as fh:
-                data = fh.read(MAX_INPUT + 1)
+                data = fh.read(xmlsafe.MAX_BYTES + 1)
     except OSError as exc:
         raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
-    if len(data) > MAX_INPUT:
-        raise InvalidInput(f"{what} {path} is larger than {MAX_INPUT // (1024 * 1024)} MiB")
+    if len(data) > xmlsafe.MAX_BYTES:
+        raise InvalidInput(f"{what} {path} is larger than {xmlsafe.MAX_BYTES // (1024 * 1024)} MiB")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -123,7 +122,7 @@ def cmd_rewrite(args, cfg) -> int:
 
 def cmd_topology(args, cfg) -> int:
     host = _host(args)
-    reserved = cfg.reserved_cpus if cfg.reserved_cpus is not None else host.default_reserved()
+    reserved = host.reserved(cfg)
     if args.json:
         data = host.to_dict()
         data["reserved"] = cpuset.format(reserved)
@@ -133,7 +132,7 @@ def cmd_topology(args, cfg) -> int:
           f"isolated {cpuset.format(host.isolated) or '-'}  reserved {cpuset.format(reserved) or '-'}")
     print(f"{'node':>4}  {'cpus':<16} {'memory MiB':>10}  {'free hugepages':<22} cores (sibling threads)")
     for cell in host.cells:
-        pages = " ".join(f"{size // 1024}M:{count}" if size < 1048576 else f"{size // 1048576}G:{count}"
+        pages = " ".join(f"{units.page(size)}:{count}"
                          for size, count in sorted(cell.pages.items())) or "-"
         cores = " ".join("(" + ",".join(map(str, core)) + ")" for core in host.cores(cell.id)) or "-"
         print(f"{cell.id:>4}  {cpuset.format(cell.cpus) or '-':<16} {cell.memory_kib // 1024:>10}  {pages:<22} {cores}")

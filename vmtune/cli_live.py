@@ -14,9 +14,8 @@ import difflib
 import json
 import sys
 
-from . import cpuset
+from . import cpuset, units
 
-COMMANDS: dict = {}
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -194,8 +193,6 @@ def cmd_plan(args, cfg) -> int:
     return 0 if report.ok else 1
 
 
-def _pages(size_kib: int) -> str:
-    return f"{size_kib // 1048576}G" if size_kib >= 1048576 else f"{size_kib // 1024}M"
 
 
 def _table(rows: list[list[str]]) -> None:
@@ -208,8 +205,8 @@ def _print_plan(report) -> None:
     rows = [["DOMAIN", "PROFILE", "STATE", "VCPUS", "PINNED", "NODES", "HUGEPAGES"]]
     for r in report.rows:
         pages = ("-" if not r.hugepage_kib else
-                 " ".join(f"{n}:{c}x{_pages(r.hugepage_kib)}" for n, c in sorted(r.hugepages.items()))
-                 or f"{_pages(r.hugepage_kib)} (any node)")
+                 " ".join(f"{n}:{c}x{units.page(r.hugepage_kib)}" for n, c in sorted(r.hugepages.items()))
+                 or f"{units.page(r.hugepage_kib)} (any node)")
         rows.append([r.name, r.profile or "-", r.state, str(r.vcpus), cpuset.format(r.pinned) or "-",
                      cpuset.format(r.nodes) or "-", pages])
     if report.rows:
@@ -220,7 +217,7 @@ def _print_plan(report) -> None:
     nodes = [["NODE", "CPUS", "RESERVED", "DEDICATED", "FREE FOR DEDICATED", "MEMORY MiB", "FREE MiB",
               "HUGEPAGES FREE/NEEDED"]]
     for n in report.nodes:
-        pages = " ".join(f"{_pages(size)}:{free}/{need}" for size, (free, need) in sorted(n.hugepages.items())) or "-"
+        pages = " ".join(f"{units.page(size)}:{free}/{need}" for size, (free, need) in sorted(n.hugepages.items())) or "-"
         nodes.append([str(n.node), cpuset.format(n.cpus) or "-", cpuset.format(n.reserved) or "-",
                       cpuset.format(n.dedicated) or "-", cpuset.format(n.free_dedicated) or "-",
                       str(n.memory_kib // 1024) if n.memory_kib else "?",

@@ -14,7 +14,7 @@ DEFAULT_PATH = "/etc/vmtune/vmtune.toml"
 
 @dataclass(frozen=True)
 class Config:
-    reserved_cpus: frozenset[int] | None = None  # None: Host.default_reserved()
+    reserved_cpus: frozenset[int] | None = None  # None: Host.default_reserved() (Host.reserved applies it)
     placement: str = "spread"
     profiles_dir: str | None = None
     smt: dict[str, str] = field(default_factory=dict)

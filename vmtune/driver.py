@@ -112,8 +112,7 @@ def prepare(
     name = profile or dom.tagged_profile or profiles.DEFAULT
     prof = profiles.load(name, config.profiles_dir)
     ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
-    reserved = config.reserved_cpus if config.reserved_cpus is not None else host.default_reserved()
-    reserved = reserved & frozenset(host.cpus)
+    reserved = host.reserved(config)
     placement = _placement(prof, host, ledger, reserved, dom, config)
     return root, Context(host, prof, placement, ledger, reserved, virt, force_virtio)
 

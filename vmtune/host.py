@@ -81,6 +81,12 @@ class Host:
     def smt(self) -> bool:
         return any(len(self.core_of(c)) > 1 for c in self.cpus)
 
+    def reserved(self, config=None) -> frozenset[int]:
+        """The CPUs kept for the host here: the config's ``reserved_cpus`` when it sets them, else
+        ``default_reserved()``; only CPUs this host has. The one rule every caller uses."""
+        given = getattr(config, "reserved_cpus", None)
+        return (frozenset(given) if given is not None else self.default_reserved()) & frozenset(self.cpus)
+
     def default_reserved(self) -> frozenset[int]:
         """CPUs kept for the host, the emulator and iothreads.
 

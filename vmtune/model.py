@@ -72,7 +72,6 @@ class Disk(View):
     dev = Prop("target/@dev")
     driver_name = Prop("driver/@name")
     cache = Prop("driver/@cache")
-    io = Prop("driver/@io")
     iothread = Prop("driver/@iothread", _int)
     boot_order = Prop("boot/@order", _int)
     address_type = Prop("address/@type")
@@ -91,20 +90,16 @@ class Interface(View):
     TUNED_TYPES = ("network", "bridge", "direct", "ethernet")
     type = Prop("@type")
     model = Prop("model/@type")
-    driver_name = Prop("driver/@name")
-    queues = Prop("driver/@queues", _int)
     mac = Prop("mac/@address")
 
 
 class Controller(View):
     type = Prop("@type")
     index = Prop("@index", _int)
-    model = Prop("@model")
 
 
 class Cell(View):
     cpus = Prop("@cpus", cpuset.parse)
-    mem_access = Prop("@memAccess")
 
     def __init__(self, node: etree._Element, index: int = 0):
         super().__init__(node)
@@ -128,10 +123,7 @@ class Domain(View):
     name = Prop("name")
     uuid = Prop("uuid")
     arch = Prop("os/type/@arch")
-    machine = Prop("os/type/@machine")
-    os_type = Prop("os/type")
     vcpu_text = Prop("vcpu")
-    vcpu_current = Prop("vcpu/@current", _int)
     vcpu_placement = Prop("vcpu/@placement")
     vcpu_cpuset = Prop("vcpu/@cpuset", cpuset.parse)
     cpu_mode = Prop("cpu/@mode")

@@ -27,3 +27,15 @@ def to_kib(value: str | int | None, unit: str | None = None, default_unit: str =
     if scale is None or number < 0:
         raise InvalidInput(f"bad memory unit {unit!r}")
     return -(-number * scale // 1024)
+
+
+def page(kib: int) -> str:
+    """A page size the short way: ``2M``, ``1G``, ``4K`` (tables, one-line findings)."""
+    return f"{kib // 1048576}G" if kib >= 1048576 else f"{kib // 1024}M" if kib >= 1024 else f"{kib}K"
+
+
+def size(kib: int) -> str:
+    """A size in words: ``1 GiB``, ``2 MiB``, ``4 KiB`` (whole GiB only as GiB)."""
+    if kib >= 1048576 and kib % 1048576 == 0:
+        return f"{kib // 1048576} GiB"
+    return f"{kib // 1024} MiB" if kib >= 1024 else f"{kib} KiB"

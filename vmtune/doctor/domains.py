@@ -17,12 +17,12 @@ from lxml import etree
 
 from .. import xmlsafe
 from ..errors import VmtuneError
+from ..live.domains import STATES
 from .findings import Context, Finding, maker
 
 new = maker("domains")
 STATUS_DIR = "run/libvirt/qemu"
 # libvirt's virDomainState as virsh prints it, by number (the API) and by status-file word
-STATES = ("no state", "running", "idle", "paused", "in shutdown", "shut off", "crashed", "pmsuspended")
 STATUS_WORDS = {"nostate": "no state", "blocked": "idle", "shutdown": "in shutdown", "shutoff": "shut off"}
 FAIL_KINDS = ("cpu-overlap", "core-overlap")
 FIXES = {"cpu-overlap": "vmtune apply --all (one plan for the whole host)",

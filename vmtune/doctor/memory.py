@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from .. import units
 from .findings import Context, Finding, maker
 
 new = maker("memory")
@@ -86,14 +87,12 @@ def demand(rows) -> dict[tuple[int | None, int], dict]:
     return dict(out)
 
 
-def _size(kib: int) -> str:
-    return f"{kib // 1048576}G" if kib >= 1048576 else f"{kib // 1024}M" if kib >= 1024 else f"{kib}K"
 
 
 def _hugepages(ctx: Context) -> list[Finding]:
     have = pools(ctx)
     source = ctx.path("sysfs", "devices/system/node/node*/hugepages")
-    listing = ", ".join(f"{'node' + str(n) + ' ' if n is not None else ''}{_size(s)} {t} total/{f} free"
+    listing = ", ".join(f"{'node' + str(n) + ' ' if n is not None else ''}{units.page(s)} {t} total/{f} free"
                         for (n, s), (t, f) in sorted(have.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])))
     from .domains import report
 
@@ -117,7 +116,7 @@ def _hugepages(ctx: Context) -> list[Finding]:
             running, stopped = need["running"], need["stopped"]
             pool = f"/sys/devices/system/node/node{node}/hugepages/hugepages-{size}kB/nr_hugepages"
         where = f"node{node} " if node is not None else "any node "
-        found = f"{where}{_size(size)}: {total} total, {free} free; {', '.join(sorted(set(need['names'])))} need " \
+        found = f"{where}{units.page(size)}: {total} total, {free} free; {', '.join(sorted(set(need['names'])))} need " \
                 f"{need['running']} (running) + {need['stopped']} (not running)"
         short = total < running + stopped or free < stopped
         fix = f"echo {total + max(running + stopped - total, stopped - free)} > {pool} (1G pages: at boot)"

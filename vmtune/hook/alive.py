@@ -55,6 +55,8 @@ def why_stale(folder: str, proc: str, key: str, name: str, since: float, now: fl
     cmdline = _read(os.path.join(proc, pid.decode(), "cmdline"))
     if cmdline is None:
         return f"its QEMU (pid {pid.decode()}) is gone"
+    if not cmdline:
+        return None  # a process that is just starting (or a zombie its parent reaps soon): ask again later
     args = cmdline.split(b"\0")
     wanted = name.encode()
     if not any(a == wanted or a.startswith(b"guest=" + wanted + b",") or a == b"guest=" + wanted for a in args):

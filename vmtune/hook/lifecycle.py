@@ -70,15 +70,13 @@ class Hook:
 
     # -- isolation -----------------------------------------------------------------------------
     def _reserved(self) -> frozenset[int]:
-        if self.cfg.reserved_cpus is not None:
-            return frozenset(self.cfg.reserved_cpus)
         try:
             from ..host import Host
 
-            return Host.from_sysfs(self.sysfs).default_reserved()
-        except Exception as exc:  # noqa: BLE001 - no topology here: nothing is reserved
-            log.debug("no reserved CPUs: %s", exc)
-            return frozenset()
+            return Host.from_sysfs(self.sysfs).reserved(self.cfg)
+        except Exception as exc:  # noqa: BLE001 - no topology here: only what the config names
+            log.debug("no host topology: %s", exc)
+            return frozenset(self.cfg.reserved_cpus or ())
 
     def _isolated(self, held: frozenset[int]) -> frozenset[int]:
         """The CPUs to keep the host's work off: the leases' vCPU CPUs ``held`` less the reserved ones."""
