@@ -230,8 +230,7 @@ def _reach(dom: Domain, everywhere: frozenset[int]):
     other = {"emulator": shape["emulator"]}
     if io_reach:
         other["iothreads"] = io_reach
-    all_single = len(pins) >= dom.vcpus and all(len(pins.get(v, ())) == 1 for v in range(dom.vcpus))
-    return vcpu_reach, pinned_reach, other, all_single
+    return vcpu_reach, pinned_reach, other, dom.every_vcpu_pinned_alone
 
 
 def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
@@ -239,7 +238,7 @@ def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
     claim = claims_mod.read(text, host)
     everywhere = frozenset(host.cpus)
     vcpu_reach, pinned_reach, other, all_single = _reach(dom, everywhere)
-    size = claims_mod._hugepage_size(dom, host)
+    size = claims_mod.hugepage_size(dom, host)
     hugepages = {node: pages for (node, _), pages in claim.hugepages.items()}
     unbound = None
     if size and not claim.hugepages:

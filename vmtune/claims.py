@@ -38,7 +38,7 @@ class Ledger:
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)
 
 
-def _hugepage_size(dom: Domain, host: Host) -> int | None:
+def hugepage_size(dom: Domain, host: Host) -> int | None:
     hp = dom.find("memoryBacking/hugepages")
     if hp is None:
         return None
@@ -90,11 +90,10 @@ def read(xml: str | bytes, host: Host) -> Claim:
     pins = dom.vcpupins()
     pinned = frozenset().union(*pins.values()) if pins else frozenset()
     profile = dom.tagged_profile
-    every_vcpu_single = bool(pins) and all(len(pins.get(v, ())) == 1 for v in range(dom.vcpus))
-    dedicated = pinned if (profile in DEDICATED_PROFILES or every_vcpu_single) else frozenset()
+    dedicated = pinned if (profile in DEDICATED_PROFILES or dom.every_vcpu_pinned_alone) else frozenset()
     memory = _bound_memory(dom)
     hugepages: dict[tuple[int, int], int] = {}
-    size = _hugepage_size(dom, host)
+    size = hugepage_size(dom, host)
     if size:
         for node, kib in memory.items():
             hugepages[(node, size)] = -(-kib // size)

@@ -51,7 +51,7 @@ class Result:
         }
 
 
-def _check_domain(dom: Domain, host: Host) -> str:
+def check_domain(dom: Domain, host: Host) -> str:
     if dom.node.tag != "domain":
         raise InvalidInput(f"expected a libvirt <domain>, got <{dom.node.tag}>")
     virt = dom.type
@@ -66,7 +66,7 @@ def _check_domain(dom: Domain, host: Host) -> str:
     return virt
 
 
-def _placement(profile, host, ledger, reserved, dom, config) -> placement_mod.Placement:
+def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod.Placement:
     spread = config.placement != "pack"
     if profile.cpu_pinning == "dedicated":
         req = placement_mod.Request(
@@ -108,12 +108,12 @@ def prepare(
     config = config or config_mod.Config()
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
-    virt = _check_domain(dom, host)
+    virt = check_domain(dom, host)
     name = profile or dom.tagged_profile or profiles.DEFAULT
     prof = profiles.load(name, config.profiles_dir)
     ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
     reserved = host.reserved(config)
-    placement = _placement(prof, host, ledger, reserved, dom, config)
+    placement = placement_for(prof, host, ledger, reserved, dom, config)
     return root, Context(host, prof, placement, ledger, reserved, virt, force_virtio)
 
 

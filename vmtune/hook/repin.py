@@ -87,10 +87,10 @@ def _place(xml: bytes, host: Host, ledger: Ledger, cfg) -> etree._Element:
 
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
-    virt = driver._check_domain(dom, host)
+    virt = driver.check_domain(dom, host)
     prof = profiles.load(dom.tagged_profile, cfg.profiles_dir)
     reserved = host.reserved(cfg)
-    placement = driver._placement(prof, host, ledger, reserved, dom, cfg)
+    placement = driver.placement_for(prof, host, ledger, reserved, dom, cfg)
     ctx = Context(host, prof, placement, ledger, reserved, virt)
     driver.run_passes(root, ctx, passes=(pinning, numa, memory))
     return root

@@ -68,10 +68,8 @@ def rank(target: Target, host: Host, config: config_mod.Config) -> tuple:
     except InvalidInput:
         pinning = "float"  # its rewrite will say what is wrong
     group = pinning if pinning in ("dedicated", "node") else "float"
-    if group != "dedicated":
-        pins = dom.vcpupins()
-        if pins and all(len(pins.get(v, ())) == 1 for v in range(dom.vcpus)):
-            group = "pinned"
+    if group != "dedicated" and dom.every_vcpu_pinned_alone:
+        group = "pinned"
     return (RANKS[group], dom.name or "", dom.uuid or "", target.key)
 
 
@@ -94,7 +92,7 @@ def plan(
     for target in targets:
         dom = Domain(xmlsafe.parse(target.xml, "domain XML"))
         try:
-            driver._check_domain(dom, host)
+            driver.check_domain(dom, host)
         except Unsupported as exc:
             if not skip_unsupported:
                 raise Unsupported(f"{dom.name or target.key}: {exc}") from None
