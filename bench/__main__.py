@@ -2,8 +2,10 @@
 
 Part 2 of issue 5 (what vmtune costs) runs in-process. Part 1 (what a guest gains, bench/guests.py)
 boots real guests through the system libvirtd; it needs root, and is skipped with a message when
-that or libvirtd/QEMU is not available. ``--virt-type`` is recorded in every result: it is the
-``type=`` of part 1's guests and of part 2's generated placement domains (the corpus domains keep
+that or libvirtd/QEMU is not available. Its tuned guests run with vmtune's hook installed in the
+system libvirtd (bench/guest_hook.py: installed before the first guest, removed and libvirtd
+restarted after the last; ``index.json`` → ``part1_hook``). ``--virt-type`` is recorded in every
+result: it is the ``type=`` of part 1's guests and of part 2's generated placement domains (the corpus domains keep
 their own). ``--part 1|2`` runs one part only.
 
 The ``host-isolation`` case (bench/host_isolation.py: a busy pinned probe on the host, with host
@@ -30,8 +32,10 @@ ISOLATION_PARTS = (None, "host-isolation")
 
 FULL = {"rewrite_runs": 9, "rewrite_inner": 5, "sizes": (10, 30, 100, 300), "placement_runs": 5, "place_inner": 10}
 QUICK = {"rewrite_runs": 3, "rewrite_inner": 1, "sizes": (10, 30, 100), "placement_runs": 3, "place_inner": 3}
-# part 1 (bench/guests.py): guest boots per variant, operations per boot and test
-GUESTS_FULL = {"reps": 5, "sched_reps": 5, "disk_ops": 1000, "net_ops": 1000, "timer_ops": 1000,
+# part 1 (bench/guests.py): guest boots per variant, operations per boot and test. guest-sched has
+# 6 variants (hog guest and host hogs; vmtune's emulator pin and the emulator beside the vCPU): 7
+# boots each gives its comparisons more power; the full part 1 takes about 20 minutes here
+GUESTS_FULL = {"reps": 5, "sched_reps": 7, "disk_ops": 1000, "net_ops": 1000, "timer_ops": 1000,
                "sched_ops": 2000, "warmup": 50, "timeout_s": 600}
 GUESTS_QUICK = {"reps": 1, "sched_reps": 1, "disk_ops": 200, "net_ops": 200, "timer_ops": 200,
                 "sched_ops": 300, "warmup": 20, "timeout_s": 300}
@@ -91,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         except (host_isolation.IsolationError, guests.guestimage.BuildError) as exc:
             isolation = {"ran": False, "failed": str(exc)}
             log(f"host-isolation FAILED: {exc}")
+    # how part 1 ran its tuned guests: the hook's setup and teardown (every part-1 record has it too)
+    part1_hook = next((r["setup"]["hook"] for r in records if r["case"].startswith("guest-")
+                       and "hook" in r.get("setup", {})), None)
     written = []
     for rec in records:
         # the case, variant and figures first, then the context every result carries
@@ -102,13 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     summary = [{k: r.get(k) for k in ("case", "variant", "p50_ms", "p99_ms", "rewrites_per_s", "total_s")}
                for r in records]
     index = {"quick": args.quick, "virt_type": args.virt_type, "elapsed_s": time.monotonic() - start,
-             "files": [p.name for p in written], "summary": summary, "part1": part1,
+             "files": [p.name for p in written], "summary": summary, "part1": part1, "part1_hook": part1_hook,
              "host_isolation": isolation}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     for row in summary:
         figs = "  ".join(f"{k}={v:.3g}" for k, v in row.items() if isinstance(v, float))
-        print(f"{row['case']:22} {row['variant']:11} {figs}")
+        print(f"{row['case']:22} {row['variant']:22} {figs}")
     log(f"{len(written)} result files in {args.out}")
     if any(r["case"] == host_isolation.CASE for r in records):
         print(host_isolation.table([r for r in records if r["case"] == host_isolation.CASE]), end="")

@@ -24,6 +24,27 @@ host has CPUs: ``stock`` (both domains stock, nothing pinned) against ``tuned`` 
 the other as a claim: the latency guest gets dedicated CPUs, the hog, with the balanced profile, a
 cpuset that keeps it off them).
 
+``tuned-emu-vcpu`` is ``tuned`` with its ``<emulatorpin>`` and ``<iothreadpin>`` moved to the
+vCPU's dedicated CPU (edited here, vmtune unchanged). Under TCG, QEMU's main loop (the emulator
+thread) runs the guest's emulated timers, and the latency profile puts it on the host's reserved CPU,
+where isolation also moves all host work (and the hogs); this variant asks whether the emulator
+is better off beside the vCPU. It runs in disk/net/timer and in both ``guest-sched`` flavours, and
+its records carry the comparison with ``tuned`` (``vs_tuned``).
+
+``guest-sched`` has a second flavour where the hog is the host's own work: one unpinned busy
+process per online CPU (bench/probe/busyprobe.c ``spin``, the "backup job"), started before the
+latency guest and killed after it: ``stock-hosthog``, ``tuned-hosthog`` and
+``tuned-emu-vcpu-hosthog``, no hog guest. Their records carry ``vs_stock_hosthog`` (and the
+emulator one ``vs_tuned_hosthog``); their ``vs_stock`` is against the hog-guest ``stock``.
+
+The tuned variants run as users run them: with vmtune's hook installed in the real libvirtd for the
+whole run (bench/guest_hook.py), so their starts go through the hook's prepare (host tuning,
+isolation of their vCPU's CPU) and their stops through its release. Every other variant has the
+vmtune tag removed from its metadata (examples/stock-latency.xml is tagged ``latency``), so the hook
+ignores it, as it ignores any untagged domain. Each boot records what it saw of the hook (its lease
+in the state file while it ran, the isolated CPUs, the host's masks; the lease gone after the stop),
+and each record the hook's setup (``setup.hook``).
+
 Variants are interleaved: repetition r boots every variant once, in an order rotated by r. The
 figures of one repetition come from one boot; a result holds the median over repetitions and
 their spread, and for every variant but stock a comparison against stock (bench/stats.py).
@@ -42,15 +63,15 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from lxml import etree
 
 import vmtune
-from vmtune import driver, passes
+from vmtune import cpuset, driver, passes
 
-from . import debimage, guestimage, stats
+from . import debimage, guest_hook, guestimage, stats
 from .common import EXAMPLES, ROOT, spread
 
 URI = "qemu:///system"
@@ -74,6 +95,8 @@ CASES = {  # case -> (guest test, what the figure is)
 SCHED_CASE = "guest-sched"
 SCHED_NOTE = ("overshoot of the 1 ms timer loop in the latency guest while a hog guest spins on "
               "as many vCPUs as the host has CPUs")
+SCHED_HOSTHOG_NOTE = ("overshoot of the 1 ms timer loop in the latency guest while one unpinned busy host "
+                      "process per online CPU spins (no hog guest)")
 
 # variant -> (passes run alone, profile overrides, what it is)
 SINGLE = {
@@ -91,13 +114,24 @@ SINGLE = {
     "cpu-mode": ((passes.cpu_mode,), {},
                  "CPU mode host-passthrough (kvm) or maximum (qemu/TCG) in place of the custom qemu64 model"),
 }
-VARIANTS = ("stock", *SINGLE, "tuned")
+EMU_VCPU = "tuned-emu-vcpu"
+VARIANTS = ("stock", *SINGLE, "tuned", EMU_VCPU)
+HOSTHOG = "-hosthog"
+SCHED_VARIANTS = ("stock", "tuned", EMU_VCPU, f"stock{HOSTHOG}", f"tuned{HOSTHOG}", f"{EMU_VCPU}{HOSTHOG}")
+# what each variant is also compared with, besides stock (a record key vs_NAME, "-" -> "_")
+EXTRA_BASES = {"iothread": ("virtio",), EMU_VCPU: ("tuned",), f"tuned{HOSTHOG}": (f"stock{HOSTHOG}",),
+               f"{EMU_VCPU}{HOSTHOG}": (f"tuned{HOSTHOG}", f"stock{HOSTHOG}")}
 EXPECT = {  # what the guest must see, per variant (a wrong one means the variant did not apply)
     "stock": {"disk": "sda", "nic_driver": "e1000"}, "cache-io": {"disk": "sda", "nic_driver": "e1000"},
     "pinning": {"disk": "sda"}, "hugepages": {"disk": "sda"}, "cpu-mode": {"disk": "sda"},
     "virtio": {"disk": "vda", "nic_driver": "virtio_net"}, "iothread": {"disk": "vda", "nic_driver": "virtio_net"},
-    "tuned": {"disk": "vda", "nic_driver": "virtio_net"},
+    "tuned": {"disk": "vda", "nic_driver": "virtio_net"}, EMU_VCPU: {"disk": "vda", "nic_driver": "virtio_net"},
 }
+
+
+def tagged(variant: str) -> bool:
+    """The variants that keep vmtune's tag (the hook acts on them): the tuned ones."""
+    return variant.startswith("tuned")
 
 
 class Unavailable(Exception):
@@ -156,16 +190,28 @@ def _remove_domain(name: str, patience: float = 60) -> None:
     (LOG_DIR / f"{name}.log").unlink(missing_ok=True)
 
 
-def _stale_cleanup() -> list[str]:
-    """Domains and the bridge a killed earlier run left (we hold the lock: nobody else owns them)."""
+def _remove_our_domains() -> list[str]:
     left = []
     for name in virsh("list", "--all", "--name", check=False).split():
         if name.startswith(PREFIX):
             _remove_domain(name)
             left.append(name)
+    return left
+
+
+def _stale_cleanup(log: Callable[[str], None] | None = None) -> list[str]:
+    """Domains, the bridge and the hook a killed earlier run left (we hold the lock: nobody else
+    owns them). The domains go first, while the hook is still installed: their stops release
+    their leases."""
+    left = _remove_our_domains()
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         left.append(BRIDGE)
+    try:
+        if guest_hook.teardown(log) is not None:
+            left.append(f"the hook ({guest_hook.HOOK_FILE})")
+    except guest_hook.HookError as exc:  # teardown() keeps its mark: the next run tries again
+        left.append(f"the hook ({guest_hook.HOOK_FILE}; removal failed: {exc})")
     return left
 
 
@@ -238,6 +284,10 @@ class Guest:
                 return parsed
             state = virsh("domstate", self.name, check=False).strip()
             if state and state != "running":
+                # it may have printed the marker and powered off since we read the console
+                text = self.text()
+                if any(line.strip().startswith(marker) for line in text.replace("\r", "").split("\n")):
+                    return guestimage.parse_console(text)
                 raise GuestError(self._failure(f"stopped ({state}) before {marker}", text))
             if time.monotonic() > deadline:
                 raise GuestError(self._failure(f"no {marker} after {timeout:.0f}s", text))
@@ -332,11 +382,57 @@ def variant_xmls(stock: str, host: vmtune.Host, config: vmtune.Config) -> dict[s
     out["tuned"] = {"xml": tuned.xml, "changes": [c.to_dict() for c in tuned.changes],
                     "note": "vmtune.rewrite(stock, profile='latency'): every pass",
                     "placement": tuned.placement, "warnings": list(tuned.warnings)}
+    emu_xml, emu_edits = emulator_with_vcpus(tuned.xml)
+    out[EMU_VCPU] = {"xml": emu_xml, "changes": [c.to_dict() for c in tuned.changes], "emulator_edits": emu_edits,
+                     "note": EMU_NOTE, "placement": tuned.placement, "warnings": list(tuned.warnings)}
+    for name, info in out.items():
+        if not tagged(name):
+            info["xml"] = untag(info["xml"])
+        info["hook"] = HOOK_NOTE[tagged(name)]
     return out
 
 
-def sched_xmls(host: vmtune.Host, config: vmtune.Config, virt_type: str, hog_vcpus: int) -> dict[str, dict]:
-    """The scheduling case's pairs: stock/stock, and each tuned with the other as its claim."""
+EMU_NOTE = ("tuned, with <emulatorpin> and every <iothreadpin> moved to the vCPUs' dedicated CPU(s) (edited by the "
+            "benchmark; vmtune puts them on the reserved CPUs)")
+HOOK_NOTE = {True: "tagged: the hook's prepare (host tuning, isolation of the vCPU CPUs) and release run for it",
+             False: "vmtune's tag removed: the hook ignores it (exit 0 before reading anything)"}
+
+
+def untag(xml: str) -> str:
+    """``xml`` without vmtune's tag (and without <metadata> if that leaves it empty)."""
+    root = etree.fromstring(xml.encode())
+    meta = root.find("metadata")
+    if meta is not None:
+        for el in meta.findall("{https://vmtune.dev/xmlns/1}tune"):
+            meta.remove(el)
+        if len(meta) == 0:
+            root.remove(meta)
+    return etree.tostring(root, encoding="unicode")
+
+
+def emulator_with_vcpus(xml: str) -> tuple[str, list[dict]]:
+    """``xml`` with <emulatorpin> and every <iothreadpin> on the CPUs its <vcpupin>s use; the edits."""
+    root = etree.fromstring(xml.encode())
+    tune = root.find("cputune")
+    vcpus = frozenset().union(*(cpuset.parse(p.get("cpuset")) for p in tune.findall("vcpupin")))
+    if not vcpus:
+        raise GuestError("the tuned domain has no <vcpupin>: nothing to move the emulator next to")
+    target = cpuset.format(vcpus)
+    edits = []
+    emu = tune.find("emulatorpin")
+    if emu is None:
+        emu = etree.SubElement(tune, "emulatorpin")
+    for el in [emu, *tune.findall("iothreadpin")]:
+        edits.append({"element": el.tag + (f"[@iothread='{el.get('iothread')}']" if el.get("iothread") else ""),
+                      "before": el.get("cpuset"), "after": target})
+        el.set("cpuset", target)
+    return etree.tostring(root, encoding="unicode"), edits
+
+
+def sched_xmls(host: vmtune.Host, config: vmtune.Config, virt_type: str, hog_vcpus: int,
+               host_hogs: int) -> dict[str, dict]:
+    """The scheduling case's pairs: stock/stock, each tuned with the other as its claim, the
+    emulator variant; and the same latency guests with ``host_hogs`` host processes as the hog."""
     lat = stock_domain(virt_type, None, None)
     hog = stock_domain(virt_type, None, None, vcpus=hog_vcpus, memory_mib=MEMORY_MIB + 4 * hog_vcpus)
     hog_root = etree.fromstring(hog.encode())
@@ -346,14 +442,34 @@ def sched_xmls(host: vmtune.Host, config: vmtune.Config, virt_type: str, hog_vcp
     hog = etree.tostring(hog_root, encoding="unicode")
     lat_tuned = vmtune.rewrite(lat, host, profile="latency", claims=[hog], config=config)
     hog_tuned = vmtune.rewrite(hog, host, profile="balanced", claims=[lat_tuned.xml], config=config)
-    return {
-        "stock": {"latency": lat, "hog": hog, "changes": {"latency": [], "hog": []}},
-        "tuned": {"latency": lat_tuned.xml, "hog": hog_tuned.xml,
-                  "changes": {"latency": [c.to_dict() for c in lat_tuned.changes],
-                              "hog": [c.to_dict() for c in hog_tuned.changes]},
-                  "placement": {"latency": lat_tuned.placement, "hog": hog_tuned.placement},
-                  "warnings": list(lat_tuned.warnings) + list(hog_tuned.warnings)},
-    }
+    emu_xml, emu_edits = emulator_with_vcpus(lat_tuned.xml)
+    tuned = {"latency": lat_tuned.xml, "hog": hog_tuned.xml,
+             "changes": {"latency": [c.to_dict() for c in lat_tuned.changes],
+                         "hog": [c.to_dict() for c in hog_tuned.changes]},
+             "placement": {"latency": lat_tuned.placement, "hog": hog_tuned.placement},
+             "warnings": list(lat_tuned.warnings) + list(hog_tuned.warnings),
+             "note": ("latency guest: vmtune latency with the hog as claim; hog: vmtune balanced with the "
+                      "tuned latency guest as claim")}
+    stock = {"latency": untag(lat), "hog": hog, "changes": {"latency": [], "hog": []},
+             "note": "both stock, nothing pinned"}
+    emu = {**tuned, "latency": emu_xml, "emulator_edits": emu_edits,
+           "note": f"{tuned['note']}; then the latency guest's {EMU_NOTE} (the hog as in tuned)"}
+    out = {"stock": stock, "tuned": tuned, EMU_VCPU: emu}
+    hogs = (f"no hog guest: {host_hogs} unpinned busy host processes, started before the latency guest and "
+            "killed after it")
+    notes = {"stock": f"latency guest stock (untagged), nothing pinned; {hogs}",
+             "tuned": (f"latency guest as in tuned (vCPU on its dedicated CPU, the hook's isolation moves the host "
+                       f"processes off it); {hogs}"),
+             EMU_VCPU: f"latency guest as in {EMU_VCPU}; {hogs}"}
+    for v in ("stock", "tuned", EMU_VCPU):  # the same latency guests, host processes as the hog
+        hosthog = {k: val for k, val in out[v].items() if k not in ("hog", "placement", "changes", "warnings")}
+        hosthog.update(hog=None, host_hogs=host_hogs, note=notes[v], changes={"latency": out[v]["changes"]["latency"]})
+        if v != "stock":
+            hosthog["placement"] = {"latency": lat_tuned.placement}
+        out[f"{v}{HOSTHOG}"] = hosthog
+    for v, info in out.items():
+        info["hook"] = HOOK_NOTE[tagged(v)]
+    return out
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -378,20 +494,90 @@ def _cmdline(tests: str, cfg: dict) -> str:
             f"vmb.ip={GUEST_IP}/{PREFIXLEN} vmb.host={HOST_IP} vmb.port={PORT}")
 
 
-def _one_boot(xml: str, image, cfg: dict, role: str) -> dict:
+def _qemu_threads(name: str) -> dict[str, str]:
+    """Where the guest's QEMU threads may run now: {thread name: CPUs} (libvirt names them with
+    debug-threads=on: "CPU 0/TCG" is the vCPU, "qemu-system-x86" the main loop, i.e. the emulator
+    thread); file reads only, so it costs the measurement nothing."""
+    try:
+        pid = int((Path("/run/libvirt/qemu") / f"{name}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, set[str]] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            comm = (task / "comm").read_text().strip()
+            mask = next(line.split(":", 1)[1].strip() for line in (task / "status").read_text().splitlines()
+                        if line.startswith("Cpus_allowed_list:"))
+        except (OSError, StopIteration):
+            continue
+        out.setdefault(comm, set()).add(mask)
+    return {comm: " ".join(sorted(masks)) for comm, masks in sorted(out.items())}
+
+
+def _observe(g: Guest, variant: str, hook: guest_hook.Session | None) -> dict:
+    """What a boot sees once its guest is started (libvirt runs the hook's prepare before ``virsh
+    start`` returns, and the guest is still booting): the hook's lease and the isolation, and where
+    QEMU's threads may run."""
+    out: dict = {"qemu_threads": _qemu_threads(g.name)}
+    if hook is not None:
+        out["hook"] = hook.during(g.name)
+    return out
+
+
+def _after(g: Guest, out: dict, hook: guest_hook.Session | None) -> None:
+    """After the guest is gone: its lease released (the hook's ``release end``)."""
+    if hook is not None:
+        out.setdefault("hook", {}).update(hook.after(g.name))
+
+
+def _one_boot(xml: str, image, cfg: dict, role: str, hook: guest_hook.Session | None = None) -> dict:
     with running(xml, image, _cmdline("disk,net,timer", cfg), role) as g:
+        # libvirt ran the hook's prepare before ``virsh start`` returned: look now, while the guest
+        # boots (a short run can reach DONE and power off a moment after VMB-UP)
+        seen = _observe(g, role, hook)
         parsed = g.wait(guestimage.DONE, cfg["timeout_s"])
         parsed["boot_s"] = (g.up_at or time.monotonic()) - g.started
+        parsed.update(seen)
+    _after(g, parsed, hook)
     return parsed
 
 
-def _sched_boot(pair: dict, image, cfg: dict) -> dict:
-    with running(pair["hog"], image, "vmb.tests=hog", "hog") as hog:
-        hog.wait(guestimage.HOG, cfg["timeout_s"])
-        ops = dict(cfg, timer_ops=cfg["sched_ops"])
-        with running(pair["latency"], image, _cmdline("timer", ops), "lat") as g:
-            parsed = g.wait(guestimage.DONE, cfg["timeout_s"])
-            parsed["boot_s"] = (g.up_at or time.monotonic()) - g.started
+def _host_hogs(probe: Path, n: int) -> list[subprocess.Popen]:
+    """``n`` unpinned busy processes (they die with us: PR_SET_PDEATHSIG)."""
+    return [subprocess.Popen([str(probe), "spin"], stdin=subprocess.DEVNULL) for _ in range(n)]
+
+
+def _affinity(pid: int) -> str:
+    try:
+        return cpuset.format(frozenset(os.sched_getaffinity(pid)))
+    except OSError:
+        return "gone"
+
+
+def _sched_boot(variant: str, pair: dict, image, cfg: dict, hook: guest_hook.Session | None = None,
+                probe: Path | None = None) -> dict:
+    procs: list[subprocess.Popen] = []
+    try:
+        if pair.get("host_hogs"):  # like a backup job: running before the latency guest starts
+            procs = _host_hogs(probe, pair["host_hogs"])
+        hog_guest = running(pair["hog"], image, "vmb.tests=hog", "hog") if pair.get("hog") else nullcontext()
+        with hog_guest as hog:
+            if hog is not None:
+                hog.wait(guestimage.HOG, cfg["timeout_s"])
+            ops = dict(cfg, timer_ops=cfg["sched_ops"])
+            with running(pair["latency"], image, _cmdline("timer", ops), "lat") as g:
+                seen = _observe(g, variant, hook)  # at once: the prepare ran before ``virsh start`` returned
+                if procs:  # where the host hogs may run now (isolation takes the vCPU's CPU from them)
+                    seen["host_hog_cpus_during"] = sorted({_affinity(p.pid) for p in procs})
+                parsed = g.wait(guestimage.DONE, cfg["timeout_s"])
+                parsed["boot_s"] = (g.up_at or time.monotonic()) - g.started
+                parsed.update(seen)
+        _after(g, parsed, hook)
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
     return parsed
 
 
@@ -440,21 +626,30 @@ def run(cfg: dict, virt_type: str, log: Callable[[str], None]) -> list[dict]:
     """Run part 1; returns result records (without the common context). Raises Unavailable."""
     preflight(virt_type)
     LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(LOCK, "w") as lock, cleanup_on_signals():
+    from .host_isolation import WORK as ISOLATION_WORK  # (host_isolation imports this module)
+    ISOLATION_WORK.mkdir(mode=0o700, exist_ok=True)
+    with open(LOCK, "w") as lock, open(ISOLATION_WORK / ".lock", "w") as iso_lock, cleanup_on_signals():
         fcntl.flock(lock, fcntl.LOCK_EX)  # one part-1 run at a time: the bridge and hugepages are shared
-        left = _stale_cleanup()
+        # and never beside the host-isolation case: both have the hook isolate the real host's CPUs,
+        # each with a state dir of its own, and two hooks that do not know each other's leases
+        # would each restore what the other one isolated
+        fcntl.flock(iso_lock, fcntl.LOCK_EX)
+        left = _stale_cleanup(log)
         if left:
             log(f"part 1: removed what an earlier run left: {', '.join(left)}")
-        # Even SIGKILL must not leave guests or the bridge behind: a watchdog in its own session
-        # holds the lock with us, and cleans up if our end of its pipe closes without "done".
+        # Even SIGKILL must not leave guests, the bridge or the hook behind: a watchdog in its own
+        # session holds the lock with us, and cleans up if our end of its pipe closes without "done".
         watchdog = subprocess.Popen([sys.executable, "-m", "bench.guests", "--watchdog"], cwd=ROOT,
-                                    stdin=subprocess.PIPE, pass_fds=(lock.fileno(),), start_new_session=True)
+                                    stdin=subprocess.PIPE, pass_fds=(lock.fileno(), iso_lock.fileno()),
+                                    start_new_session=True)
         try:
             return _run_locked(cfg, virt_type, log)
         except vmtune.VmtuneError as exc:  # e.g. DoesNotFit: no free CPU or hugepages for tuned
             raise GuestError(f"vmtune cannot tune the benchmark domains on this host: {exc}") from None
+        except guest_hook.HookError as exc:
+            raise GuestError(f"the hook: {exc}") from None
         finally:
-            left = _stale_cleanup()
+            left = _stale_cleanup(log)
             if left:
                 log(f"part 1: removed leftovers: {', '.join(left)}")
             try:
@@ -482,6 +677,8 @@ def _run_locked(cfg: dict, virt_type: str, log: Callable[[str], None]) -> list[d
         _kvm_smoke(image)
     disk = guestimage.CACHE_DIR / f"disk-{DISK_MIB}M.raw"
     _disk_image(disk)
+    from .host_isolation import build_probe, online_cpus  # (host_isolation imports this module)
+    probe = build_probe()  # its ``spin`` mode is the host hog
     host = vmtune.Host.probe()
     # vmtune's default: the first core of each node stays with the host (here CPU 0), the rest can
     # be dedicated. Written out so /etc/vmtune/vmtune.toml cannot change what is measured.
@@ -492,56 +689,74 @@ def _run_locked(cfg: dict, virt_type: str, log: Callable[[str], None]) -> list[d
     # the hog spins on every host CPU (more vCPUs than the CPUs left after the reserved ones);
     # i440fx takes at most 255 vCPUs
     hog_vcpus = min(len(host.cpus), HOG_MAX_VCPUS)
-    sched = sched_xmls(host, config, virt_type, hog_vcpus)
+    host_hogs = len(online_cpus())
+    sched = sched_xmls(host, config, virt_type, hog_vcpus, host_hogs)
+    sched_names = [v for v in SCHED_VARIANTS if v in cfg.get("sched_variants", SCHED_VARIANTS)]
     context = {
         "host_cpus": sorted(host.cpus), "reserved_cpus": sorted(config.reserved_cpus),
         "guest_memory_mib": MEMORY_MIB, "disk_image_mib": DISK_MIB, "kernel_package": image.kernel_package,
         "hugepages_2m_free_at_start": {c.id: c.pages.get(2048) for c in host.cells},
     }
     runs: dict[str, list[dict]] = {v: [] for v in names}
-    with bridge_with_echo(image.echo_server):
-        for r in range(cfg["reps"]):
-            order = names[r % len(names):] + names[:r % len(names)]
+    sched_runs: dict[str, list[dict]] = {v: [] for v in sched_names}
+    # (an interrupted boot may leave its guest: removed before the hook goes, so its release runs)
+    with guest_hook.installed(config.reserved_cpus, log, before_teardown=_remove_our_domains) as hook:
+        with bridge_with_echo(image.echo_server):
+            for r in range(cfg["reps"]):
+                order = names[r % len(names):] + names[:r % len(names)] if names else []
+                for v in order:
+                    t = time.monotonic()
+                    parsed = _retry(f"{v} rep {r + 1}",
+                                    lambda v=v: _one_boot(variants[v]["xml"], image, cfg, v, hook), log)
+                    _fail_on(_check(v, parsed))
+                    parsed["loadavg_1min_after"] = os.getloadavg()[0]
+                    runs[v].append(parsed)
+                    res = parsed["results"]
+                    log(f"part 1: rep {r + 1}/{cfg['reps']} {v:14} boot {parsed['boot_s']:.1f}s, "
+                        + ", ".join(f"{k} p50 {res[k].get('p50_us', '?')} us" for k in ("disk", "net", "timer") if k in res)
+                        + f", timer p99 {res.get('timer', {}).get('p99_us', '?')} us{_hook_word(parsed, v)}"
+                        + f" ({time.monotonic() - t:.0f}s)")
+        for r in range(cfg["sched_reps"]):
+            order = sched_names[r % len(sched_names):] + sched_names[:r % len(sched_names)] if sched_names else []
             for v in order:
                 t = time.monotonic()
-                parsed = _retry(f"{v} rep {r + 1}", lambda v=v: _one_boot(variants[v]["xml"], image, cfg, v), log)
-                _fail_on(_check(v, parsed))
+                parsed = _retry(f"sched {v} rep {r + 1}",
+                                lambda v=v: _sched_boot(v, sched[v], image, cfg, hook, probe), log)
+                _fail_on(_check(f"sched-{v}", parsed))
                 parsed["loadavg_1min_after"] = os.getloadavg()[0]
-                runs[v].append(parsed)
-                res = parsed["results"]
-                log(f"part 1: rep {r + 1}/{cfg['reps']} {v:9} boot {parsed['boot_s']:.1f}s, "
-                    + ", ".join(f"{k} p50 {res[k].get('p50_us', '?')} us" for k in ("disk", "net", "timer") if k in res)
-                    + f" ({time.monotonic() - t:.0f}s)")
-    sched_runs: dict[str, list[dict]] = {"stock": [], "tuned": []}
-    for r in range(cfg["sched_reps"]):
-        for v in (("stock", "tuned") if r % 2 == 0 else ("tuned", "stock")):
-            t = time.monotonic()
-            parsed = _retry(f"sched {v} rep {r + 1}", lambda v=v: _sched_boot(sched[v], image, cfg), log)
-            _fail_on(_check(f"sched-{v}", parsed))
-            parsed["loadavg_1min_after"] = os.getloadavg()[0]
-            sched_runs[v].append(parsed)
-            log(f"part 1: sched rep {r + 1}/{cfg['sched_reps']} {v:6} timer p50 "
-                f"{parsed['results'].get('timer', {}).get('p50_us', '?')} us, p99 "
-                f"{parsed['results'].get('timer', {}).get('p99_us', '?')} us ({time.monotonic() - t:.0f}s)")
+                sched_runs[v].append(parsed)
+                log(f"part 1: sched rep {r + 1}/{cfg['sched_reps']} {v:22} timer p50 "
+                    f"{parsed['results'].get('timer', {}).get('p50_us', '?')} us, p99 "
+                    f"{parsed['results'].get('timer', {}).get('p99_us', '?')} us{_hook_word(parsed, v)}"
+                    f" ({time.monotonic() - t:.0f}s)")
+    context["hook"] = hook.status  # complete now: the teardown ran
     records = []
     for case, (test, what) in CASES.items():
         per = {v: [p["results"][test] for p in runs[v]] for v in names}
         for v in names:
-            records.append(_record(case, v, what, per, runs[v], virt_type, cfg, context,
-                                   variants[v], baseline_extra="virtio" if v == "iothread" else None))
+            records.append(_record(case, v, what, per, runs[v], virt_type, cfg, context, variants[v]))
     per = {v: [p["results"]["timer"] for p in sched_runs[v]] for v in sched_runs}
     for v, boots in sched_runs.items():
-        info = dict(sched[v])
-        info["note"] = ("both stock, nothing pinned" if v == "stock" else
-                        "latency guest: vmtune latency with the hog as claim; hog: vmtune balanced with the "
-                        "tuned latency guest as claim")
-        records.append(_record(SCHED_CASE, v, SCHED_NOTE, per, boots, virt_type, cfg,
-                               {**context, "hog_vcpus": hog_vcpus}, info, reps_key="sched_reps"))
+        ctx = {**context, "hog_vcpus": hog_vcpus, "host_hogs": host_hogs}
+        what = SCHED_HOSTHOG_NOTE if v.endswith(HOSTHOG) else SCHED_NOTE
+        records.append(_record(SCHED_CASE, v, what, per, boots, virt_type, cfg, ctx, sched[v], reps_key="sched_reps"))
     return records
 
 
-def _record(case, variant, what, per, boots, virt_type, cfg, context, info, baseline_extra=None,
-            reps_key="reps") -> dict:
+def _hook_word(parsed: dict, variant: str) -> str:
+    held = parsed.get("hook", {}).get("lease_held")
+    if held is None:
+        return ""
+    if held:
+        return f", hook lease held (isolated {parsed['hook'].get('isolated_cpus')})"
+    return ", NO hook lease" if tagged(variant) else ""
+
+
+# optional per-boot observations copied into a record's per_run
+PER_RUN_EXTRA = ("hook", "qemu_threads", "host_hog_cpus_during")
+
+
+def _record(case, variant, what, per, boots, virt_type, cfg, context, info, reps_key="reps") -> dict:
     mine = per[variant]
     p50 = [r["p50_us"] / 1000 for r in mine]
     p99 = [r["p99_us"] / 1000 for r in mine]
@@ -561,18 +776,31 @@ def _record(case, variant, what, per, boots, virt_type, cfg, context, info, base
         "runs": len(mine),
         "ops_per_run": mine[0]["n"] if mine else 0,
         "per_run": [{**r, "boot_s": round(b["boot_s"], 2), "loadavg_1min_after": b["loadavg_1min_after"],
-                     "facts": b["facts"]} for r, b in zip(mine, boots, strict=True)],
+                     "facts": b["facts"], **{k: b[k] for k in PER_RUN_EXTRA if k in b}}
+                    for r, b in zip(mine, boots, strict=True)],
+    }
+    held = [b.get("hook", {}).get("lease_held") for b in boots]
+    rec["hook"] = {
+        "tagged": tagged(variant),
+        "installed_by": context.get("hook", {}).get("installed_by"),
+        # tagged: True when every boot held a lease in the hook's state while its guest ran
+        "active": (all(held) if held and None not in held else None) if tagged(variant) else False,
+        "boots_with_lease": sum(1 for h in held if h),
+        "boots_lease_released": sum(1 for b in boots if b.get("hook", {}).get("lease_released")),
     }
     if variant != "stock" and "stock" in per:
         base = per["stock"]
         rec["vs_stock"] = {k: stats.compare([r[f"{k}_us"] for r in base], [r[f"{k}_us"] for r in mine])
                            for k in ("p50", "p99")}
-    if baseline_extra and baseline_extra in per:
-        base = per[baseline_extra]
-        rec[f"vs_{baseline_extra}"] = {k: stats.compare([r[f"{k}_us"] for r in base], [r[f"{k}_us"] for r in mine])
-                                       for k in ("p50", "p99")}
+        if variant.endswith(HOSTHOG):
+            rec["vs_stock_note"] = "against the hog-guest stock; vs_stock_hosthog is the same-flavour baseline"
+    for extra in EXTRA_BASES.get(variant, ()):
+        if extra in per:
+            base = per[extra]
+            rec[f"vs_{extra.replace('-', '_')}"] = {
+                k: stats.compare([r[f"{k}_us"] for r in base], [r[f"{k}_us"] for r in mine]) for k in ("p50", "p99")}
     rec["variant_info"] = {k: v for k, v in info.items() if k not in ("xml", "latency", "hog")}
-    rec["domain_xml"] = info.get("xml") or {k: info[k] for k in ("latency", "hog") if k in info} or None
+    rec["domain_xml"] = info.get("xml") or {k: info[k] for k in ("latency", "hog") if info.get(k)} or None
     rec["setup"] = {**context, "reps": cfg[reps_key], "warmup_ops": cfg["warmup"]}
     return rec
 

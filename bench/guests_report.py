@@ -2,8 +2,11 @@
 
 One table per case: the variant, p50 and p99 in microseconds (median over repetitions, then the
 interquartile range and min-max of the per-repetition figures), and the ratio to stock with its
-bootstrap interval, the rank test's p and the verdict. This is how BENCHMARKS.md's part 1 tables
-are made.
+bootstrap interval, the rank test's p and the verdict; then a row per extra comparison (``iothread``
+vs ``virtio``, ``tuned-emu-vcpu`` vs ``tuned``). ``guest-sched`` is two tables: the hog guest, and
+the host hogs (``*-hosthog``, compared with ``stock-hosthog``). The "hook lease" column says in how
+many boots the hook held a lease for the guest while it ran. This is how BENCHMARKS.md's part 1
+tables are made.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .common import ROOT
-from .guests import CASES, SCHED_CASE, VARIANTS
+from .guests import CASES, EXTRA_BASES, HOSTHOG, SCHED_CASE, SCHED_VARIANTS, VARIANTS
 
 
 def _fig(s: dict) -> str:
@@ -37,6 +40,31 @@ def _cmp(c: dict | None) -> str:
     return f"{text}: **{verdict}**" if "beyond" in verdict else f"{text}: {verdict}"
 
 
+def _lease(r: dict) -> str:
+    hook = r.get("hook") or {}
+    if not hook.get("tagged"):
+        return "untagged"
+    return f"{hook.get('boots_with_lease', 0)}/{r['runs']}"
+
+
+def _table(lines: list[str], rows: list[dict], base: str, extra: bool = True) -> None:
+    key = f"vs_{base.replace('-', '_')}"
+    lines.append(f"| variant | p50 µs | p99 µs | p50 vs {base} | p99 vs {base} | hook lease | guest clocksource |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for r in rows:
+        clock = sorted({run["facts"].get("clocksource", "?") for run in r["per_run"]})
+        vs = r.get(key, {})
+        lines.append(f"| {r['variant']} | {_fig(r['spread']['p50_ms'])} | {_fig(r['spread']['p99_ms'])} | "
+                     f"{_cmp(vs.get('p50'))} | {_cmp(vs.get('p99'))} | {_lease(r)} | {', '.join(clock)} |")
+    if extra:
+        for r in rows:
+            for other in EXTRA_BASES.get(r["variant"], ()):
+                cmp = r.get(f"vs_{other.replace('-', '_')}")
+                if cmp and other != base:
+                    lines.append(f"| {r['variant']} vs {other} | | | {_cmp(cmp.get('p50'))} | {_cmp(cmp.get('p99'))} | | |")
+    lines.append("")
+
+
 def tables(out_dir: Path) -> str:
     recs = {}
     for path in out_dir.glob("guest-*.json"):
@@ -51,24 +79,27 @@ def tables(out_dir: Path) -> str:
     lines.append(f"virt_type `{any_rec['virt_type']}` ({any_rec['virt_type_note']}); "
                  f"{any_rec['setup']['reps']} repetitions per variant; 1-minute load average "
                  f"{any_rec['machine']['loadavg_at_start'][0]} at the start{load}\n")
-    for case in (*CASES, SCHED_CASE):
+    hook = any_rec["setup"].get("hook")
+    if hook:
+        lines.append(f"hook: installed by {hook.get('installed_by')}"
+                     + (f", libvirtd restarted ({hook.get('libvirtd_restart_s')} s)" if hook.get("libvirtd_restart_s") else "")
+                     + (f"; host as before after the teardown: {hook.get('host_restored')}" if "host_restored" in hook else "")
+                     + (f"; {hook['why']}" if hook.get("why") else "") + "\n")
+    for case in CASES:
         rows = [recs[(case, v)] for v in VARIANTS if (case, v) in recs]
         if not rows:
             continue
-        what = rows[0]["what"]
-        lines.append(f"#### `{case}`: {what} ({rows[0]['ops_per_run']} per boot, "
+        lines.append(f"#### `{case}`: {rows[0]['what']} ({rows[0]['ops_per_run']} per boot, "
                      f"{rows[0]['runs']} boots per variant)\n")
-        lines.append("| variant | p50 µs | p99 µs | p50 vs stock | p99 vs stock | guest clocksource |")
-        lines.append("|---|---|---|---|---|---|")
-        for r in rows:
-            clock = sorted({run["facts"].get("clocksource", "?") for run in r["per_run"]})
-            vs = r.get("vs_stock", {})
-            lines.append(f"| {r['variant']} | {_fig(r['spread']['p50_ms'])} | {_fig(r['spread']['p99_ms'])} | "
-                         f"{_cmp(vs.get('p50'))} | {_cmp(vs.get('p99'))} | {', '.join(clock)} |")
-            if "vs_virtio" in r:
-                extra = r["vs_virtio"]
-                lines.append(f"| iothread vs virtio | | | {_cmp(extra.get('p50'))} | {_cmp(extra.get('p99'))} | |")
-        lines.append("")
+        _table(lines, rows, "stock")
+    for hosthog in (False, True):
+        rows = [recs[(SCHED_CASE, v)] for v in SCHED_VARIANTS
+                if (SCHED_CASE, v) in recs and v.endswith(HOSTHOG) == hosthog]
+        if not rows:
+            continue
+        lines.append(f"#### `{SCHED_CASE}`{' (host hogs)' if hosthog else ''}: {rows[0]['what']} "
+                     f"({rows[0]['ops_per_run']} per boot, {rows[0]['runs']} boots per variant)\n")
+        _table(lines, rows, f"stock{HOSTHOG}" if hosthog else "stock")
     return "\n".join(lines) + "\n"
 
 

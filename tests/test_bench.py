@@ -68,8 +68,10 @@ def test_bench_run_quick(tmp_path: Path):
 
 # -- part 1: guests through libvirt (root only; TCG here, so --virt-type qemu) --------------------
 GUEST_CASES = {"guest-disk", "guest-net", "guest-timer"}
-GUEST_VARIANTS = {"stock", "virtio", "cache-io", "iothread", "pinning", "hugepages", "cpu-mode", "tuned"}
-SINGLE_VARIANTS = GUEST_VARIANTS - {"stock", "tuned"}
+GUEST_VARIANTS = {"stock", "virtio", "cache-io", "iothread", "pinning", "hugepages", "cpu-mode", "tuned",
+                  "tuned-emu-vcpu"}
+SINGLE_VARIANTS = GUEST_VARIANTS - {"stock", "tuned", "tuned-emu-vcpu"}
+SCHED_VARIANTS = {"stock", "tuned", "tuned-emu-vcpu", "stock-hosthog", "tuned-hosthog", "tuned-emu-vcpu-hosthog"}
 
 
 def test_bench_run_quick_part1(tmp_path: Path):
@@ -112,7 +114,15 @@ def test_bench_run_quick_part1(tmp_path: Path):
             info = rec["variant_info"]
             assert info["changes"] and info["subset_of_tuned"] is True, path.name
         assert "<domain" in json.dumps(rec["domain_xml"]), path.name
-    assert by_case == {**{c: GUEST_VARIANTS for c in GUEST_CASES}, "guest-sched": {"stock", "tuned"}}
+        # the tuned variants ran through the hook in the real libvirtd: a lease while they ran, none after
+        hook = rec["hook"]
+        assert hook["tagged"] == rec["variant"].startswith("tuned"), path.name
+        assert hook["boots_with_lease"] == (rec["runs"] if hook["tagged"] else 0), path.name
+        assert hook["boots_lease_released"] == rec["runs"], path.name
+    assert by_case == {**{c: GUEST_VARIANTS for c in GUEST_CASES}, "guest-sched": SCHED_VARIANTS}
+    setup = index["part1_hook"]
+    assert setup["installed_by"] == "this run" and setup["teardown"]["removed"] is True, setup
+    assert setup["host_restored"] is True and not setup["host_changes"], setup
     facts = {(r["case"], r["variant"]): r["per_run"][0]["facts"] for r in records}
     assert facts[("guest-disk", "stock")]["disk"] == "sda" and facts[("guest-disk", "tuned")]["disk"] == "vda"
     assert facts[("guest-net", "stock")]["nic_driver"] == "e1000"

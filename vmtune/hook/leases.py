@@ -149,6 +149,7 @@ class Store:
             if self.dry_run:
                 return False
             os.makedirs(self.folder, mode=0o755, exist_ok=True)
+            os.chmod(self.folder, 0o755)  # whatever the umask made of it
             st = os.lstat(self.folder)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
             kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
