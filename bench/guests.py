@@ -24,17 +24,19 @@ host has CPUs: ``stock`` (both domains stock, nothing pinned) against ``tuned`` 
 the other as a claim: the latency guest gets dedicated CPUs, the hog, with the balanced profile, a
 cpuset that keeps it off them).
 
-``tuned-emu-vcpu`` is ``tuned`` with its ``<emulatorpin>`` and ``<iothreadpin>`` moved to the
-vCPU's dedicated CPU (edited here, vmtune unchanged). Under TCG, QEMU's main loop (the emulator
-thread) runs the guest's emulated timers, and the latency profile puts it on the host's reserved CPU,
-where isolation also moves all host work (and the hogs); this variant asks whether the emulator
-is better off beside the vCPU. It runs in disk/net/timer and in both ``guest-sched`` flavours, and
-its records carry the comparison with ``tuned`` (``vs_tuned``).
+The emulator variant is ``tuned`` with its ``<emulatorpin>`` and ``<iothreadpin>`` moved to the
+other place vmtune knows (edited here, vmtune unchanged). Under TCG, QEMU's main loop (the emulator
+thread) runs the guest's emulated timers, and the latency profile puts it beside the vCPU
+(``vmtune.driver.emulator_with_vcpus``, decided by this very comparison): ``tuned-emu-reserved``
+moves it to the host's reserved CPU, where isolation also moves all host work (and the hogs). Under
+KVM the profile puts it on the reserved CPU, and ``tuned-emu-vcpu`` moves it beside the vCPU. It
+runs in disk/net/timer and in both ``guest-sched`` flavours, and its records carry the comparison
+with ``tuned`` (``vs_tuned``).
 
 ``guest-sched`` has a second flavour where the hog is the host's own work: one unpinned busy
 process per online CPU (bench/probe/busyprobe.c ``spin``, the "backup job"), started before the
-latency guest and killed after it: ``stock-hosthog``, ``tuned-hosthog`` and
-``tuned-emu-vcpu-hosthog``, no hog guest. Their records carry ``vs_stock_hosthog`` (and the
+latency guest and killed after it: ``stock-hosthog``, ``tuned-hosthog`` and the emulator
+variant's ``-hosthog``, no hog guest. Their records carry ``vs_stock_hosthog`` (and the
 emulator one ``vs_tuned_hosthog``); their ``vs_stock`` is against the hog-guest ``stock``.
 
 The tuned variants run as users run them: with vmtune's hook installed in the real libvirtd for the
@@ -114,18 +116,23 @@ SINGLE = {
     "cpu-mode": ((passes.cpu_mode,), {},
                  "CPU mode host-passthrough (kvm) or maximum (qemu/TCG) in place of the custom qemu64 model"),
 }
-EMU_VCPU = "tuned-emu-vcpu"
-VARIANTS = ("stock", *SINGLE, "tuned", EMU_VCPU)
+# the emulator variant: the other place for the emulator and iothreads (only one of them runs: the
+# one that differs from tuned, EMU_RESERVED under TCG and EMU_VCPU under KVM)
+EMU_RESERVED, EMU_VCPU = "tuned-emu-reserved", "tuned-emu-vcpu"
+EMUS = (EMU_RESERVED, EMU_VCPU)
+VARIANTS = ("stock", *SINGLE, "tuned", *EMUS)
 HOSTHOG = "-hosthog"
-SCHED_VARIANTS = ("stock", "tuned", EMU_VCPU, f"stock{HOSTHOG}", f"tuned{HOSTHOG}", f"{EMU_VCPU}{HOSTHOG}")
+SCHED_VARIANTS = ("stock", "tuned", *EMUS, f"stock{HOSTHOG}", f"tuned{HOSTHOG}", *(f"{e}{HOSTHOG}" for e in EMUS))
 # what each variant is also compared with, besides stock (a record key vs_NAME, "-" -> "_")
-EXTRA_BASES = {"iothread": ("virtio",), EMU_VCPU: ("tuned",), f"tuned{HOSTHOG}": (f"stock{HOSTHOG}",),
-               f"{EMU_VCPU}{HOSTHOG}": (f"tuned{HOSTHOG}", f"stock{HOSTHOG}")}
+EXTRA_BASES = {"iothread": ("virtio",), f"tuned{HOSTHOG}": (f"stock{HOSTHOG}",),
+               **{e: ("tuned",) for e in EMUS},
+               **{f"{e}{HOSTHOG}": (f"tuned{HOSTHOG}", f"stock{HOSTHOG}") for e in EMUS}}
 EXPECT = {  # what the guest must see, per variant (a wrong one means the variant did not apply)
     "stock": {"disk": "sda", "nic_driver": "e1000"}, "cache-io": {"disk": "sda", "nic_driver": "e1000"},
     "pinning": {"disk": "sda"}, "hugepages": {"disk": "sda"}, "cpu-mode": {"disk": "sda"},
     "virtio": {"disk": "vda", "nic_driver": "virtio_net"}, "iothread": {"disk": "vda", "nic_driver": "virtio_net"},
-    "tuned": {"disk": "vda", "nic_driver": "virtio_net"}, EMU_VCPU: {"disk": "vda", "nic_driver": "virtio_net"},
+    "tuned": {"disk": "vda", "nic_driver": "virtio_net"},
+    **{e: {"disk": "vda", "nic_driver": "virtio_net"} for e in EMUS},
 }
 
 
@@ -382,9 +389,9 @@ def variant_xmls(stock: str, host: vmtune.Host, config: vmtune.Config) -> dict[s
     out["tuned"] = {"xml": tuned.xml, "changes": [c.to_dict() for c in tuned.changes],
                     "note": "vmtune.rewrite(stock, profile='latency'): every pass",
                     "placement": tuned.placement, "warnings": list(tuned.warnings)}
-    emu_xml, emu_edits = emulator_with_vcpus(tuned.xml)
-    out[EMU_VCPU] = {"xml": emu_xml, "changes": [c.to_dict() for c in tuned.changes], "emulator_edits": emu_edits,
-                     "note": EMU_NOTE, "placement": tuned.placement, "warnings": list(tuned.warnings)}
+    emu, emu_xml, emu_edits = emulator_moved(tuned.xml, config.reserved_cpus)
+    out[emu] = {"xml": emu_xml, "changes": [c.to_dict() for c in tuned.changes], "emulator_edits": emu_edits,
+                "note": EMU_NOTE[emu], "placement": tuned.placement, "warnings": list(tuned.warnings)}
     for name, info in out.items():
         if not tagged(name):
             info["xml"] = untag(info["xml"])
@@ -392,8 +399,12 @@ def variant_xmls(stock: str, host: vmtune.Host, config: vmtune.Config) -> dict[s
     return out
 
 
-EMU_NOTE = ("tuned, with <emulatorpin> and every <iothreadpin> moved to the vCPUs' dedicated CPU(s) (edited by the "
-            "benchmark; vmtune puts them on the reserved CPUs)")
+EMU_NOTE = {
+    EMU_RESERVED: ("tuned, with <emulatorpin> and every <iothreadpin> moved to the reserved CPUs (edited by the "
+                   "benchmark; under TCG vmtune puts them beside the vCPUs)"),
+    EMU_VCPU: ("tuned, with <emulatorpin> and every <iothreadpin> moved to the vCPUs' dedicated CPU(s) (edited by "
+               "the benchmark; under KVM vmtune puts them on the reserved CPUs)"),
+}
 HOOK_NOTE = {True: "tagged: the hook's prepare (host tuning, isolation of the vCPU CPUs) and release run for it",
              False: "vmtune's tag removed: the hook ignores it (exit 0 before reading anything)"}
 
@@ -410,23 +421,26 @@ def untag(xml: str) -> str:
     return etree.tostring(root, encoding="unicode")
 
 
-def emulator_with_vcpus(xml: str) -> tuple[str, list[dict]]:
-    """``xml`` with <emulatorpin> and every <iothreadpin> on the CPUs its <vcpupin>s use; the edits."""
+def emulator_moved(xml: str, reserved: frozenset[int]) -> tuple[str, str, list[dict]]:
+    """(variant, ``xml`` with <emulatorpin> and every <iothreadpin> moved, the edits): to the
+    ``reserved`` CPUs when vmtune put the emulator beside the vCPUs, else beside the vCPUs."""
     root = etree.fromstring(xml.encode())
     tune = root.find("cputune")
     vcpus = frozenset().union(*(cpuset.parse(p.get("cpuset")) for p in tune.findall("vcpupin")))
     if not vcpus:
         raise GuestError("the tuned domain has no <vcpupin>: nothing to move the emulator next to")
-    target = cpuset.format(vcpus)
-    edits = []
     emu = tune.find("emulatorpin")
+    beside = emu is not None and cpuset.parse(emu.get("cpuset") or "") == vcpus
+    variant = EMU_RESERVED if beside else EMU_VCPU
+    target = cpuset.format(reserved if beside else vcpus)
+    edits = []
     if emu is None:
         emu = etree.SubElement(tune, "emulatorpin")
     for el in [emu, *tune.findall("iothreadpin")]:
         edits.append({"element": el.tag + (f"[@iothread='{el.get('iothread')}']" if el.get("iothread") else ""),
                       "before": el.get("cpuset"), "after": target})
         el.set("cpuset", target)
-    return etree.tostring(root, encoding="unicode"), edits
+    return variant, etree.tostring(root, encoding="unicode"), edits
 
 
 def sched_xmls(host: vmtune.Host, config: vmtune.Config, virt_type: str, hog_vcpus: int,
@@ -442,7 +456,7 @@ def sched_xmls(host: vmtune.Host, config: vmtune.Config, virt_type: str, hog_vcp
     hog = etree.tostring(hog_root, encoding="unicode")
     lat_tuned = vmtune.rewrite(lat, host, profile="latency", claims=[hog], config=config)
     hog_tuned = vmtune.rewrite(hog, host, profile="balanced", claims=[lat_tuned.xml], config=config)
-    emu_xml, emu_edits = emulator_with_vcpus(lat_tuned.xml)
+    emu_name, emu_xml, emu_edits = emulator_moved(lat_tuned.xml, config.reserved_cpus)
     tuned = {"latency": lat_tuned.xml, "hog": hog_tuned.xml,
              "changes": {"latency": [c.to_dict() for c in lat_tuned.changes],
                          "hog": [c.to_dict() for c in hog_tuned.changes]},
@@ -453,15 +467,15 @@ def sched_xmls(host: vmtune.Host, config: vmtune.Config, virt_type: str, hog_vcp
     stock = {"latency": untag(lat), "hog": hog, "changes": {"latency": [], "hog": []},
              "note": "both stock, nothing pinned"}
     emu = {**tuned, "latency": emu_xml, "emulator_edits": emu_edits,
-           "note": f"{tuned['note']}; then the latency guest's {EMU_NOTE} (the hog as in tuned)"}
-    out = {"stock": stock, "tuned": tuned, EMU_VCPU: emu}
+           "note": f"{tuned['note']}; then the latency guest's {EMU_NOTE[emu_name]} (the hog as in tuned)"}
+    out = {"stock": stock, "tuned": tuned, emu_name: emu}
     hogs = (f"no hog guest: {host_hogs} unpinned busy host processes, started before the latency guest and "
             "killed after it")
     notes = {"stock": f"latency guest stock (untagged), nothing pinned; {hogs}",
              "tuned": (f"latency guest as in tuned (vCPU on its dedicated CPU, the hook's isolation moves the host "
                        f"processes off it); {hogs}"),
-             EMU_VCPU: f"latency guest as in {EMU_VCPU}; {hogs}"}
-    for v in ("stock", "tuned", EMU_VCPU):  # the same latency guests, host processes as the hog
+             emu_name: f"latency guest as in {emu_name}; {hogs}"}
+    for v in ("stock", "tuned", emu_name):  # the same latency guests, host processes as the hog
         hosthog = {k: val for k, val in out[v].items() if k not in ("hog", "placement", "changes", "warnings")}
         hosthog.update(hog=None, host_hogs=host_hogs, note=notes[v], changes={"latency": out[v]["changes"]["latency"]})
         if v != "stock":
@@ -685,13 +699,13 @@ def _run_locked(cfg: dict, virt_type: str, log: Callable[[str], None]) -> list[d
     config = vmtune.Config(reserved_cpus=host.default_reserved())
     stock = stock_domain(virt_type, disk, _mac(1))
     variants = variant_xmls(stock, host, config)
-    names = [v for v in VARIANTS if v in cfg.get("variants", VARIANTS)]
+    names = [v for v in VARIANTS if v in variants and v in cfg.get("variants", VARIANTS)]
     # the hog spins on every host CPU (more vCPUs than the CPUs left after the reserved ones);
     # i440fx takes at most 255 vCPUs
     hog_vcpus = min(len(host.cpus), HOG_MAX_VCPUS)
     host_hogs = len(online_cpus())
     sched = sched_xmls(host, config, virt_type, hog_vcpus, host_hogs)
-    sched_names = [v for v in SCHED_VARIANTS if v in cfg.get("sched_variants", SCHED_VARIANTS)]
+    sched_names = [v for v in SCHED_VARIANTS if v in sched and v in cfg.get("sched_variants", SCHED_VARIANTS)]
     context = {
         "host_cpus": sorted(host.cpus), "reserved_cpus": sorted(config.reserved_cpus),
         "guest_memory_mib": MEMORY_MIB, "disk_image_mib": DISK_MIB, "kernel_package": image.kernel_package,

@@ -3,7 +3,7 @@
 One table per case: the variant, p50 and p99 in microseconds (median over repetitions, then the
 interquartile range and min-max of the per-repetition figures), and the ratio to stock with its
 bootstrap interval, the rank test's p and the verdict; then a row per extra comparison (``iothread``
-vs ``virtio``, ``tuned-emu-vcpu`` vs ``tuned``). ``guest-sched`` is two tables: the hog guest, and
+vs ``virtio``, the emulator variant vs ``tuned``). ``guest-sched`` is two tables: the hog guest, and
 the host hogs (``*-hosthog``, compared with ``stock-hosthog``). The "hook lease" column says in how
 many boots the hook held a lease for the guest while it ran. This is how BENCHMARKS.md's part 1
 tables are made.

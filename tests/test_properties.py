@@ -103,8 +103,9 @@ def host_and_fitting_domain(draw):
 
 @given(host_and_fitting_domain(), st.sampled_from(("latency", "realtime")))
 def test_dedicated_pins(host_and_xml, profile):
-    """A latency VM pins each vCPU to its own host CPU, none reserved, the emulator elsewhere,
-    and its guest topology multiplies out to its vCPU count."""
+    """A latency VM pins each vCPU to its own host CPU, none reserved, the emulator elsewhere on
+    KVM and beside its vCPUs under TCG (not with a FIFO vCPU: realtime keeps it elsewhere), and its
+    guest topology multiplies out to its vCPU count."""
     host, xml = host_and_xml
     result = rewrite_or_skip(xml, host, profile)
     out = etree.fromstring(result.xml.encode())
@@ -116,7 +117,13 @@ def test_dedicated_pins(host_and_xml, profile):
     assert len(set(flat)) == vcpus
     assert not set(flat) & host.default_reserved()
     emulator = cpuset.parse(out.find("cputune/emulatorpin").get("cpuset"))
-    assert emulator and not emulator & set(flat)
+    iothreads = [cpuset.parse(e.get("cpuset")) for e in out.iterfind("cputune/iothreadpin")]
+    if out.get("type") == "qemu" and profile == "latency":
+        assert emulator == set(flat)
+        assert all(io and io <= set(flat) for io in iothreads)
+    else:
+        assert emulator and not emulator & set(flat)
+        assert all(io and not io & set(flat) for io in iothreads)
     topo = out.find("cpu/topology")
     product = 1
     for attr in ("sockets", "dies", "cores", "threads"):

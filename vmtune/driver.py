@@ -66,6 +66,17 @@ def check_domain(dom: Domain, host: Host) -> str:
     return virt
 
 
+def emulator_with_vcpus(virt_type: str, profile) -> bool:
+    """Whether a dedicated domain's emulator and iothreads run on its vCPUs' CPUs.
+
+    Under TCG (``type='qemu'``) QEMU's main loop, the emulator thread, runs the guest's emulated
+    timers: on the reserved CPUs, beside the host's work, it makes the guest's timer tail 4-12
+    times longer than beside the vCPUs (BENCHMARKS.md, part 1, ``tuned-emu-vcpu``). Under KVM the
+    timers are in the kernel, and the emulator stays off the dedicated CPUs. A FIFO vCPU (the
+    realtime profile) would starve a thread beside it, so it keeps the emulator away too."""
+    return virt_type == "qemu" and profile.cpu_scheduler == "none"
+
+
 def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod.Placement:
     spread = config.placement != "pack"
     if profile.cpu_pinning == "dedicated":
@@ -76,6 +87,7 @@ def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod
             hugepages=profile.memory_hugepages,
             spread=spread,
             cell_when_single=bool(dom.cells) or dom.has_max_memory,
+            emulator_with_vcpus=emulator_with_vcpus(dom.type, profile),
         )
         return placement_mod.dedicated(host, reserved, ledger, req)
     req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)

@@ -34,6 +34,7 @@ class Request:
     hugepages: bool = True
     spread: bool = True
     cell_when_single: bool = False  # keep one guest NUMA cell when everything fits on one node
+    emulator_with_vcpus: bool = False  # the emulator and iothreads share the dedicated CPUs (TCG)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Placement:
     pins: tuple[int, ...] = ()  # host CPU of each vCPU (dedicated)
     cells: tuple[GuestCell, ...] = ()
     emulator: frozenset[int] = frozenset()  # emulator and iothreads (dedicated)
+    emulator_with_vcpus: bool = False  # ``emulator`` is the vCPUs' own dedicated CPUs
     cpuset: frozenset[int] | None = None  # where floating vCPUs may run (node, float)
     hugepage_kib: int | None = None
     warnings: tuple[str, ...] = field(default=())
@@ -211,7 +213,8 @@ def _build(host, reserved, blocked, cores, req, nodes, shares, size, parts) -> P
         nodes=tuple(nodes),
         pins=tuple(pins),
         cells=tuple(cells),
-        emulator=_emulator(host, reserved, blocked, nodes, frozenset(pins)),
+        emulator=frozenset(pins) if req.emulator_with_vcpus else _emulator(host, reserved, blocked, nodes, frozenset(pins)),
+        emulator_with_vcpus=req.emulator_with_vcpus,
         hugepage_kib=size,
         warnings=tuple(warnings),
     )

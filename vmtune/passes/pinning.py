@@ -58,8 +58,12 @@ def dedicated(ctx, dom):
         insert(new, E("vcpusched", {"vcpus": cpuset.format(range(len(pl.pins))),
                                     "scheduler": p.cpu_scheduler, "priority": p.cpu_priority}))
     nodes = cpuset.format(pl.nodes)
-    reason = (f"dedicated host CPUs on node {nodes}: one per vCPU, on cores nobody else runs on; "
-              f"emulator and iothreads on the non-dedicated CPUs {cpuset.format(pl.emulator)}")
+    if pl.emulator_with_vcpus:
+        where = ("emulator and iothreads beside the vCPUs: under TCG the emulator thread runs the "
+                 "guest's timers, and its tail is shorter there than on the host's reserved CPUs")
+    else:
+        where = f"emulator and iothreads on the non-dedicated CPUs {cpuset.format(pl.emulator)}"
+    reason = f"dedicated host CPUs on node {nodes}: one per vCPU, on cores nobody else runs on; {where}"
     return edits + _put_cputune(dom, new, reason)
 
 
