@@ -1,12 +1,21 @@
-"""Fake host trees for the hook's isolation: procfs IRQs, the workqueue mask, cgroup v2 and v1.
+"""Fake host trees for the hook's isolation: procfs IRQs and tasks, the workqueue mask, cgroup v2
+and v1, and a stub ``systemctl``.
 
 ``build(env)`` adds them beside the sysfs tree of test_hook's ``env`` (4 online CPUs, 0-3):
 ``env/proc/irq``, ``env/sys/devices/virtual/workqueue/cpumask`` and ``env/sys/fs/cgroup``.
+``task(env, pid, ...)`` adds a task under ``env/proc``, and ``Kernel(env)`` stands in for
+``sched_setaffinity`` on those tasks (tests put it in ``tasks.setaffinity``). Fake pids are above
+any real one (``PID_MAX_LIMIT`` is 4194304), so no real process is ever moved by mistake.
 """
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Callable
 from pathlib import Path
+
+from vmtune import cpuset
+from vmtune.hook.isolation import tasks
 
 IRQS = {1: "0-3", 2: "0-3", 3: "0-1", 4: "2", 5: "0", 6: "1-3"}  # 4: pinned on purpose to CPU 2
 V2_GROUPS = {"init.scope": "", "system.slice": "", "user.slice": "0-3", "lxc.payload": "1-3",
@@ -60,25 +69,85 @@ def read(env: Path, rel: str) -> str:
 
 
 SYSTEMCTL = """#!/bin/sh
-# A stub systemctl: records each call, keeps AllowedCPUs per unit in files.
+# A stub systemctl: records each call; set-property --runtime writes the runtime drop-in as systemd
+# does, show reads it (else the unit's own value in {units}/UNIT). A call listed in {fail} fails.
 echo "$*" >> "{log}"
+if [ -f "{fail}" ] && grep -qxF -- "$*" "{fail}"; then echo "stub: failed" >&2; exit 1; fi
 case "$1" in
-  show) cat "{units}/$5" 2>/dev/null || true ;;
+  show)
+    f="{run}/systemd/system.control/$5.d/50-AllowedCPUs.conf"
+    if [ -f "$f" ]; then sed -n 's/^AllowedCPUs=//p' "$f"; else cat "{units}/$5" 2>/dev/null || echo; fi ;;
   set-property)
-    value="${{4#AllowedCPUs=}}"
-    printf '%s\\n' "$value" > "{units}/$3" ;;
+    mkdir -p "{run}/systemd/system.control/$3.d"
+    printf '# created via "systemctl set-property"\\n[Slice]\\n%s\\n' "$4" \\
+      > "{run}/systemd/system.control/$3.d/50-AllowedCPUs.conf" ;;
   *) exit 1 ;;
 esac
 """
 
 
 def stub_systemctl(env: Path) -> Path:
-    """A ``systemctl`` in ``env/bin`` (put it first on PATH); returns its call log."""
+    """A ``systemctl`` in ``env/bin`` (put it first on PATH); returns its call log. Calls written
+    to ``env/systemctl.fail`` (one a line, as logged) fail; ``env/units/UNIT`` is a unit's own
+    ``AllowedCPUs``."""
     bindir, units, log = env / "bin", env / "units", env / "systemctl.log"
     bindir.mkdir()
     units.mkdir()
     script = bindir / "systemctl"
-    script.write_text(SYSTEMCTL.format(log=log, units=units))
+    script.write_text(SYSTEMCTL.format(log=log, units=units, run=env / "run", fail=env / "systemctl.fail"))
     script.chmod(0o755)
     log.write_text("")
     return log
+
+
+# -- tasks ----------------------------------------------------------------------------------------
+
+FAKE_PID = 5_000_000
+BOOT_S = 500.0  # when the fake tasks started (seconds since boot); the fake uptime is 1000 s
+
+
+def task(env: Path, pid: int, cpus: str, comm: str = "task", born: float = BOOT_S, flags: int = 0,
+         cgroup: str = "0::/") -> int:
+    """A single-threaded task under ``env/proc`` with affinity ``cpus``; returns its pid."""
+    base = env / "proc" / str(pid)
+    put(base / "cgroup", cgroup)
+    put(base / "comm", comm)
+    start = int(born * tasks.TICK)
+    put(base / "task" / str(pid) / "stat",
+        f"{pid} ({comm}) S 1 1 1 0 -1 {flags} " + " ".join(["0"] * 12) + f" {start} 0 0")
+    set_affinity(env, pid, cpus)
+    return pid
+
+
+def set_affinity(env: Path, pid: int, cpus: str) -> None:
+    put(env / "proc" / str(pid) / "task" / str(pid) / "status", f"Name:\ttask\nCpus_allowed_list:\t{cpus}")
+
+
+def affinity(env: Path, pid: int) -> str:
+    status = (env / "proc" / str(pid) / "task" / str(pid) / "status").read_text()
+    return status.split("Cpus_allowed_list:", 1)[1].strip()
+
+
+class Kernel:
+    """``sched_setaffinity`` for the fake tasks under ``env/proc``: ESRCH for a task that is not
+    there, the errno in ``refuse[pid]`` (once), ``limit[pid]`` ANDed in as a cpuset would, and
+    ``before[pid]()`` run just before the write (a fork racing the hook)."""
+
+    def __init__(self, env: Path):
+        self.env = env
+        self.refuse: dict[int, int] = {}
+        self.limit: dict[int, frozenset[int]] = {}
+        self.before: dict[int, Callable[[], None]] = {}
+
+    def __call__(self, tid: int, cpus) -> None:
+        if not (self.env / "proc" / str(tid) / "task" / str(tid) / "status").exists():
+            raise ProcessLookupError(errno.ESRCH, "No such process")
+        if tid in self.refuse:
+            code = self.refuse.pop(tid)
+            raise OSError(code, "refused (fake kernel)")
+        if tid in self.before:
+            self.before.pop(tid)()
+        cpus = frozenset(cpus) & self.limit.get(tid, frozenset(cpus))
+        if not cpus:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        set_affinity(self.env, tid, cpuset.format(cpus))

@@ -302,24 +302,78 @@ def _task(tree, pid: int, comm: str, cpus: str, flags: int = 0, cgroup: str = "0
     tree.write(f"proc/{pid}/task/{pid}/status", f"Name:\t{comm}\nCpus_allowed_list:\t{cpus}")
 
 
+def _latency(tree, name: str, cpus: list[int], running: bool = True, isolation: dict | None = None) -> None:
+    """A lease of ``name`` on ``cpus`` in the hook's state (with the hook's isolation record), its
+    domain running (libvirt's status file) or not."""
+    xml = trees.domain(name, cpus)
+    uuid = xml.split("<uuid>", 1)[1].split("</uuid>", 1)[0]
+    if running:
+        trees.running(tree, xml)
+    lease = {"name": name, "profile": "latency", "cpus": ",".join(map(str, cpus)), "since": 1.0}
+    doc = {"version": 1, "leases": {uuid: lease}, "baseline": []}
+    if isolation is not None:
+        doc["isolation"] = isolation
+    tree.write("run/vmtune/state.json", json.dumps(doc))
+
+
 def test_host_work_on_a_held_cpu_warns(tree):
-    """A running latency domain holds CPU 2: a movable task and an IRQ that may run there are a WARN
+    """A running latency domain holds CPU 3: a movable task and an IRQ that may run there are a WARN
     with their names; a per-CPU kernel thread, a task pinned there alone, libvirt's QEMU and an IRQ
-    bound to CPU 2 alone are not counted."""
-    trees.hook_state(tree, {"u1": {"name": "db1", "profile": "latency", "cpus": "2"}}, [])
-    _task(tree, 100, "backup", "0-3")
-    _task(tree, 101, "kworker/2:1", "2", flags=0x04000000)
-    _task(tree, 102, "pinned", "2")
-    _task(tree, 103, "qemu-system-x86", "0-3", cgroup="0::/machine.slice/machine-qemu\\x2d1\\x2ddb1.scope")
-    tree.write("proc/irq/30/smp_affinity_list", "0-3")
-    tree.write("proc/irq/31/smp_affinity_list", "2")
+    bound to CPU 3 alone are not counted."""
+    _latency(tree, "db1", [3])
+    _task(tree, 100, "backup", "0-7")
+    _task(tree, 101, "kworker/3:1", "3", flags=0x04000000)
+    _task(tree, 102, "pinned", "3")
+    _task(tree, 103, "qemu-system-x86", "0-7", cgroup="0::/machine.slice/machine-qemu\\x2d1\\x2ddb1.scope")
+    tree.write("proc/irq/30/smp_affinity_list", "0-7")
+    tree.write("proc/irq/31/smp_affinity_list", "3")
     report = diagnose(tree.roots(), measure=False)
     (warn,) = found(report, "isolation", level="WARN")
-    assert "CPUs 2" in warn.found and "1 movable task(s) (backup[100])" in warn.found
+    assert "CPUs 3" in warn.found and "1 movable task(s) (backup[100])" in warn.found
     assert "1 IRQ(s) (IRQ 30)" in warn.found
-    tree.write("proc/100/task/100/status", "Name:\tbackup\nCpus_allowed_list:\t0-1,3")
-    tree.write("proc/irq/30/smp_affinity_list", "0-1,3")
+    tree.write("proc/100/task/100/status", "Name:\tbackup\nCpus_allowed_list:\t0-2,4-7")
+    tree.write("proc/irq/30/smp_affinity_list", "0-2,4-7")
     report = diagnose(tree.roots(), measure=False)
+    assert found(report, "isolation", "no movable host task or IRQ", level="OK")
+
+
+def test_reserved_cpus_are_the_hosts_rule(tree):
+    """With no reserved_cpus in the config, the host's default (the first core of each node: CPUs
+    0, 4, 2 and 6 here) stays with the host: a lease on CPU 2 leaves nothing to keep clear, as the
+    hook isolates nothing there."""
+    _latency(tree, "db1", [2])
+    _task(tree, 100, "backup", "0-7")
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "isolation", "only reserved CPUs", level="INFO")
+    assert not found(report, "isolation", level="WARN")
+
+
+def test_a_lease_whose_domain_is_not_running_is_not_checked(tree):
+    """A lease whose domain libvirt no longer runs (no status file) holds no CPU the host must keep
+    clear; the state area reports the stale lease."""
+    _latency(tree, "gone", [3], running=False)
+    _task(tree, 100, "backup", "0-7")
+    report = diagnose(tree.roots(), measure=False)
+    assert not found(report, "isolation", level="WARN")
+    assert found(report, "isolation", "no lease of a running domain", level="OK")
+
+
+def test_irqs_the_hook_could_not_move_are_info(tree):
+    """While the hook isolates CPU 3, an IRQ there that it has no record of (the kernel refused the
+    write: a managed IRQ) is INFO, not a WARN that never goes away; one it moved and that is back
+    on CPU 3 is a WARN."""
+    records = {"irq:30": {"before": "0-7", "after": "0-2,4-7", "label": "IRQ 30"}}
+    _latency(tree, "db1", [3], isolation={"cpus": "3", "irqs": "30-32", "pairs": [], "records": records})
+    tree.write("proc/irq/30/smp_affinity_list", "0-7")  # moved back (irqbalance)
+    tree.write("proc/irq/32/smp_affinity_list", "2-3")  # managed: refused
+    report = diagnose(tree.roots(), measure=False)
+    (info,) = found(report, "isolation", "could not move", level="INFO")
+    assert "1 IRQ(s)" in info.found and "IRQ 32" in info.found
+    (warn,) = found(report, "isolation", level="WARN")
+    assert "1 IRQ(s) (IRQ 30)" in warn.found and "IRQ 32" not in warn.found
+    tree.write("proc/irq/30/smp_affinity_list", "0-2,4-7")
+    report = diagnose(tree.roots(), measure=False)
+    assert not found(report, "isolation", level="WARN")
     assert found(report, "isolation", "no movable host task or IRQ", level="OK")
 
 

@@ -11,17 +11,19 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from killpoints import killed_at
-from isotrees import IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, build, irq, read, stub_systemctl, tree
+from isotrees import FAKE_PID, IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, Kernel, affinity, build, irq, read, \
+    stub_systemctl, task, tree
 from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F401 - env is a fixture
 
 from vmtune import cpuset
 from vmtune.hook import isolation
-from vmtune.hook.isolation import items
+from vmtune.hook.isolation import finders, items, tasks
 from vmtune.hook.state import IsoRecord, Isolation
 
 A = domain("vm-a", UUID_A, pins="2")
@@ -180,71 +182,126 @@ def test_cgroup_v1_tree_is_never_written(host):
     assert irq(host, 1) == "0-1,3"
 
 
+def systemd_host(host, monkeypatch):
+    """The fake host with systemd as init (``/run/systemd/system``) and the stub ``systemctl``
+    first on PATH; returns the stub's call log."""
+    import shutil
+
+    from test_hook import build_sysfs
+
+    shutil.rmtree(host / "sys")
+    build_sysfs(host / "sys")
+    build(host, systemd=True)
+    monkeypatch.setenv("PATH", f"{host / 'bin'}:{os.environ['PATH']}")
+    return stub_systemctl(host)
+
+
+UNITS = ("init.scope", "system.slice", "user.slice")
+
+
 def test_systemd_slices_get_allowed_cpus_through_systemctl(host, monkeypatch):
     """With systemd (``/run/systemd/system``) on cgroup v2, the host's slices and init.scope get
     ``AllowedCPUs`` with ``systemctl set-property --runtime``; the cgroup files are left to systemd;
-    release sets them back to unset."""
-    import shutil
-
-    shutil.rmtree(host / "sys")
-    from test_hook import build_sysfs
-
-    build_sysfs(host / "sys")
-    build(host, systemd=True)
-    log = stub_systemctl(host)
-    monkeypatch.setenv("PATH", f"{host / 'bin'}:{os.environ['PATH']}")
+    release resets them with the empty assignment (systemctl(1): "assigning an empty list will
+    reset the property") and removes the runtime drop-ins, so none outlives the isolation."""
+    log = systemd_host(host, monkeypatch)
+    before = tree(host)
     cgroup_files = {g: read(host, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS}
     call(A, "vm-a", "prepare", "begin")
     calls = log.read_text().splitlines()
     assert [c for c in calls if c.startswith("set-property")] == [
-        f"set-property --runtime {u} AllowedCPUs=0-1,3" for u in ("init.scope", "system.slice", "user.slice")]
+        f"set-property --runtime {u} AllowedCPUs=0-1,3" for u in UNITS]
     assert {g: read(host, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS} == cgroup_files
+    assert read(host, "run/systemd/system.control/system.slice.d/50-AllowedCPUs.conf").endswith("AllowedCPUs=0-1,3")
     log.write_text("")
     call(A, "vm-a", "release", "end")
     assert [c for c in log.read_text().splitlines() if c.startswith("set-property")] == [
-        f"set-property --runtime {u} AllowedCPUs=" for u in ("init.scope", "system.slice", "user.slice")]
+        f"set-property --runtime {u} AllowedCPUs=" for u in UNITS]
+    assert tree(host) == before  # no drop-in left in run/systemd/system.control
+    assert not (host / "run/systemd/system.control/system.slice.d").exists()
+
+
+def test_a_unit_with_allowed_cpus_of_its_own_gets_them_back(host, monkeypatch):
+    """A unit whose own configuration sets AllowedCPUs (user.slice: 0-3) gets that value back at
+    release; the units that had none are reset and keep no drop-in."""
+    log = systemd_host(host, monkeypatch)
+    (host / "units" / "user.slice").write_text("0-3\n")
+    call(A, "vm-a", "prepare", "begin")
+    log.write_text("")
+    call(A, "vm-a", "release", "end")
+    assert [c for c in log.read_text().splitlines() if c.startswith("set-property")] == [
+        "set-property --runtime init.scope AllowedCPUs=", "set-property --runtime system.slice AllowedCPUs=",
+        "set-property --runtime user.slice AllowedCPUs=0-3"]
+    control = host / "run/systemd/system.control"
+    assert sorted(str(p.relative_to(control)) for p in control.rglob("*.conf")) == ["user.slice.d/50-AllowedCPUs.conf"]
 
 
 # -- a kill at every write point ------------------------------------------------------------------
 
-def killed_before_write(n: int, argv: list[str], xml: str) -> int:
-    return killed_at(n, argv, xml, [(items.Kind, "write")])
+def write_points() -> list[tuple[type, str]]:
+    """Every kind's own ``write`` (tasks, units and files override it): the kill points."""
+    out, todo = [], [items.Kind]
+    while todo:
+        kind = todo.pop()
+        todo += kind.__subclasses__()
+        if "write" in vars(kind):
+            out.append((kind, "write"))
+    return out
 
 
-def _writes(host) -> int:
-    """How many isolation writes vm-a's prepare makes on this tree (then released)."""
-    count = [0]
-    real = items.Kind.write
+def _writes(host, monkeypatch) -> Counter:
+    """The isolation writes vm-a's prepare makes on this tree, by kind (then released)."""
+    count: Counter = Counter()
+    for owner, name in write_points():
+        real = getattr(owner, name)
 
-    def write(self, item, raw):
-        count[0] += 1
-        real(self, item, raw)
+        def write(self, item, raw, real=real):
+            count[item.kind.name] += 1
+            real(self, item, raw)
 
-    items.Kind.write = write
-    try:
-        call(A, "vm-a", "prepare", "begin")
-        call(A, "vm-a", "release", "end")
-    finally:
-        items.Kind.write = real
-    return count[0] // 2
+        monkeypatch.setattr(owner, name, write)
+    call(A, "vm-a", "prepare", "begin")
+    prepared = Counter(count)
+    call(A, "vm-a", "release", "end")
+    monkeypatch.undo()
+    return prepared
 
 
+def host_tasks(host) -> None:
+    """Tasks in the fake /proc: two movable ones in the root group, a per-CPU kernel thread, one
+    pinned to CPU 2, and one in system.slice (narrowed with its group)."""
+    task(host, FAKE_PID, "0-3")
+    task(host, FAKE_PID + 1, "1-3")
+    task(host, FAKE_PID + 2, "2", comm="kworker/2:1", flags=tasks.PF_NO_SETAFFINITY)
+    task(host, FAKE_PID + 3, "2", comm="pinned")
+    task(host, FAKE_PID + 4, "0-3", comm="cron", cgroup="0::/system.slice/cron.service")
+
+
+@pytest.mark.parametrize("flavour", ["cgroup-v2", "systemd"])
 @pytest.mark.parametrize("phase", ["prepare", "release"])
-def test_a_kill_at_every_write_point_then_release_restores_exactly(host, phase):
-    """SIGKILL-like death (``os._exit``) before each isolation write of prepare, or of release;
-    then a release (and for prepare, a reconnect first) leaves the tree exactly as it was."""
+def test_a_kill_at_every_write_point_then_release_restores_exactly(host, phase, flavour, monkeypatch):
+    """SIGKILL-like death (``os._exit``) before each isolation write of prepare, or of release (IRQs,
+    masks, cgroups or units, tasks: every kind's own write); then a release (and for prepare, a
+    reconnect first) leaves the tree exactly as it was, tasks and runtime drop-ins included."""
+    if flavour == "systemd":
+        systemd_host(host, monkeypatch)
+    host_tasks(host)
+    monkeypatch.setattr(tasks, "setaffinity", Kernel(host))
     before = tree(host)
-    total = _writes(host)
-    assert total >= 9
+    with monkeypatch.context() as m:
+        kinds = _writes(host, m)
+    assert set(kinds) == {"file", "irq", "task", "unit" if flavour == "systemd" else "cgroup"}, kinds
+    assert kinds["task"] == 2
     assert tree(host) == before
-    for n in range(total + 1):
+    for n in range(sum(kinds.values()) + 1):
         if phase == "prepare":
-            killed_before_write(n, ["vm-a", "prepare", "begin", "-"], A)
+            killed_at(n, ["vm-a", "prepare", "begin", "-"], A, write_points())
             assert call(A, "vm-a", "reconnect", "begin") == 0  # completes the isolation
             assert irq(host, 1) == "0-1,3" and read(host, "proc/irq/default_smp_affinity") == "b"
+            assert affinity(host, FAKE_PID) == "0-1,3" and affinity(host, FAKE_PID + 1) == "1,3"
         else:
             assert call(A, "vm-a", "prepare", "begin") == 0
-            killed_before_write(n, ["vm-a", "release", "end", "-"], A)
+            killed_at(n, ["vm-a", "release", "end", "-"], A, write_points())
         assert call(A, "vm-a", "release", "end") == 0
         assert tree(host) == before, f"killed before write {n}"
         assert "isolation" not in state(host)
@@ -408,8 +465,8 @@ def test_libvirt_qemu_threads_are_never_moved(tmp_path, forker):
 
 def test_libvirt_groups_are_recognised():
     for name in LIBVIRT:
-        assert items.is_machine_group(name)
-    assert not items.is_machine_group("system.slice")
+        assert finders.is_machine_group(name)
+    assert not finders.is_machine_group("system.slice")
 
 
 # -- the real hook against this machine -----------------------------------------------------------

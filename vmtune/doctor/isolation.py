@@ -1,62 +1,92 @@
 """The CPUs of running latency domains, kept clear of the host's own work (vmtune/hook/isolation).
 
-A CPU that a lease holds (the isolated CPUs the hook recorded, else the leases' vCPU CPUs less the
-config's reserved ones) should carry no movable host task and no IRQ that could run elsewhere.
-Each one found there is a WARN, with counts and the first few names: the hook's isolation is off,
-was undone by hand, or something (irqbalance, a cgroup manager) moved the work back.
+The CPUs checked are those of the leases whose domain still runs (alive.py, the hook's own rule,
+read-only), less the host's reserved CPUs (``Host.reserved``, the one rule). Each of them should
+carry no host work the hook could move: a movable task (not a per-CPU kernel thread, not libvirt's
+QEMU) that may run there and elsewhere, or an IRQ the hook could write. Found there, they are a
+WARN, with counts and the first few names: the hook's isolation is off, was undone by hand, or
+something (irqbalance, a cgroup manager) moved the work back.
+
+Whether an IRQ can be written is known only by writing it, which the doctor never does. The hook's
+records say which IRQs it wrote: while it isolates CPUs, an IRQ there without a record is one the
+kernel refused (a managed IRQ) or one that appeared since, and is mentioned as INFO only.
 """
 
 from __future__ import annotations
 
+import time
+
 from .. import cpuset
-from ..hook.isolation import items, tasks
+from ..hook import alive
+from ..hook.isolation import finders, reserved, tasks
+from ..hook.isolation.items import Item
 from .findings import Context, Finding, maker
-from .state import _load, state_path
+from .state import load, state_path
 
 new = maker("isolation")
 SHOWN = 3
 
 
-def held_cpus(ctx: Context, state) -> frozenset[int]:
-    if state.isolation is not None and state.isolation.cpus:
-        return state.isolation.cpus
-    return state.held_cpus() - (ctx.cfg.reserved_cpus or frozenset())
+def live_leases(ctx: Context, state) -> dict:
+    """The leases whose domain libvirt still runs (or whose state cannot be known)."""
+    folder, now = ctx.path("root", "run/libvirt/qemu"), time.time()
+    proc = ctx.roots.proc or alive.PROC
+    return {key: lease for key, lease in state.leases.items()
+            if alive.why_stale(folder, proc, key, lease.name, lease.since, now) is None}
 
 
-def _names(found: list[items.Item]) -> str:
+def held_cpus(ctx: Context, leases: dict) -> frozenset[int]:
+    """The running latency domains' CPUs less the host's reserved ones."""
+    held = frozenset().union(*(lease.cpus for lease in leases.values()))
+    if not ctx.has("sysfs"):  # no topology: only what the config names
+        return held - frozenset(ctx.cfg.reserved_cpus or ())
+    return held - reserved(ctx.roots.sysfs, ctx.cfg)
+
+
+def _names(found: list[Item]) -> str:
     more = f", +{len(found) - SHOWN} more" if len(found) > SHOWN else ""
     return ", ".join(i.label for i in found[:SHOWN]) + more
 
 
-def strays(proc: str, rundir: str, held: frozenset[int]) -> tuple[list[items.Item], list[items.Item]]:
+def strays(proc: str, rundir: str, held: frozenset[int]) -> tuple[list[Item], list[Item]]:
     """(tasks, IRQs) that may run on a ``held`` CPU and could run elsewhere."""
-    def movable(item: items.Item) -> bool:
+    def movable(item: Item) -> bool:
         cpus = item.cpus
         return bool(cpus & held) and bool(cpus - held)
 
-    irqs = [i for i in items.irqs(proc) if i.key != "irq:default" and movable(i)]
+    irqs = [i for i in finders.irqs(proc) if i.key != "irq:default" and movable(i)]
     return [t for t in tasks.scan(proc, rundir) if movable(t)], irqs
 
 
 def check(ctx: Context) -> list[Finding]:
     if not ctx.has("root") or not ctx.has("proc"):
         return [new("SKIP", "(no --root or --proc)", "the leases or the tasks are not given: isolation not checked")]
-    state = _load(state_path(ctx))
+    state = load(state_path(ctx))
     if state is None or isinstance(state, str) or not state.leases:
         return [new("OK", state_path(ctx), "no latency lease: no CPU to keep clear")]
-    held = held_cpus(ctx, state)
+    leases = live_leases(ctx, state)
+    if not leases:
+        return [new("OK", state_path(ctx), "no lease of a running domain: no CPU to keep clear")]
+    held = held_cpus(ctx, leases)
     if not held:
         return [new("INFO", state_path(ctx), "the leases hold only reserved CPUs: nothing to keep clear")]
     source = ctx.path("proc", "*/task/*/status, irq/*/smp_affinity_list")
     found_tasks, found_irqs = strays(ctx.roots.proc, ctx.path("root", "run/libvirt/qemu"), held)
+    records = state.isolation.records if state.isolation is not None and state.isolation.cpus else None
+    refused = [] if records is None else [i for i in found_irqs if i.key not in records]
+    found_irqs = [i for i in found_irqs if records is None or i.key in records]
     where = f"CPUs {cpuset.format(held)} (held by running latency domains)"
+    out = []
+    if refused:
+        out.append(new("INFO", source, f"{where}: {len(refused)} IRQ(s) the hook could not move ({_names(refused)}): "
+                       "managed by the kernel, or new since the last start"))
     if not found_tasks and not found_irqs:
-        return [new("OK", source, f"{where}: no movable host task or IRQ on them")]
+        return out + [new("OK", source, f"{where}: no movable host task or IRQ on them")]
     parts = []
     if found_tasks:
         parts.append(f"{len(found_tasks)} movable task(s) ({_names(found_tasks)})")
     if found_irqs:
         parts.append(f"{len(found_irqs)} IRQ(s) ({_names(found_irqs)})")
-    return [new("WARN", source, f"{where}: {' and '.join(parts)} may run there",
-                "no host work on the CPUs of running latency domains",
-                "[hook] isolate = \"on\" (the default) and start the domain again; stop irqbalance")]
+    return out + [new("WARN", source, f"{where}: {' and '.join(parts)} may run there",
+                      "no host work on the CPUs of running latency domains",
+                      "[hook] isolate = \"on\" (the default) and start the domain again; stop irqbalance")]

@@ -23,7 +23,7 @@ def state_path(ctx: Context) -> str:
     return ctx.path("root", os.path.join(leases.DEFAULT_DIR.lstrip("/"), leases.STATE_FILE))
 
 
-def _load(path: str) -> leases.State | str | None:
+def load(path: str) -> leases.State | str | None:
     """The state; None when there is no file; a string saying why it cannot be read."""
     if not os.path.lexists(path):
         return None
@@ -109,7 +109,7 @@ def check(ctx: Context) -> list[Finding]:
     if not ctx.has("root"):
         return [new("SKIP", "(no --root)", "no --root tree given: the hook's state (/run/vmtune) not read")]
     path = state_path(ctx)
-    state = _load(path)
+    state = load(path)
     if state is None:
         return [new("OK", path, "no state: the hook holds no lease and has not tuned the host")]
     if isinstance(state, str):

@@ -22,7 +22,8 @@ A Python error in 5-7 undoes this call's changes and puts the state file back; a
 journal for the next call. A release (and a reap) shrinks the isolation to the CPUs the other
 leases hold, drops the lease, passes C-state records of CPUs another lease still pins to that lease
 and restores the rest, gives back the pages the lease added (journalled the same way), and the
-last lease restores the host baseline.
+last lease restores the host baseline. A release without a lease still tries again what a failed
+restore of the isolation left.
 
 A damaged state file, a state dir the hook may not trust, or a lock held past its cap: one line,
 and a prepare is refused (exit 1); nothing is tuned through a state the hook cannot read.
@@ -69,20 +70,11 @@ class Hook:
         return 1 if refuse else 0
 
     # -- isolation -----------------------------------------------------------------------------
-    def _reserved(self) -> frozenset[int]:
-        try:
-            from ..host import Host
-
-            return Host.from_sysfs(self.sysfs).reserved(self.cfg)
-        except Exception as exc:  # noqa: BLE001 - no topology here: only what the config names
-            log.debug("no host topology: %s", exc)
-            return frozenset(self.cfg.reserved_cpus or ())
-
     def _isolated(self, held: frozenset[int]) -> frozenset[int]:
         """The CPUs to keep the host's work off: the leases' vCPU CPUs ``held`` less the reserved ones."""
         if not self.isolate or not held:
             return frozenset()
-        return (held - self._reserved()) & frozenset(hoststate.online_cpus(self.sysfs))
+        return (held - isolation.reserved(self.sysfs, self.cfg)) & frozenset(hoststate.online_cpus(self.sysfs))
 
     def _isolate(self, state: State, cpus: frozenset[int]) -> None:
         """Make the host's isolation match ``cpus``, journal first (isolation.reconcile)."""
@@ -267,6 +259,10 @@ class Hook:
                 if key is not None:
                     self._drop(state, key)
                     changed = True
+                elif state.isolation is not None:  # what a failed restore left: tried again
+                    left = copy.deepcopy(state.isolation)
+                    self._isolate(state, self._isolated(state.held_cpus()))
+                    changed = changed or state.isolation != left
                 if changed:
                     self.store.commit(state, final=True)
         except TROUBLE as exc:

@@ -37,7 +37,9 @@ from ..errors import InvalidInput
 VERSION = 1
 KNOB_PREFIXES = ("devices/system/cpu/", "devices/system/node/", "kernel/mm/")
 POOL_KEY = re.compile(r"\d{1,5}:\d{1,10}")
-ISO_KEY = re.compile(r"(task|irq):\d{1,10}|irq:default|wq:cpumask|(cgroup|unit):[A-Za-z0-9_.@:\\-]{1,255}")
+# a group's name is escaped into its key (isolation/items.key_of): one safe byte or %XX per byte
+ISO_KEY = re.compile(r"(task|irq):\d{1,10}|irq:default|wq:cpumask"
+                     r"|(cgroup|unit):(?:[A-Za-z0-9_.@:\\-]|%[0-9A-F]{2}){1,255}")
 MAX_PAIRS = 64
 
 

@@ -6,7 +6,7 @@ match an isolated set and returns the new isolation record for the state file. I
 prepare, reconnect and release, so a second lease extends the isolation, its release shrinks it,
 and a reconnect completes whatever a crash left undone.
 
-What moves (items.py, tasks.py): every task that accepts a new affinity and is not a thread of a
+What moves (finders.py, tasks.py): every task that accepts a new affinity and is not a thread of a
 libvirt-managed QEMU; every IRQ whose affinity can be written, and ``default_smp_affinity``; the
 unbound workqueues' ``cpumask``; and the host's cgroups: with systemd on cgroup v2, ``AllowedCPUs``
 of ``init.scope``, ``system.slice`` and ``user.slice`` (``systemctl set-property --runtime``);
@@ -16,17 +16,20 @@ group that is narrowed as a whole are left to the cgroup. libvirt's machine grou
 Each item's new value is its original value less the isolated CPUs. An item whose original value
 holds only isolated CPUs (pinned there on purpose) is left alone, and so is an item whose value
 does not change. The record of a moved item keeps its original value (``before``) and what the
-hook wrote (``after``); an item found at neither was changed by hand and is left alone, with a
-warning. The records are committed (``commit``) before the first write, so a hook killed half-way
-leaves them, and the next call finishes the job: journal first, as for the host knobs.
+kernel read back after the write (``after``); an item found at neither was changed by hand and is
+left alone, with a warning. The records are committed (``commit``) before the first write, so a
+hook killed half-way leaves them, and the next call finishes the job: journal first, as for the
+host knobs. A record stays until its item is restored or provably gone (plan.py), so a restore that
+fails is tried again by the next prepare, release or reconnect.
 
-A task started while CPUs are isolated inherits a narrowed affinity from its parent, and a new IRQ
-gets the narrowed ``default_smp_affinity``; neither has a record. Every narrowing leaves a *pair*
-(the mask it imposed, the CPUs it removed). A task born after the pair was made (start time), or an
-IRQ that did not exist when the isolation began, whose affinity is exactly a pair's mask, is taken
-to have inherited it: its original value is the mask plus the removed CPUs. So when the isolation
-shrinks, such tasks widen too, and no process stays confined after the last lease. A task that set
-exactly that mask itself while the isolation held is widened as well: the two cannot be told apart.
+After the writes, a *sweep* lists the tasks again, reading only threads not seen yet: a child
+forked between the scan and its parent's write (with the parent's old mask), and the tasks of a
+group whose write failed (they are moved one by one), are moved like the others. It repeats until a
+round finds nothing to move, at most ``SWEEP_ROUNDS`` times. Tasks that inherited a mask the hook
+imposed are widened by the history of imposed housekeeping sets (plan.py).
+
+irqbalance would move the IRQs back: when it runs (a process named ``irqbalance``, whatever its
+cgroup), the hook's log says so.
 """
 
 from __future__ import annotations
@@ -34,19 +37,20 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from ... import cpuset
 from ..hoststate import online_cpus
-from ..state import MAX_PAIRS, IsoRecord, Isolation, Pair
-from . import items as _items
-from .items import Item
-from . import tasks
+from ..state import Isolation
+from . import finders, tasks
+from .items import CGROUP, GONE, UNIT, Item
+from .plan import Move, Pass
 
 log = logging.getLogger("vmtune.hook")
 
 SHOWN = 3  # names per kind in a log line
+SWEEP_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -83,94 +87,23 @@ def uptime(proc: str) -> float:
         return 0.0
 
 
-def collect(roots: Roots, online: frozenset[int], only: Collection[int] | None = None,
-            qemu: set[int] | None = None) -> list[Item]:
-    """Every item the isolation may move, found on the live host (``only``: tasks of these pids)."""
-    groups = list(_items.units(roots.cgroupfs, online) if roots.systemd else _items.cgroups(roots.cgroupfs, online))
-    covered = {g.top for g in groups}
-    out = groups + list(_items.irqs(roots.proc)) + list(_items.workqueue(roots.sysfs))
-    return out + list(tasks.scan(roots.proc, roots.libvirt, covered, only, qemu))
+def reserved(sysfs: str, cfg) -> frozenset[int]:
+    """The CPUs that always stay with the host: ``Host.reserved(cfg)`` on the host under ``sysfs``
+    (the one rule); without a readable topology, only what the config names."""
+    try:
+        from ...host import Host
+
+        return Host.from_sysfs(sysfs).reserved(cfg)
+    except Exception as exc:  # noqa: BLE001 - no topology here: only what the config names
+        log.debug("no host topology: %s", exc)
+        return frozenset(getattr(cfg, "reserved_cpus", None) or ())
 
 
-class _Pass:
-    """One reconcile: the previous record, the wanted isolated CPUs, and what was found."""
-
-    def __init__(self, previous: Isolation, cpus: frozenset[int], irqs: frozenset[int], since: float):
-        self.cpus = cpus
-        self.records = dict(previous.records)
-        self.pairs = list(previous.pairs)
-        self.irqs = irqs
-        self.since = since
-        self.kept: dict[str, IsoRecord] = {}
-        self.new_pairs: list[Pair] = []
-        self.moves: list[tuple[Item, str]] = []
-        self.by_hand: list[Item] = []
-
-    def original(self, item: Item) -> str | None:
-        """The item's value before any isolation; None when it was changed by hand (left alone)."""
-        rec = self.records.get(item.key)
-        if rec is not None and rec.ident == item.ident:
-            if any(item.same(item.raw, v) for v in (rec.before, rec.after, rec.was) if v is not None):
-                return rec.before
-            self.by_hand.append(item)
-            return None
-        if item.kind.inherits:
-            for pair in self.pairs:
-                if self._inherited(item, pair):
-                    return item.kind.format(item.cpus | pair.removed)
-        return item.raw
-
-    def _inherited(self, item: Item, pair: Pair) -> bool:
-        if pair.kind != item.kind.name or item.cpus != pair.mask:
-            return False
-        if item.kind.name == "irq":
-            return int(item.key.split(":", 1)[1]) not in self.irqs
-        return item.born is not None and item.born >= pair.since
-
-    def plan(self, item: Item) -> None:
-        before = self.original(item)
-        if before is None:
-            return
-        orig = item.kind.parse(before, item)
-        target = orig - self.cpus
-        want = before
-        if target and target != orig:
-            want = item.kind.format(target)
-            # the journal accepts the value found now too (an earlier call's ``after``)
-            was = None if item.same(item.raw, before) or item.same(item.raw, want) else item.raw
-            self.kept[item.key] = IsoRecord(before, want, item.label, item.ident, was)
-            if item.kind.name == "task" or item.key == "irq:default":  # new IRQs copy the default
-                kind = "irq" if item.key == "irq:default" else "task"
-                self.new_pairs.append(Pair(kind, target, orig - target, self.since))
-        if not item.same(item.raw, want):
-            self.moves.append((item, want))
-
-    def merged_pairs(self) -> list[Pair]:
-        seen: dict[tuple[str, frozenset[int], frozenset[int]], Pair] = {}
-        for pair in self.pairs + self.new_pairs:
-            k = (pair.kind, pair.mask, pair.removed)
-            if k not in seen or pair.since < seen[k].since:
-                seen[k] = pair
-        return list(seen.values())[-MAX_PAIRS:]
-
-    def journal(self) -> Isolation:
-        by_hand = {i.key for i in self.by_hand}
-        records = {k: r for k, r in self.records.items() if k not in by_hand}
-        records.update(self.kept)
-        return Isolation(self.cpus, self.irqs, self.merged_pairs(), records)
-
-    def final(self, failed: set[str]) -> Isolation | None:
-        records = {}
-        for key, rec in self.kept.items():
-            if key in failed:
-                old = self.records.get(key)
-                if old is not None:
-                    records[key] = old  # still at the value an earlier call wrote
-                continue
-            records[key] = IsoRecord(rec.before, rec.after, rec.label, rec.ident)
-        if not self.cpus:
-            return Isolation(records=records) if records else None
-        return Isolation(self.cpus, self.irqs, self.merged_pairs(), records)
+def groups(roots: Roots, online: frozenset[int]) -> list[Item]:
+    """The host's cgroups the isolation narrows as a whole: systemd units, or cgroup v2 groups."""
+    if roots.systemd:
+        return list(finders.units(roots.cgroupfs, roots.runfs, online))
+    return list(finders.cgroups(roots.cgroupfs, online))
 
 
 def reconcile(previous: Isolation | None, cpus: frozenset[int], roots: Roots, commit: Callable[[Isolation], None],
@@ -184,52 +117,98 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots: Roots, co
         return None
     previous = previous or Isolation()
     online = frozenset(online_cpus(roots.sysfs))
-    qemu: set[int] = set()
-    found = collect(roots, online, only, qemu)
+    found = groups(roots, online)
+    covered = {g.top for g in found}
+    found += list(finders.irqs(roots.proc)) + list(finders.workqueue(roots.sysfs))
     # the IRQs that existed when the isolation began: any other one got default_smp_affinity since
-    irqs = (previous.irqs if previous.cpus
+    irqs = (previous.irqs if previous.cpus or previous.pairs
             else frozenset(int(i.key.split(":", 1)[1]) for i in found if i.kind.name == "irq"))
-    run = _Pass(previous, cpus, irqs, uptime(roots.proc))
-    for item in found:
+    run = Pass(previous, cpus, online, irqs, uptime(roots.proc))
+    known: set[str] = set()  # the threads read: a sweep reads only others
+    for item in found + list(tasks.scan(roots.proc, roots.libvirt, covered, only, known)):
         run.plan(item)
-    _warn(run, found)
+    _resolve(run, roots, online)
+    _warn(run, roots)
     if dry_run:
         _report(run.moves, set(), cpus, "dry run: would ")
         return previous if previous.cpus or previous.records else None
-    if run.moves:
-        commit(run.journal())
-    failed = _write(run.moves)
+    failed = _apply(run, list(run.moves), commit)
+    uncovered = {m.item.top for m in run.moves
+                 if m.narrowed and m.item.key in failed and m.item.kind in (CGROUP, UNIT)}
+    if uncovered:
+        log.warning("%s: cannot narrow; moving their tasks one by one", ", ".join(sorted(uncovered)))
+    settled = _sweep(run, roots, covered - uncovered, only, known, commit, failed)
     _report(run.moves, failed, cpus, "")
-    return run.final(failed)
+    if run.kept:
+        log.warning("not restored yet, kept for the next call: %s", _names(run.kept))
+    return run.final(settled)
 
 
-def _write(moves: list[tuple[Item, str]]) -> set[str]:
+def _resolve(run: Pass, roots: Roots, online: frozenset[int]) -> None:
+    """The records whose item no listing gave: looked up by key, planned, dropped or kept."""
+    for key, rec in run.unseen():
+        found = finders.lookup(key, rec.ident, roots, online)
+        if found is GONE:
+            run.gone(key)
+        elif found is None:
+            run.keep(key, rec)
+        else:
+            run.plan(found)
+
+
+def _sweep(run: Pass, roots: Roots, covered: Collection[str], only: Collection[int] | None, known: set[str],
+           commit: Callable[[Isolation], None], failed: set[str]) -> bool:
+    """List the tasks again for threads not read yet, and move them; True once a round finds none."""
+    known |= {k.partition(":")[2] for k in run.seen if k.startswith("task:")}  # looked up by key
+    for _ in range(SWEEP_ROUNDS):
+        start = len(run.moves)
+        for item in tasks.scan(roots.proc, roots.libvirt, covered, only, known=known):
+            run.plan(item)
+        if len(run.moves) == start:
+            return True
+        failed |= _apply(run, run.moves[start:], commit)
+    log.warning("tasks kept appearing with CPUs to move after %d sweeps: some may stay where they are", SWEEP_ROUNDS)
+    return False
+
+
+def _apply(run: Pass, moves: list[Move], commit: Callable[[Isolation], None]) -> set[str]:
+    """Journal, then write each move and read back what the kernel made of it; the keys that failed."""
+    if not moves:
+        return set()
+    commit(run.journal())
     failed = set()
-    for item, want in moves:
+    for move in moves:
+        item = move.item
         try:
-            item.kind.write(item, want)
+            item.kind.write(item, move.want)
         except OSError as exc:
             failed.add(item.key)
-            level = logging.DEBUG if item.kind.name in ("task", "irq") else logging.WARNING
-            log.log(level, "%s: cannot set CPUs %s: %s", item.label, want, exc.strerror or exc)
+            kept = run.refused(move, exc)
+            level = logging.DEBUG if item.kind.name in ("task", "irq") and not kept else logging.WARNING
+            log.log(level, "%s: cannot set CPUs %s: %s", item.label, move.want or "(unset)", exc.strerror or exc)
+            continue
+        run.written(move, item.kind.read(item))
     return failed
 
 
-def _names(group: list[Item]) -> str:
+def _names(labels: Iterable[str]) -> str:
+    group = list(labels)
     more = f", +{len(group) - SHOWN} more" if len(group) > SHOWN else ""
-    return ", ".join(i.label for i in group[:SHOWN]) + more
+    return ", ".join(group[:SHOWN]) + more
 
 
-def _warn(run: _Pass, found: list[Item]) -> None:
+def _warn(run: Pass, roots: Roots) -> None:
     if run.by_hand:
-        log.warning("changed since vmtune set them, left alone: %s", _names(run.by_hand))
-    if run.cpus and any(i.kind.name == "task" and i.label.startswith("irqbalance[") for i in found):
-        log.warning("irqbalance is running: it may move IRQs back onto the isolated CPUs %s "
-                    "(stop it, or give it IRQBALANCE_BANNED_CPULIST)", cpuset.format(run.cpus))
+        log.warning("changed since vmtune set them, left alone: %s", _names(i.label for i in run.by_hand))
+    if run.cpus:
+        pids = tasks.named(roots.proc, "irqbalance")
+        if pids:
+            log.warning("irqbalance is running (pid %d): it may move IRQs back onto the isolated CPUs %s "
+                        "(stop it, or give it IRQBALANCE_BANNED_CPULIST)", pids[0], cpuset.format(run.cpus))
 
 
-def _report(moves: list[tuple[Item, str]], failed: set[str], cpus: frozenset[int], prefix: str) -> None:
-    done = [item for item, _ in moves if item.key not in failed]
+def _report(moves: list[Move], failed: set[str], cpus: frozenset[int], prefix: str) -> None:
+    done = [m.item for m in moves if m.item.key not in failed]
     if not done and not failed:
         return
     counts = Counter(i.kind.name for i in done)

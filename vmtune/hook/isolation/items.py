@@ -3,9 +3,15 @@
 An ``Item`` is one thing whose CPUs the hook may narrow: a task's affinity, an IRQ's
 ``smp_affinity_list``, ``/proc/irq/default_smp_affinity``, the unbound workqueues' ``cpumask``, a
 top-level cgroup v2 ``cpuset.cpus`` or a systemd unit's ``AllowedCPUs``. Its ``raw`` value is the
-text as read (written back as it was at restore); its ``kind`` knows how to read that text as CPUs
-and how to write a value. Every item is found by listing the live host, never by a path read back
-from the state file.
+text as read (written back as it was at restore); its ``kind`` knows how to read that text as CPUs,
+how to write a value and how to read back what the kernel (or systemd) made of it.
+
+Every item is keyed in the state file (``irq:24``, ``task:1234``, ``cgroup:NAME``, ...). A group's
+name may be any directory name: ``key_of`` escapes every byte outside ``[A-Za-z0-9_.@:\\-]`` as
+``%XX``, so any name has a key the state accepts, and ``name_of`` gives the name back. Items are
+found by listing the live host; a record whose item the listing did not give is looked up by its
+key (finders.py), and a name read back from the state must be one plain directory entry that
+resolves inside the cgroup root.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ... import cpuset
@@ -21,11 +26,38 @@ from ...errors import InvalidInput
 
 log = logging.getLogger("vmtune.hook")
 
-WORKQUEUE = "devices/virtual/workqueue/cpumask"  # under the sysfs root
-IRQ_DIR = "irq"  # under the proc root
-DEFAULT_IRQ = "irq/default_smp_affinity"
 SYSTEMD_UNITS = ("init.scope", "system.slice", "user.slice")
 SYSTEMCTL_TIMEOUT_S = 10
+DROP_IN = "50-AllowedCPUs.conf"  # what `systemctl set-property --runtime UNIT AllowedCPUs=` writes
+SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.@:-\\")
+
+
+def key_of(kind: str, name: str) -> str:
+    """The state key of a named item: ``kind:NAME`` with every byte outside ``SAFE`` as ``%XX``."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return kind + ":" + "".join(chr(b) if b in SAFE else f"%{b:02X}" for b in raw)
+
+
+def name_of(key: str) -> str | None:
+    """The name in a ``kind:NAME`` key (``key_of`` undone); None when the escapes are broken."""
+    text = key.partition(":")[2]
+    out, i = bytearray(), 0
+    while i < len(text):
+        if text[i] == "%":
+            try:
+                out.append(int(text[i + 1:i + 3], 16))
+            except ValueError:
+                return None
+            i += 3
+        else:
+            out += text[i].encode("utf-8", "surrogateescape")
+            i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def printable(name: str) -> str:
+    """A name for a log line or a label: escaped when it holds anything unprintable."""
+    return name if name.isprintable() else key_of("", name)[1:]
 
 
 class Kind:
@@ -43,6 +75,10 @@ class Kind:
     def write(self, item: Item, raw: str) -> None:
         with open(item.where, "w", encoding="ascii") as fh:
             fh.write(raw if raw.strip() else "\n")  # an empty cpuset.cpus is written as a newline
+
+    def read(self, item: Item) -> str | None:
+        """The live value, read again (after a write: what the kernel made of it); None: unreadable."""
+        return read_text(item.where)
 
 
 class MaskFile(Kind):
@@ -70,7 +106,15 @@ class CgroupFile(Kind):
 
 
 class Unit(Kind):
-    """A systemd unit's ``AllowedCPUs`` (empty: not set, every CPU), through ``systemctl``."""
+    """A systemd unit's ``AllowedCPUs`` (empty: not set, every CPU), through ``systemctl``.
+
+    ``item.where`` is the unit's runtime drop-in (``RUNFS/systemd/system.control/UNIT.d/``
+    ``50-AllowedCPUs.conf``), the file ``set-property --runtime`` writes. Writing the empty value
+    (the unit had no ``AllowedCPUs``) resets the property, as an empty assignment does in a unit
+    file, and then removes that drop-in when it holds nothing but ``AllowedCPUs``: systemd's live
+    value is reset already, and the next ``daemon-reload`` finds the unit's own configuration as
+    it was, with no runtime setting of vmtune's left to override it until the next boot.
+    """
 
     name = "unit"
 
@@ -78,14 +122,22 @@ class Unit(Kind):
         return cpuset.parse(raw) if raw.strip() else item.full
 
     def write(self, item: Item, raw: str) -> None:
-        systemctl("set-property", "--runtime", item.where, f"AllowedCPUs={raw.strip()}")
+        systemctl("set-property", "--runtime", unit_of(item.where), f"AllowedCPUs={raw.strip()}")
+        if not raw.strip():
+            remove_drop_in(item.where)
+
+    def read(self, item: Item) -> str | None:
+        try:
+            return systemctl("show", "-p", "AllowedCPUs", "--value", unit_of(item.where)).strip()
+        except OSError:
+            return None
 
 
 @dataclass
 class Item:
     key: str  # unique in the state: "irq:24", "task:1234", "unit:system.slice", ...
     kind: Kind
-    where: str  # the file, the unit or the task id
+    where: str  # the file written (a task: its status file; a unit: its runtime drop-in)
     raw: str
     label: str
     full: frozenset[int] = frozenset()  # what an empty value means (cgroups, units)
@@ -110,7 +162,17 @@ class Item:
 MASK, IRQ, CGROUP, UNIT = MaskFile(), IrqFile(), CgroupFile(), Unit()
 
 
-def _read(path: str) -> str | None:
+class Gone:
+    """A record's item that no longer exists: its record is dropped."""
+
+    def __repr__(self) -> str:
+        return "GONE"
+
+
+GONE = Gone()
+
+
+def read_text(path: str) -> str | None:
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             return fh.read().strip()
@@ -118,68 +180,13 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _valid(item: Item) -> Item | None:
+def valid(item: Item) -> Item | None:
     try:
         item.kind.parse(item.raw, item)
     except InvalidInput:
         log.warning("%s: cannot read %r as CPUs; left alone", item.label, item.raw)
         return None
     return item
-
-
-def irqs(proc: str) -> Iterator[Item]:
-    """Every IRQ's ``smp_affinity_list``, then ``default_smp_affinity``."""
-    base = os.path.join(proc, IRQ_DIR)
-    try:
-        names = sorted((n for n in os.listdir(base) if n.isdigit()), key=int)
-    except OSError:
-        return
-    for n in names:
-        path = os.path.join(base, n, "smp_affinity_list")
-        raw = _read(path)
-        if raw is not None and (item := _valid(Item(f"irq:{n}", IRQ, path, raw, f"IRQ {n}"))):
-            yield item
-    path = os.path.join(proc, DEFAULT_IRQ)
-    raw = _read(path)
-    if raw is not None and (item := _valid(Item("irq:default", MASK, path, raw, "default IRQ affinity"))):
-        yield item
-
-
-def workqueue(sysfs: str) -> Iterator[Item]:
-    path = os.path.join(sysfs, WORKQUEUE)
-    raw = _read(path)
-    if raw is not None and (item := _valid(Item("wq:cpumask", MASK, path, raw, "unbound workqueue cpumask"))):
-        yield item
-
-
-def cgroup_v2_cpuset(cgroupfs: str) -> bool:
-    """Whether ``cgroupfs`` is a cgroup v2 root with the cpuset controller."""
-    return "cpuset" in (_read(os.path.join(cgroupfs, "cgroup.controllers")) or "").split()
-
-
-def is_machine_group(name: str) -> bool:
-    """libvirt's groups (``machine.slice``, ``machine``, ``*.libvirt-qemu``): never touched."""
-    return name in ("machine", "machine.slice") or name.startswith("machine-") or "libvirt" in name
-
-
-def cgroups(cgroupfs: str, online: frozenset[int]) -> Iterator[Item]:
-    """Without systemd: ``cpuset.cpus`` of every top-level cgroup v2 group but libvirt's."""
-    if not cgroup_v2_cpuset(cgroupfs):
-        return
-    root_cpus = _read(os.path.join(cgroupfs, "cpuset.cpus.effective"))
-    full = cpuset.parse(root_cpus) if root_cpus else online
-    try:
-        names = sorted(os.listdir(cgroupfs))
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(cgroupfs, name, "cpuset.cpus")
-        if is_machine_group(name) or not os.path.isdir(os.path.join(cgroupfs, name)):
-            continue
-        raw = _read(path)
-        if raw is not None and (item := _valid(Item(f"cgroup:{name}", CGROUP, path, raw, f"cgroup {name}", full))):
-            item.top = name
-            yield item
 
 
 def systemctl(*args: str) -> str:
@@ -194,18 +201,26 @@ def systemctl(*args: str) -> str:
     return done.stdout
 
 
-def units(cgroupfs: str, online: frozenset[int]) -> Iterator[Item]:
-    """With systemd: ``AllowedCPUs`` of the host's own slices and init.scope."""
-    if not cgroup_v2_cpuset(cgroupfs):
+def drop_in(runfs: str, unit: str) -> str:
+    return os.path.join(runfs, "systemd", "system.control", f"{unit}.d", DROP_IN)
+
+
+def unit_of(path: str) -> str:
+    """The unit whose runtime drop-in ``path`` is."""
+    return os.path.basename(os.path.dirname(path)).removesuffix(".d")
+
+
+def remove_drop_in(path: str) -> None:
+    """Remove a runtime drop-in that sets nothing but ``AllowedCPUs`` (and its folder, when empty)."""
+    text = read_text(path)
+    if text is None:
         return
-    for unit in SYSTEMD_UNITS:
-        if not os.path.isdir(os.path.join(cgroupfs, unit)):
-            continue
-        try:
-            raw = systemctl("show", "-p", "AllowedCPUs", "--value", unit).strip()
-        except OSError as exc:
-            log.warning("unit %s: %s; left alone", unit, exc)
-            continue
-        if item := _valid(Item(f"unit:{unit}", UNIT, unit, raw, f"unit {unit}", online)):
-            item.top = unit
-            yield item
+    lines = [x.strip() for x in text.splitlines() if x.strip() and not x.lstrip().startswith(("#", ";", "["))]
+    if not all(x.startswith("AllowedCPUs=") for x in lines):
+        log.warning("%s: sets more than AllowedCPUs; left in place", path)
+        return
+    try:
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass  # a folder with other drop-ins stays

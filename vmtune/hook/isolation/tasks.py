@@ -12,6 +12,13 @@ Left out, before any write is tried:
 
 A task is keyed by its thread id and known by its start time (``/proc/T/stat`` field 22), so a
 record of a thread that exited is never applied to a new thread that got its id.
+
+A task's value is its ``Cpus_allowed_list``: the affinity in effect, which a cgroup v1 ``cpuset``
+may have narrowed below what the task asked for. Since Linux 6.2 the kernel keeps the requested
+mask apart, but neither ``/proc`` nor ``sched_getaffinity`` (the same effective mask, less offline
+CPUs) shows it. So a restore writes back the effective mask: a task in a cpuset that is widened
+later keeps the mask it had when the isolation began, where without vmtune it would have followed
+the cpuset's widening.
 """
 
 from __future__ import annotations
@@ -21,18 +28,28 @@ import re
 from collections.abc import Collection, Iterator
 
 from ... import cpuset
-from .items import Item, Kind
+from .items import GONE, Gone, Item, Kind
 
 PF_NO_SETAFFINITY = 0x04000000
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc/T/stat's start time unit
 LIBVIRT_GROUP = re.compile(r"(^|/)machine(\.slice)?(/|$)|\.libvirt-qemu(/|$)|(^|/)machine-qemu")
 
 
+def setaffinity(tid: int, cpus: frozenset[int]) -> None:
+    os.sched_setaffinity(tid, cpus)
+
+
 class Task(Kind):
+    """A thread's affinity: ``item.where`` is its status file, written through ``setaffinity``."""
+
     name = "task"
     inherits = True  # a new thread copies its parent's affinity
 
     def write(self, item: Item, raw: str) -> None:
-        os.sched_setaffinity(int(item.where), cpuset.parse(raw))
+        setaffinity(int(item.key.partition(":")[2]), cpuset.parse(raw))
+
+    def read(self, item: Item) -> str | None:
+        return affinity(_read(item.where) or "")
 
 
 TASK = Task()
@@ -92,47 +109,74 @@ def affinity(status: str) -> str | None:
     return None
 
 
+def named(proc: str, comm: str) -> list[int]:
+    """The pids of the processes whose ``comm`` is ``comm``, whatever their cgroup."""
+    try:
+        pids = sorted((p for p in os.listdir(proc) if p.isdigit()), key=int)
+    except OSError:
+        return []
+    return [int(p) for p in pids if (_read(os.path.join(proc, p, "comm")) or "").strip() == comm]
+
+
 def scan(proc: str, rundir: str, covered: Collection[str] = (), only: Collection[int] | None = None,
-          qemu: set[int] | None = None) -> Iterator[Item]:
-    """The movable threads under ``proc`` (``only``: of these processes). ``qemu`` collects the
-    pids left out as libvirt's QEMUs."""
+         known: set[str] | None = None) -> Iterator[Item]:
+    """The movable threads under ``proc`` (``only``: of these processes). ``known``: the thread ids
+    read already, skipped; each thread read is added to it."""
+    known = set() if known is None else known
     try:
         pids = sorted((p for p in os.listdir(proc) if p.isdigit()), key=int)
     except OSError:
         return
     managed = libvirt_pids(rundir)
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     for pid in pids:
-        if only is not None and int(pid) not in only:
+        if (only is not None and int(pid) not in only) or int(pid) in managed:
+            continue
+        try:
+            tids = sorted((t for t in os.listdir(os.path.join(proc, pid, "task")) if t.isdigit() and t not in known),
+                          key=int)
+        except OSError:
+            continue  # exited
+        if not tids:
             continue
         libvirt, top = _groups(proc, pid)
-        if libvirt or int(pid) in managed:
-            if qemu is not None:
-                qemu.add(int(pid))
+        if libvirt or (top and top in covered):
             continue
-        if top and top in covered:
-            continue
-        yield from _threads(proc, pid, top, tick)
+        for tid in tids:
+            known.add(tid)
+            item = _thread(os.path.join(proc, pid, "task", tid), tid, top)
+            if item is not None and item is not KTHREAD:
+                yield item
 
 
-def _threads(proc: str, pid: str, top: str, tick: int) -> Iterator[Item]:
-    base = os.path.join(proc, pid, "task")
+KTHREAD = Item("", TASK, "", "", "")  # a thread the kernel keeps where it is
+
+
+def _thread(base: str, tid: str, top: str) -> Item | None:
+    """The thread at ``base`` (``/proc/P/task/T``); None when it exited while we looked."""
+    stat = _read(os.path.join(base, "stat"))
+    fields = stat_fields(stat or "")
+    mask = affinity(_read(os.path.join(base, "status")) or "")
+    if not fields or len(fields) < 20 or mask is None:
+        return None
     try:
-        tids = sorted((t for t in os.listdir(base) if t.isdigit()), key=int)
-    except OSError:
-        return
-    for tid in tids:
-        stat = _read(os.path.join(base, tid, "stat"))
-        status = _read(os.path.join(base, tid, "status"))
-        fields = stat_fields(stat or "")
-        mask = affinity(status or "")
-        if not fields or len(fields) < 20 or mask is None:
-            continue  # exited while we looked
-        try:
-            flags, start = int(fields[6]), int(fields[19])
-        except ValueError:
-            continue
-        if flags & PF_NO_SETAFFINITY:
-            continue
-        yield Item(f"task:{tid}", TASK, tid, mask, f"{comm_of(stat or '')}[{tid}]", ident=str(start),
-                   born=start / tick, top=top)
+        flags, start = int(fields[6]), int(fields[19])
+    except ValueError:
+        return None
+    if flags & PF_NO_SETAFFINITY:
+        return KTHREAD
+    return Item(f"task:{tid}", TASK, os.path.join(base, "status"), mask, f"{comm_of(stat or '')}[{tid}]",
+                ident=str(start), born=start / TICK, top=top)
+
+
+def lookup(proc: str, tid: str, ident: str) -> Item | Gone | None:
+    """The thread ``tid`` whatever its cgroup; ``GONE`` when it exited or its id now
+    belongs to another thread (another start time ``ident``); None when it cannot be read now."""
+    base = os.path.join(proc, tid, "task", tid)
+    if not os.path.exists(os.path.join(base, "stat")):
+        return GONE
+    item = _thread(base, tid, _groups(proc, tid)[1])
+    if item is None:
+        return GONE if not os.path.exists(os.path.join(base, "stat")) else None
+    if item is KTHREAD or item.ident != ident:
+        return GONE
+    return item

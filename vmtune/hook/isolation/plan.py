@@ -1,0 +1,170 @@
+"""One reconcile's plan: each item's original value, the value it gets now, and its record.
+
+A record (``IsoRecord``) stays in the state for as long as its item is not at its original value:
+it goes when the item is restored (the write succeeded), when the item is provably gone (a task
+that exited or whose pid was reused, an IRQ or a group whose folder is gone), or when the item was
+changed by hand (neither its original value nor one the hook wrote: left alone, with a warning). A
+restore that fails, or an item that cannot be read now, keeps its record for the next call.
+
+The journal record of a move also accepts the value found before the write (``was``), so a hook
+killed half-way leaves records the next call recognises. After a write, ``after`` is what the
+kernel (or systemd) reads back, so a value it normalises never looks changed by hand.
+
+**Inherited masks.** A task started while CPUs are isolated inherits its parent's narrowed
+affinity, and a new IRQ the narrowed ``default_smp_affinity``; neither has a record. Each pass that
+isolates CPUs imposes a housekeeping set (every online CPU less the isolated ones): the history
+keeps it as a ``Pair`` (kind ``task``: the set, the CPUs it lacks, since when), and the narrowed
+default IRQ mask likewise (kind ``irq``). An unrecorded task born since a pair was made, or an IRQ
+that did not exist when the isolation began, whose affinity is exactly that pair's mask, is taken
+to have inherited it: its original value is the mask plus the CPUs it lacks (for a task, every CPU
+that was online). So at every shrink, the last release included, such tasks are widened to the new
+housekeeping set, or to every CPU. A pass that moved everything it found keeps only its own pairs
+(no task can still hold an older set); a pass that could not (a refused write, a sweep that did
+not settle) keeps the older ones too, at most ``MAX_PAIRS`` (the oldest beyond are forgotten, with
+a warning: a task still confined to a forgotten set stays so).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from dataclasses import dataclass
+
+from ... import cpuset
+from ..state import MAX_PAIRS, IsoRecord, Isolation, Pair
+from .items import Item
+
+log = logging.getLogger("vmtune.hook")
+
+
+@dataclass
+class Move:
+    item: Item
+    before: str  # the item's original value
+    want: str  # the value written now
+    narrowed: bool  # ``want`` is not ``before``: a record stays after the write
+
+
+class Pass:
+    """One reconcile: the previous isolation, the isolated CPUs wanted, and what was found."""
+
+    def __init__(self, previous: Isolation, cpus: frozenset[int], online: frozenset[int], irqs: frozenset[int],
+                 since: float):
+        self.previous = previous
+        self.cpus, self.online, self.irqs, self.since = cpus, online, irqs, since
+        self.records: dict[str, IsoRecord] = {}  # the state's records as of now (journal, then final)
+        self.moves: list[Move] = []
+        self.by_hand: list[Item] = []
+        self.kept: list[str] = []  # labels of records kept because a restore failed or the item is unreadable
+        self.seen: set[str] = set()
+        self.stuck = False  # an item that may hold an older imposed mask could not be moved
+        self.pairs: list[Pair] = []  # imposed by this pass
+        if cpus:
+            self.pairs.append(Pair("task", online - cpus, cpus & online, since))
+
+    # -- planning ------------------------------------------------------------------------------
+    def plan(self, item: Item) -> Move | None:
+        """Decide the item's value; the move to make, if any."""
+        self.seen.add(item.key)
+        rec = self.previous.records.get(item.key)
+        if rec is not None and rec.ident != item.ident:
+            rec = None  # another task got the id of the one recorded
+        known = () if rec is None else [v for v in (rec.before, rec.after, rec.was) if v is not None]
+        if rec is not None and not any(item.same(item.raw, v) for v in known):
+            self.by_hand.append(item)
+            return None
+        before = rec.before if rec is not None else (self._inherited(item) or item.raw)
+        orig = item.kind.parse(before, item)
+        target = orig - self.cpus
+        narrowed = bool(target) and target != orig
+        want = item.kind.format(target) if narrowed else before
+        if narrowed and item.key == "irq:default":  # new IRQs copy the default
+            self.pairs.append(Pair("irq", target, orig - target, self.since))
+        if item.same(item.raw, want):
+            if narrowed:
+                self.records[item.key] = IsoRecord(before, item.raw, item.label, item.ident)
+            return None
+        was = None if item.same(item.raw, before) else item.raw
+        self.records[item.key] = IsoRecord(before, want, item.label, item.ident, was)
+        move = Move(item, before, want, narrowed)
+        self.moves.append(move)
+        return move
+
+    def _inherited(self, item: Item) -> str | None:
+        """The original value of an unrecorded item that holds a mask the hook imposed; None if none."""
+        if not item.kind.inherits:
+            return None
+        for pair in self.previous.pairs:
+            if pair.kind != item.kind.name or item.cpus != pair.mask:
+                continue
+            if item.kind.name == "irq":
+                if int(item.key.split(":", 1)[1]) not in self.irqs:
+                    return item.kind.format(pair.mask | pair.removed)
+            elif item.born is not None and item.born >= pair.since:
+                return item.kind.format(pair.mask | pair.removed)
+        return None
+
+    def unseen(self) -> list[tuple[str, IsoRecord]]:
+        """The previous records whose item no listing gave."""
+        return [(k, r) for k, r in sorted(self.previous.records.items()) if k not in self.seen]
+
+    def keep(self, key: str, rec: IsoRecord) -> None:
+        """A record whose item cannot be read now: kept as it is."""
+        self.seen.add(key)
+        self.records[key] = rec
+        self.kept.append(rec.label or key)
+
+    def gone(self, key: str) -> None:
+        """A record whose item no longer exists: dropped."""
+        self.seen.add(key)
+
+    # -- after the writes ----------------------------------------------------------------------
+    def written(self, move: Move, readback: str | None) -> None:
+        item = move.item
+        if move.narrowed:
+            self.records[item.key] = IsoRecord(move.before, readback or move.want, item.label, item.ident)
+        else:
+            self.records.pop(item.key, None)  # restored
+
+    def refused(self, move: Move, exc: OSError) -> bool:
+        """A write failed: the record stays while the item is not at its original value. True if kept."""
+        item = move.item
+        if any(item.cpus == p.mask for p in self.previous.pairs + self.pairs):
+            self.stuck = True  # it still holds an imposed set: so may what starts from it (a child, an IRQ)
+        if (item.kind.name == "task" and exc.errno == errno.ESRCH) or item.same(item.raw, move.before):
+            self.records.pop(item.key, None)  # exited, or still at its original value
+            return False
+        self.records[item.key] = IsoRecord(move.before, item.raw, item.label, item.ident)
+        self.kept.append(item.label)
+        return True
+
+    def journal(self) -> Isolation:
+        """What to commit before the writes: every record, with the values found (``was``)."""
+        records = dict(self.records)
+        for key, rec in self.previous.records.items():
+            if key not in self.seen:
+                records.setdefault(key, rec)  # not looked up yet
+        return Isolation(self.cpus, self.irqs, self._merged(self.previous.pairs + self.pairs, warn=False), records)
+
+    def final(self, settled: bool) -> Isolation | None:
+        """The isolation record after the pass (None: nothing isolated, nothing left to restore).
+        ``settled``: every task found was moved, none could still hold an older mask."""
+        older = [] if settled and not self.stuck else list(self.previous.pairs)
+        if not self.cpus:
+            pairs = self._merged(older + self.pairs) if self.records or older else []
+            return Isolation(frozenset(), self.irqs, pairs, dict(self.records)) if self.records or pairs else None
+        return Isolation(self.cpus, self.irqs, self._merged(older + self.pairs), dict(self.records))
+
+    def _merged(self, pairs: list[Pair], warn: bool = True) -> list[Pair]:
+        """One pair per (kind, mask, removed), the earliest; the newest ``MAX_PAIRS`` of them."""
+        seen: dict[tuple[str, frozenset[int], frozenset[int]], Pair] = {}
+        for pair in pairs:
+            k = (pair.kind, pair.mask, pair.removed)
+            if k not in seen or pair.since < seen[k].since:
+                seen[k] = pair
+        out = sorted(seen.values(), key=lambda p: p.since)
+        if len(out) > MAX_PAIRS and warn:
+            lost = out[:-MAX_PAIRS]
+            log.warning("forgot %d older CPU set(s) the isolation imposed (%s): a task still confined to one "
+                        "of them stays so", len(lost), ", ".join(cpuset.format(p.mask) for p in lost[:3]))
+        return out[-MAX_PAIRS:]
