@@ -178,7 +178,7 @@ def test_domain_tuned_reads_apply_json(tmp_path, fake):
 
 def test_domain_check_mode_is_a_dry_run(tmp_path, fake):
     """Check mode adds --dry-run, and with live asks the plan whether the running threads would move."""
-    plan = {"problems": [{"kind": "not-live", "domains": ["db1"], "message": "m"}], "rows": [], "nodes": []}
+    plan = {"problems": [{"kind": "not-live", "domains": ["db1"], "message": "m"}], "domains": [], "nodes": []}
     env = {**fake["env"], "FAKE_OUT_apply": json.dumps({"dry_run": True, "domains": [_row(changed=False, defined=False)]}),
            "FAKE_OUT_plan": json.dumps(plan), "FAKE_RC_plan": "1"}
     args = {"name": "db1", "live": True, "executable": fake["executable"]}
@@ -219,7 +219,7 @@ def test_domain_untagged_and_reverted(tmp_path, fake):
 
 def test_plan_facts_and_problems(tmp_path, fake):
     """plan: the JSON as the fact vmtune_plan; a problem fails the task unless fail_on_problems is false."""
-    plan = {"ok": False, "rows": [{"name": "db1"}], "nodes": [],
+    plan = {"ok": False, "domains": [{"name": "db1"}], "nodes": [],
             "problems": [{"kind": "cpu-overlap", "domains": ["a", "b"], "message": "a and b share CPU 1"}]}
     out = {"FAKE_OUT_plan": json.dumps(plan), "FAKE_RC_plan": "1"}
     down = {"FAKE_RC_plan": "4", "FAKE_ERR_plan": "vmtune: error: cannot connect to libvirt at qemu:///system: x\n"}

@@ -12,7 +12,7 @@ module: plan
 short_description: The whole host's vmtune plan as facts, failing when it has problems
 description:
   - Runs C(vmtune plan --json) and returns it as the fact C(vmtune_plan)
-    (C(rows), C(nodes), C(problems), C(ok), C(uri)).
+    (C(domains), C(nodes), C(problems), C(ok), C(uri)).
   - Fails the task when the plan has problems (overlapping or floating domains, domains not applied or not
     moved live, hugepages short), unless I(fail_on_problems=false).
   - Changes nothing.
@@ -55,7 +55,7 @@ ansible_facts:
   type: dict
   contains:
     vmtune_plan:
-      description: The plan (C(rows) per domain, C(nodes) per NUMA node, C(problems), C(ok)).
+      description: The plan (C(domains), one per domain, C(nodes) per NUMA node, C(problems), C(ok)).
       type: dict
       returned: always
 problems:
