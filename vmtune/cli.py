@@ -55,7 +55,10 @@ def _add_host_args(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="vmtune", description="Make KVM guests fast.")
+    parser.add_argument("--version", action="version", version=f"vmtune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     rw = sub.add_parser("rewrite", help="tune a domain XML for this host",

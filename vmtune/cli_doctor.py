@@ -1,7 +1,8 @@
 """`vmtune doctor`: what is wrong with this host, before anyone tunes anything (a thin adapter).
 
 ``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg) -> int``.
-Exit 0 when nothing FAILs, 1 when something does (or the input is bad: one ``vmtune: error:`` line).
+Exit 0 when nothing FAILs, 1 when something does (or the input is bad: one ``vmtune: error:`` line);
+4 when ``--prometheus`` is asked for and prometheus_client is not installed.
 """
 
 from __future__ import annotations
@@ -24,12 +25,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--no-measure", action="store_true",
                    help="skip the busy-loop clock measurement (0.2 s per core, this machine only)")
+    p.add_argument("--prometheus", metavar="FILE",
+                   help="also write the findings and the host's state as node_exporter textfile metrics "
+                        "(atomically; needs prometheus_client: pip install vmtune[prometheus])")
     p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
 
 
 def cmd_doctor(args, cfg) -> int:
     from .doctor import Roots, diagnose
 
+    if args.prometheus:
+        from .doctor import prometheus
+
+        prometheus.require()  # before the checks: a missing module is one line, not a wasted run
     report = diagnose(Roots.given(args.sysfs, args.proc, args.root), measure=not args.no_measure,
                       connect=args.connect, config=cfg)
     if args.json:
@@ -39,6 +47,8 @@ def cmd_doctor(args, cfg) -> int:
             print(finding.line())
         counts = ", ".join(f"{n} {level}" for level, n in report.counts().items())
         print(f"doctor: {counts}" + ("  (exit 1: something FAILs)" if report.failed else ""))
+    if args.prometheus:
+        prometheus.write(report, args.prometheus)
     return 1 if report.failed else 0
 
 

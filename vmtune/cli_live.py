@@ -36,6 +36,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     untag = sub.add_parser("untag", help="remove the vmtune tag from a libvirt domain",
                            description="Remove the vmtune tag from a domain's persistent definition; nothing else changes.")
     untag.add_argument("name", metavar="NAME", help="domain name")
+    untag.add_argument("--dry-run", action="store_true", help="say what the tag is; remove nothing")
     _common(untag)
 
     ap = sub.add_parser("apply", help="tune libvirt domains in place (define the rewritten XML)",
@@ -56,6 +57,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rv = sub.add_parser("revert", help="define a domain's XML from before vmtune's first apply",
                         description="Define again the XML the domain had before vmtune's first apply.")
     rv.add_argument("name", metavar="NAME", help="domain name")
+    rv.add_argument("--dry-run", action="store_true",
+                    help="say whether there is an original to define (--json: both XMLs); define nothing")
     _common(rv)
 
     plan = sub.add_parser("plan", help="every domain of the host, and what is wrong (exit 1 if anything)",
@@ -86,10 +89,12 @@ def cmd_untag(args, cfg) -> int:
 
     with connect.connection(args.connect) as conn:
         dom = domains.lookup(conn, args.name, args.connect)
-        before = tagging.untag(dom)
+        before = tagging.current(dom) if args.dry_run else tagging.untag(dom)
         name, uuid = dom.name(), dom.UUIDString()
     if args.json:
-        print(json.dumps({"name": name, "uuid": uuid, "previous": before}, indent=2))
+        print(json.dumps({"name": name, "uuid": uuid, "previous": before, "dry_run": args.dry_run}, indent=2))
+    elif args.dry_run:
+        print(f"{name}: tagged {before}; dry run, nothing removed" if before else f"{name}: not tagged")
     else:
         print(f"{name}: untagged (was {before})" if before else f"{name}: was not tagged")
     return 0
@@ -114,6 +119,9 @@ def cmd_apply(args, cfg) -> int:
         rows = []
         for o in outcomes:
             row = o.to_dict()
+            # both XMLs, for orchestration code that shows its own diff (the Ansible collection)
+            row["before"] = _libvirt_xml(o) if o.step.result else None
+            row["xml"] = o.step.result.xml if o.step.result else None
             if args.dry_run:
                 row["diff"] = _diff(o) if o.step.changed else ""
             rows.append(row)
@@ -146,14 +154,17 @@ def _count(step) -> str:
     return f"{n} change{'s' if n != 1 else ''}"
 
 
-def _diff(o) -> str:
+def _libvirt_xml(o) -> str:
+    """libvirt's XML through the rewriter's serializer, so that a diff shows only what changed."""
     from . import xmlsafe
     from .driver import serialize
 
-    # libvirt's XML through the rewriter's serializer first, so that only what changed shows
-    before = serialize(xmlsafe.parse(o.before, "domain XML"))
+    return serialize(xmlsafe.parse(o.before, "domain XML"))
+
+
+def _diff(o) -> str:
     return "".join(difflib.unified_diff(
-        before.splitlines(keepends=True), o.step.result.xml.splitlines(keepends=True),
+        _libvirt_xml(o).splitlines(keepends=True), o.step.result.xml.splitlines(keepends=True),
         fromfile=f"{o.name} (libvirt)", tofile=f"{o.name} (vmtune {o.step.profile})"))
 
 
@@ -162,6 +173,8 @@ def cmd_revert(args, cfg) -> int:
     from .live import connect
 
     with connect.connection(args.connect) as conn:
+        if args.dry_run:
+            return _revert_dry_run(args, apply_mod.original_of(conn, args.connect, args.name))
         done = apply_mod.revert(conn, args.connect, args.name)
     if args.json:
         print(json.dumps(done.to_dict(), indent=2))
@@ -169,6 +182,16 @@ def cmd_revert(args, cfg) -> int:
     print(f"{done.name}: reverted to the XML it had before vmtune's first apply")
     if done.state != "shut off":
         print(f"{done.name}: {done.state}: the definition takes effect at the next boot")
+    return 0
+
+
+def _revert_dry_run(args, found) -> int:
+    if args.json:
+        print(json.dumps({**found.to_dict(), "dry_run": True}, indent=2))
+    elif found.original is None:
+        print(f"{found.name}: no original XML (vmtune apply never changed it, or it was reverted already)")
+    else:
+        print(f"{found.name}: would define the XML it had before vmtune's first apply; dry run, nothing defined")
     return 0
 
 

@@ -4,7 +4,8 @@
     ├── InvalidInput            the XML, a profile or the config is malformed or unsupported (exit 1)
     │   └── Unsupported         valid XML that vmtune refuses: foreign arch, a non-kvm/qemu domain
     ├── DoesNotFit              the domain cannot be placed on this host (exit 3)
-    └── Unavailable             libvirt-python is not installed, or libvirt cannot be reached (exit 4)
+    └── Unavailable             libvirt-python (or, for doctor --prometheus, prometheus_client) is not
+                                installed, or libvirt cannot be reached (exit 4)
 """
 
 

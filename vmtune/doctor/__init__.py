@@ -7,6 +7,7 @@
     report.findings       # Finding(level, area, source, found, want, fix), one per line of the report
     report.failed         # True when a finding is FAIL (the CLI exits 1)
     report.to_dict()      # {"ok", "environment", "roots", "counts", "findings"}
+    report.context        # the Context the checks read (domains, audit), for other outputs (prometheus.py)
 
 One module per area, each ``check(ctx) -> list[Finding]``, run in this order: environment (the
 others read what it found), cpufreq, cpuidle, memory, virt, tuners, state, isolation, domains. The domains
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..config import Config
 from . import cpufreq, cpuidle, environment, isolation, memory, state, tuners, virt
@@ -42,6 +43,7 @@ class Report:
     findings: tuple[Finding, ...]
     environment: environment.Environment
     roots: Roots
+    context: Context | None = field(default=None, repr=False, compare=False)  # what the checks read
 
     @property
     def failed(self) -> bool:
@@ -82,4 +84,4 @@ def diagnose(roots: Roots | None = None, *, measure: bool | Callable[[int], Meas
             findings.append(Finding("WARN", _area(area), "vmtune", f"check failed: {type(exc).__name__}: {exc}",
                                     fix="report this as a vmtune bug, with the tree it read"))
     env = ctx.env if ctx.env is not None else environment.Environment("unknown")
-    return Report(tuple(findings), env, roots)
+    return Report(tuple(findings), env, roots, ctx)

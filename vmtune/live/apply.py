@@ -247,17 +247,41 @@ class Reverted:
         return {"name": self.name, "uuid": self.uuid, "state": self.state, "reverted": True}
 
 
-def revert(conn, uri: str, name: str) -> Reverted:
-    """Define again the XML ``name`` had before vmtune's first apply, then forget it."""
+@dataclass
+class Original:
+    """What ``vmtune revert`` would define: the domain's XML now, and the one from before its first apply."""
+
+    name: str
+    uuid: str
+    state: str
+    now: str
+    original: str | None  # None: never applied, or reverted already
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "uuid": self.uuid, "state": self.state, "reverted": False,
+                "original": self.original is not None, "before": self.now, "after": self.original}
+
+
+def original_of(conn, uri: str, name: str) -> Original:
+    """The kept original of ``name`` (checked to be that domain's), and its XML now; nothing changes."""
     dom = domains.lookup(conn, name, uri)
     uuid = dom.UUIDString()
     original = originals.load(uuid)
-    if original is None:
+    if original is not None:
+        kept = Domain(xmlsafe.parse(original, "original domain XML"))
+        if (kept.uuid or "").lower() != uuid.lower():
+            raise InvalidInput(f"{originals.path(uuid)} belongs to another domain (uuid {kept.uuid})")
+    lv = connect.libvirt()
+    now = dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE | lv.VIR_DOMAIN_XML_SECURE)
+    return Original(dom.name(), uuid, domains.state_text(dom.state()[0]), now, original)
+
+
+def revert(conn, uri: str, name: str) -> Reverted:
+    """Define again the XML ``name`` had before vmtune's first apply, then forget it."""
+    found = original_of(conn, uri, name)
+    if found.original is None:
         raise InvalidInput(f"{name}: no original XML in {originals.directory()} (vmtune apply never changed "
                            "it, or it was reverted already)")
-    kept = Domain(xmlsafe.parse(original, "original domain XML"))
-    if (kept.uuid or "").lower() != uuid.lower():
-        raise InvalidInput(f"{originals.path(uuid)} belongs to another domain (uuid {kept.uuid})")
-    conn.defineXML(original)
-    originals.remove(uuid)
-    return Reverted(dom.name(), uuid, domains.state_text(dom.state()[0]), original)
+    conn.defineXML(found.original)
+    originals.remove(found.uuid)
+    return Reverted(found.name, found.uuid, found.state, found.original)

@@ -1,0 +1,282 @@
+"""The vmtune.kvm Ansible collection without libvirt: it builds, passes the sanity tests that run offline,
+its docs match its arguments, and its modules read vmtune's JSON and exit codes (through a stand-in
+``vmtune`` that prints what a test gives it). tests/test_ansible_libvirt.py runs it for real."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_env import COLLECTION, environ, playbook, task, tasks, tool
+
+import vmtune
+from vmtune import config as config_mod
+
+MODULES = ("domain", "plan", "doctor", "restart_libvirt")
+# ansible-test's sanity tests that need no Python requirements: they run offline. The others
+# (ansible-doc, import, pep8, pylint, validate-modules, yamllint, ...) bootstrap pip from the internet
+# into a venv of their own; test_docs_match_arguments covers what validate-modules checks most.
+OFFLINE_SANITY = ("action-plugin-docs", "compile", "empty-init", "ignores", "line-endings", "no-assert",
+                  "no-get-exception", "no-illegal-filenames", "no-smart-quotes", "replace-urlopen", "shebang",
+                  "symlinks", "use-argspec-type-path", "use-compat-six")
+
+
+def test_galaxy_version_is_vmtunes():
+    """The collection's version is vmtune's (vmtune.__version__, the one source)."""
+    galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+    assert (galaxy["namespace"], galaxy["name"], galaxy["version"]) == ("vmtune", "kvm", vmtune.__version__)
+
+
+def test_collection_builds(tmp_path):
+    """`ansible-galaxy collection build` makes a tarball with the modules, the role and the playbook."""
+    proc = subprocess.run([str(tool("ansible-galaxy")), "collection", "build", str(COLLECTION), "--output-path",
+                           str(tmp_path)], env=environ(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (built,) = tmp_path.glob("vmtune-kvm-*.tar.gz")
+    assert built.name == f"vmtune-kvm-{vmtune.__version__}.tar.gz"
+    with tarfile.open(built) as tar:
+        names = set(tar.getnames())
+    want = {"MANIFEST.json", "meta/runtime.yml", "roles/host/tasks/main.yml", "roles/host/handlers/main.yml",
+            "roles/host/meta/argument_specs.yml", "playbooks/latency.yml", "plugins/module_utils/vmtune.py"}
+    assert want | {f"plugins/modules/{m}.py" for m in MODULES} <= names
+
+
+def test_sanity_offline(tmp_path):
+    """`ansible-test sanity` passes, on a copy under a path ending in ansible_collections/vmtune/kvm, for every
+    sanity test that runs offline."""
+    copy = tmp_path / "ansible_collections" / "vmtune" / "kvm"
+    shutil.copytree(COLLECTION, copy, ignore=shutil.ignore_patterns("__pycache__", "tests/output"))
+    argv = [str(tool("ansible-test")), "sanity", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    for name in OFFLINE_SANITY:
+        argv += ["--test", name]
+    proc = subprocess.run(argv, cwd=copy, env=environ(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = {line.split('"')[1] for line in proc.stdout.splitlines() if line.startswith("Running sanity test")}
+    assert ran == set(OFFLINE_SANITY), ran
+
+
+def _doc(tmp_path, kind: str, name: str) -> dict:
+    proc = subprocess.run([str(tool("ansible-doc")), "-t", kind, "--json", name], env=environ(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)[name]
+
+
+def _argument_spec(module: str) -> dict:
+    """The argument_spec the module gives AnsibleModule (its main() run against a stand-in that stops there)."""
+    from ansible.module_utils import basic
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def fake(argument_spec, **kwargs):
+        seen.update(argument_spec)
+        raise Stop
+
+    sys.path.insert(0, str(COLLECTION.parents[2]))
+    try:
+        spec = importlib.util.spec_from_file_location(f"vmtune_kvm_{module}", COLLECTION / "plugins/modules" / f"{module}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.AnsibleModule = fake
+        with pytest.raises(Stop):
+            mod.main()
+    finally:
+        sys.path.remove(str(COLLECTION.parents[2]))
+        assert basic.AnsibleModule is not fake
+    return seen
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_docs_match_arguments(tmp_path, module):
+    """ansible-doc reads each module's docs (fragment included), and they name exactly its arguments, with
+    their types, defaults and choices."""
+    doc = _doc(tmp_path, "module", f"vmtune.kvm.{module}")["doc"]
+    options = doc["options"]
+    spec = _argument_spec(module)
+    assert set(options) == set(spec)
+    for name, arg in spec.items():
+        assert options[name].get("type", "str") == arg.get("type", "str"), name
+        assert options[name].get("default") == arg.get("default"), name
+        assert options[name].get("choices") == arg.get("choices"), name
+        assert bool(options[name].get("required")) == bool(arg.get("required")), name
+
+
+def test_role_docs(tmp_path):
+    """ansible-doc reads the role's argument spec; every default in defaults/main.yml is documented."""
+    doc = _doc(tmp_path, "role", "vmtune.kvm.host")
+    options = doc["entry_points"]["main"]["options"]
+    defaults = yaml.safe_load((COLLECTION / "roles/host/defaults/main.yml").read_text())
+    assert set(defaults) == set(options)
+
+
+# -- the modules against a stand-in vmtune --------------------------------------------------------------
+FAKE = '''#!{python}
+"""Stand-in vmtune: logs its argv and VMTUNE_* to $FAKE_LOG, prints $FAKE_OUT_<command>, exits $FAKE_RC_<command>."""
+import json, os, sys
+command = sys.argv[1]
+with open(os.environ["FAKE_LOG"], "a") as fh:
+    fh.write(json.dumps({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items() if k.startswith("VMTUNE_")}}}}) + "\\n")
+sys.stdout.write(os.environ.get("FAKE_OUT_" + command, ""))
+sys.stderr.write(os.environ.get("FAKE_ERR_" + command, ""))
+sys.exit(int(os.environ.get("FAKE_RC_" + command, "0")))
+'''
+
+
+@pytest.fixture
+def fake(tmp_path):
+    path = tmp_path / "fake-vmtune"
+    path.write_text(FAKE.format(python=sys.executable))
+    path.chmod(0o755)
+    log = tmp_path / "fake.log"
+
+    def calls() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    return {"executable": str(path), "env": {"FAKE_LOG": str(log)}, "calls": calls}
+
+
+def _row(**over) -> dict:
+    row = {"name": "db1", "uuid": "u", "state": "running", "profile": "latency", "skipped": None, "changed": True,
+           "defined": True, "original_saved": True, "changes": [{"element": "cputune"}], "placement": {},
+           "warnings": [], "live": None, "notes": [], "before": "<domain>\n  <a passwd='s3cret'/>\n</domain>\n",
+           "xml": "<domain>\n  <a passwd='s3cret'/>\n  <b/>\n</domain>\n", "diff": ""}
+    row.update(over)
+    return row
+
+
+def test_domain_tuned_reads_apply_json(tmp_path, fake):
+    """state=tuned runs `vmtune apply NAME --profile P --live --json` (with --config and the originals dir);
+    changed is apply's `defined`; diff mode gives both XMLs, passwords hidden."""
+    args = {"name": "db1", "profile": "latency", "live": True, "executable": fake["executable"],
+            "config": "/x/vmtune.toml", "originals_dir": str(tmp_path / "orig")}
+    unchanged = {"dry_run": False, "domains": [_row(changed=False, defined=False)]}
+    first, second = tasks([
+        {"module": "vmtune.kvm.domain", "args": args, "diff": True,
+         "env": {"FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [_row()]})}},
+        {"module": "vmtune.kvm.domain", "args": args, "env": {"FAKE_OUT_apply": json.dumps(unchanged)}},
+    ], tmp_path, fake["env"])
+    assert first["changed"] and not first.get("failed"), first
+    call = fake["calls"]()[0]
+    assert call["argv"] == ["apply", "db1", "--connect", "qemu:///system", "--profile", "latency", "--live",
+                            "--config", "/x/vmtune.toml", "--json"]
+    assert call["env"] == {"VMTUNE_ORIGINALS_DIR": str(tmp_path / "orig")}
+    assert first["diff"]["after"] == "<domain>\n  <a passwd='********'/>\n  <b/>\n</domain>\n"
+    assert "+  <b/>" in first["unified_diff"]
+    assert not second["changed"] and not second.get("failed"), second
+
+
+def test_domain_check_mode_is_a_dry_run(tmp_path, fake):
+    """Check mode adds --dry-run, and with live asks the plan whether the running threads would move."""
+    plan = {"problems": [{"kind": "not-live", "domains": ["db1"], "message": "m"}], "domains": [], "nodes": []}
+    env = {**fake["env"], "FAKE_OUT_apply": json.dumps({"dry_run": True, "domains": [_row(changed=False, defined=False)]}),
+           "FAKE_OUT_plan": json.dumps(plan), "FAKE_RC_plan": "1"}
+    args = {"name": "db1", "live": True, "executable": fake["executable"]}
+    result = task("vmtune.kvm.domain", args, tmp_path, check=True, env=env)
+    assert result["changed"], result
+    assert [c["argv"][0] for c in fake["calls"]()] == ["apply", "plan"]
+    assert "--dry-run" in fake["calls"]()[0]["argv"]
+
+
+def test_domain_failure_is_vmtunes_line(tmp_path, fake):
+    """vmtune's one-line error is the task's msg, as it is."""
+    line = "vmtune: error: db1: does not fit: 4 dedicated vCPUs, 1 CPU free"
+    env = {**fake["env"], "FAKE_RC_apply": "3", "FAKE_ERR_apply": line + "\n"}
+    result = task("vmtune.kvm.domain", {"name": "db1", "executable": fake["executable"]}, tmp_path, env=env)
+    assert result["failed"] and result["msg"] == line and result["rc"] == 3
+
+
+def test_domain_untagged_and_reverted(tmp_path, fake):
+    """untag: changed when there was a tag (check mode: --dry-run); revert: changed only when an original is kept."""
+    untag = {"name": "db1", "state": "untagged", "executable": fake["executable"]}
+    revert = {**untag, "state": "reverted"}
+    none = {"name": "db1", "uuid": "u", "state": "shut off", "reverted": False, "original": False,
+            "before": "<domain/>", "after": None}
+    results = tasks([
+        {"module": "vmtune.kvm.domain", "args": untag, "check": True,
+         "env": {"FAKE_OUT_untag": json.dumps({"name": "db1", "uuid": "u", "previous": "latency"})}},
+        {"module": "vmtune.kvm.domain", "args": untag,
+         "env": {"FAKE_OUT_untag": json.dumps({"name": "db1", "uuid": "u", "previous": None})}},
+        {"module": "vmtune.kvm.domain", "args": revert, "env": {"FAKE_OUT_revert": json.dumps(none)}},
+        {"module": "vmtune.kvm.domain", "args": revert,
+         "env": {"FAKE_OUT_revert": json.dumps({**none, "original": True, "after": "<domain><x/></domain>"})}},
+    ], tmp_path, fake["env"])
+    assert [r["changed"] for r in results] == [True, False, False, True], results
+    argvs = [c["argv"] for c in fake["calls"]()]
+    assert [a[0] for a in argvs] == ["untag", "untag", "revert", "revert", "revert"]
+    assert ["--dry-run" in a for a in argvs] == [True, False, True, True, False]  # the last: the revert itself
+
+
+def test_plan_facts_and_problems(tmp_path, fake):
+    """plan: the JSON as the fact vmtune_plan; a problem fails the task unless fail_on_problems is false."""
+    plan = {"ok": False, "domains": [{"name": "db1"}], "nodes": [],
+            "problems": [{"kind": "cpu-overlap", "domains": ["a", "b"], "message": "a and b share CPU 1"}]}
+    out = {"FAKE_OUT_plan": json.dumps(plan), "FAKE_RC_plan": "1"}
+    down = {"FAKE_RC_plan": "4", "FAKE_ERR_plan": "vmtune: error: cannot connect to libvirt at qemu:///system: x\n"}
+    args = {"executable": fake["executable"]}
+    failing, facts, error = tasks([
+        {"module": "vmtune.kvm.plan", "args": args, "env": out},
+        {"module": "vmtune.kvm.plan", "args": {**args, "fail_on_problems": False}, "env": out},
+        {"module": "vmtune.kvm.plan", "args": args, "env": down},
+    ], tmp_path, fake["env"])
+    assert failing["failed"] and failing["msg"] == "vmtune plan: 1 problem(s): cpu-overlap: a and b share CPU 1"
+    assert not facts.get("failed") and facts["ansible_facts"]["vmtune_plan"] == plan
+    assert error["failed"] and error["msg"] == "vmtune: error: cannot connect to libvirt at qemu:///system: x"
+
+
+def test_doctor_facts_and_fails(tmp_path, fake):
+    """doctor: the report as the fact vmtune_doctor; a FAIL finding fails the task; --prometheus passed on."""
+    finding = {"level": "FAIL", "area": "virt", "source": "/dev/kvm", "found": "missing", "want": "", "fix": ""}
+    report = {"ok": False, "counts": {"FAIL": 1}, "findings": [finding]}
+    env = {**fake["env"], "FAKE_OUT_doctor": json.dumps(report), "FAKE_RC_doctor": "1"}
+    args = {"executable": fake["executable"], "measure": False, "prometheus": "/x/vmtune.prom"}
+    failing, facts = tasks([{"module": "vmtune.kvm.doctor", "args": args},
+                            {"module": "vmtune.kvm.doctor", "args": {**args, "fail_on_fail": False}}], tmp_path, env)
+    assert failing["failed"] and failing["msg"] == "vmtune doctor: 1 FAIL finding(s): virt /dev/kvm: missing"
+    assert fake["calls"]()[0]["argv"] == ["doctor", "--no-measure", "--prometheus", "/x/vmtune.prom", "--json"]
+    assert not facts.get("failed") and facts["ansible_facts"]["vmtune_doctor"] == report
+
+
+def test_missing_vmtune_is_one_message(tmp_path):
+    """No vmtune on the host: the task says so and how to get it."""
+    result = task("vmtune.kvm.plan", {"executable": str(tmp_path / "nothing-here")}, tmp_path)
+    assert result["failed"]
+    where = [Path(d, "vmtune") for d in ("/usr/bin", "/bin", "/opt/vmtune/bin", "/usr/local/bin")]
+    if any(p.exists() for p in where):
+        pytest.skip(f"vmtune is installed on this machine ({[str(p) for p in where if p.exists()]})")
+    result = task("vmtune.kvm.plan", {}, tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert result["failed"] and "vmtune is not installed here" in result["msg"], result
+
+
+# -- the role's configuration file ------------------------------------------------------------------------
+def test_role_writes_a_config_vmtune_reads(tmp_path):
+    """The role's template turns vmtune_config into a TOML file that vmtune's own loader accepts, key for key."""
+    want = {"reserved_cpus": "0,16", "placement": "pack", "smt": {"latency": "isolate"},
+            "hook": {"on_conflict": "warn", "max_cstate_latency_us": 20, "lock_timeout_s": 2.5, "isolate": "off"}}
+    dest = tmp_path / "vmtune.toml"
+    book = tmp_path / "render.yml"
+    book.write_text(textwrap.dedent(f"""\
+        - hosts: localhost
+          gather_facts: false
+          vars:
+            vmtune_config: {json.dumps(want)}
+          tasks:
+            - ansible.builtin.template:
+                src: {COLLECTION / "roles/host/templates/vmtune.toml.j2"}
+                dest: {dest}
+                mode: "0644"
+        """))
+    run = playbook(book, tmp_path)
+    assert run.rc == 0, run.out + run.err
+    cfg = config_mod.load(str(dest))
+    assert (cfg.placement, sorted(cfg.reserved_cpus), cfg.smt, cfg.hook) == ("pack", [0, 16], want["smt"], want["hook"])
