@@ -81,9 +81,11 @@ def test_problem_host_metrics(tree):
     trees.governors(tree, "powersave", cpus=[2, 6])
     trees.deep_cstates(tree)
     trees.hugepages(tree, 0, total=600, free=100)
-    trees.running(tree, trees.domain("db1", [1, 5], mib=1024))  # 512 x 2 MiB on node 0, held
+    db1 = trees.domain("db1", [1, 5], mib=1024)  # 512 x 2 MiB on node 0, held
+    uuid = db1.split("<uuid>", 1)[1].split("</uuid>", 1)[0]  # a lease is matched by its domain's UUID
+    trees.running(tree, db1)
     trees.running(tree, trees.domain("db2", [1, 5], hugepage_kib=None), state="paused")
-    trees.hook_state(tree, {"u1": {"name": "db1", "profile": "latency", "cpus": "1,5"}}, [])
+    trees.hook_state(tree, {uuid: {"name": "db1", "profile": "latency", "cpus": "1,5", "since": 1.0}}, [])
     _task(tree, 100, "backup", "0-7")
     _task(tree, 101, "pinned", "1")
     tree.write("proc/irq/30/smp_affinity_list", "0-7")
@@ -95,7 +97,7 @@ def test_problem_host_metrics(tree):
     assert value(found, "vmtune_cpufreq_governor_info", cpu=1, governor="performance") == 1
     assert value(found, "vmtune_cpuidle_state_disabled", cpu=0, latency_us=133, name="C6", state="state3") == 0
     assert value(found, "vmtune_hook_leases") == 1
-    assert value(found, "vmtune_hook_lease_info", cpus="1,5", domain="db1", profile="latency", uuid="u1") == 1
+    assert value(found, "vmtune_hook_lease_info", cpus="1,5", domain="db1", profile="latency", uuid=uuid) == 1
     assert set(found["vmtune_isolation_cpu"]) == {(("cpu", "1"),), (("cpu", "5"),)}
     assert value(found, "vmtune_isolation_stray_tasks") == 1 and value(found, "vmtune_isolation_stray_irqs") == 1
     assert value(found, "vmtune_hugepages_total", node=0, page_kib=2048) == 600

@@ -133,7 +133,8 @@ def _leases(m: Metrics, ctx: Context) -> None:
 
 
 def _isolation(m: Metrics, ctx: Context, state: leases.State) -> None:
-    held = isolation.held_cpus(ctx, state) if state.leases else frozenset()
+    live = isolation.live_leases(ctx, state) if state.leases else {}
+    held = isolation.held_cpus(ctx, live) if live else frozenset()
     for cpu in sorted(held):
         m.set("vmtune_isolation_cpu", "1 per CPU kept clear of host work for running latency domains", 1, cpu=cpu)
     found_tasks, found_irqs = (isolation.strays(ctx.roots.proc, ctx.path("root", "run/libvirt/qemu"), held)
