@@ -148,6 +148,26 @@ def test_needs_counts_cold_plugged_dimms_in_their_cell():
     assert needs(hp_domain(mib=1280, numatune=numatune, cells=cells, devices=dimm)) == {P0: 256, P1: 384}
 
 
+def test_needs_takes_a_memory_devices_own_page_size_and_nodes():
+    """A DIMM with its own <source><pagesize> (and <nodemask>) takes those pages, as libvirt does;
+    an nvdimm (a file) takes none; a page size of the base page is ordinary memory."""
+    cells = ("<cpu><numa><cell id='0' cpus='0' memory='1024' unit='MiB'/>"
+             "<cell id='1' cpus='1' memory='1024' unit='MiB'/></numa></cpu>")
+    numatune = ("<numatune><memnode cellid='0' mode='strict' nodeset='0'/>"
+                "<memnode cellid='1' mode='strict' nodeset='1'/></numatune>")
+    page = "<page size='1' unit='GiB'/>"
+    own = ("<memory model='dimm'><source><pagesize unit='KiB'>2048</pagesize>{mask}</source><target>"
+           "<size unit='MiB'>512</size><node>1</node></target></memory>")
+    nvdimm = ("<memory model='nvdimm'><source><path>/tmp/nv</path></source><target><size unit='MiB'>512</size>"
+              "<node>0</node></target></memory>")
+    base = own.replace("2048", str(os.sysconf("SC_PAGESIZE") // 1024)).replace("{mask}", "")
+    got = needs(hp_domain(mib=2560, page=page, numatune=numatune, cells=cells, devices=own.format(mask="") + nvdimm))
+    assert got == {G0: 1, "1:1048576": 1, P1: 256}
+    got = needs(hp_domain(mib=2560, page=page, numatune=numatune, cells=cells,
+                          devices=own.format(mask="<nodemask>0</nodemask>") + base))
+    assert got == {G0: 1, "1:1048576": 1, P0: 256}
+
+
 def test_needs_nothing_without_hugepages_or_a_node_binding():
     assert needs(hp_domain(backing=False)) == {}
     assert needs(hp_domain(numatune="")) == {}

@@ -169,6 +169,39 @@ def test_no_hugepages_is_a_warning():
     assert any("hugepages" in w for w in r.warnings)
 
 
+def test_the_no_hugepages_warning_says_what_was_looked_for():
+    """Sizes need not divide the memory (it is rounded up to whole pages): the warning says so."""
+    r = vmtune.rewrite(domain(2, mib=1025), make_host(pages={2048: 10, GIB: 0}), "latency")
+    (warning,) = [w for w in r.warnings if "hugepages" in w]
+    assert "divides" not in warning and "rounded up to whole pages" in warning
+
+
+def kib_domain(vcpus: int, kib: int) -> str:
+    return domain(vcpus).replace("<memory unit='MiB'>4096</memory>", f"<memory unit='KiB'>{kib}</memory>")
+
+
+def test_the_page_size_that_wastes_least():
+    """1 GiB and 1 KiB: two 1 GiB pages would waste nearly 1 GiB, 2 MiB pages less than 2 MiB."""
+    r = vmtune.rewrite(kib_domain(2, GIB + 1), make_host(pages={2048: 4096, GIB: 8}), "latency")
+    assert r.placement["hugepage_kib"] == 2048
+    reason = next(c.reason for c in r.changes if c.element == "/domain/memoryBacking")
+    assert "2M pages waste least" in reason and "1G pages 1048575 KiB" in reason
+
+
+def test_a_negligible_waste_lets_the_larger_page_win():
+    """4 GiB less 2 MiB: 1 GiB pages waste 2 MiB (under 1/1024 of the memory), so they win over
+    2 MiB pages that waste nothing; deterministically, whatever order the host lists sizes in."""
+    for pages in ({2048: 4096, GIB: 8}, {GIB: 8, 2048: 4096}):
+        r = vmtune.rewrite(kib_domain(2, 4 * GIB - 2048), make_host(pages=pages), "latency")
+        assert r.placement["hugepage_kib"] == GIB
+    r = vmtune.rewrite(kib_domain(2, 3 * GIB - 2048), make_host(pages={2048: 4096, GIB: 8}), "latency")
+    assert r.placement["hugepage_kib"] == GIB  # 2 MiB of 3 GiB: under 1/1024 too
+    r = vmtune.rewrite(kib_domain(2, 2 * GIB - 2048), make_host(pages={2048: 4096, GIB: 8}), "latency")
+    assert r.placement["hugepage_kib"] == 2048  # 2 MiB of 2 GiB less 2 MiB: just over 1/1024
+    r = vmtune.rewrite(kib_domain(2, GIB + 2048), make_host(pages={2048: 4096, GIB: 8}), "latency")
+    assert r.placement["hugepage_kib"] == 2048  # 1022 MiB of 1 GiB is not negligible
+
+
 def test_hugepage_capable_node_preferred():
     """Among nodes that fit, the one that can back the VM with hugepages wins over a freer one."""
     host = make_host(pages={GIB: 0})

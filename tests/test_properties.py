@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from lxml import etree
 
 import vmtune
-from conftest import EXAMPLES
+from conftest import CORPUS, EXAMPLES
 from hosttrees import hosts
 from strategies import domains
-from vmtune import cpuset
+from vmtune import cpuset, xmltext
 from vmtune.errors import DoesNotFit
 from vmtune.placement import taken_cores
 
@@ -180,3 +180,32 @@ def test_spread_across_nodes_not_packed():
         placed.append(vmtune.rewrite(vm, host, "latency", placed and [p.xml for p in placed] or []))
     nodes = Counter(tuple(p.placement["nodes"]) for p in placed)
     assert nodes == Counter({(0,): 3, (1,): 3})
+
+
+DOCUMENTS = sorted((CORPUS / "domains").glob("*.xml")) + sorted((EXAMPLES / "hosts").glob("*.xml"))
+
+
+@given(st.sampled_from(DOCUMENTS), st.integers(0, 10_000), st.booleans())
+def test_indenting_never_changes_a_value(path, pick, pi):
+    """Indenting leaves every text value as it was, with a comment or PI in it or not, and is
+    lxml's indent everywhere else."""
+    root = etree.fromstring(path.read_bytes())
+    leaves = [e for e in root.iter(etree.Element) if len(e) == 0 and (e.text or "").strip()]
+    leaf = leaves[pick % len(leaves)]
+    note = etree.ProcessingInstruction("note") if pi else etree.Comment("note")
+    cut = pick % (len(leaf.text) + 1)
+    leaf.text, note.tail = leaf.text[:cut], leaf.text[cut:]
+    leaf.append(note)
+
+    def values() -> dict[str, str]:
+        return {root.getroottree().getpath(e): xmltext.text(e) for e in root.iter(etree.Element)
+                if not xmltext.elements(e)}
+
+    before = values()
+    xmltext.indent(root)
+    assert values() == before
+    leaf.text, note.tail = (leaf.text or "") + (note.tail or ""), None
+    leaf.remove(note)
+    theirs = etree.fromstring(path.read_bytes())
+    etree.indent(theirs, space="  ")
+    assert etree.tostring(root) == etree.tostring(theirs)

@@ -12,7 +12,7 @@ import os
 import platform
 import re
 
-from . import cpuset, units, xmlsafe
+from . import cpuset, units, xmlsafe, xmltext
 from .errors import InvalidInput
 from .host import Cell, Cpu, Host
 
@@ -67,9 +67,9 @@ def from_capabilities(xml: str | bytes) -> Host:
         if node in cells:
             continue
         mem = ce.find("memory")
-        memory_kib = units.to_kib(mem.text, mem.get("unit")) if mem is not None else 0
+        memory_kib = units.to_kib(xmltext.text(mem), mem.get("unit")) if mem is not None else 0
         pages = {
-            _page_kib(p): _int(p.text, "pages count")
+            _page_kib(p): _int(xmltext.text(p), "pages count")
             for p in ce.findall("pages")
             if p.get("size") is not None and _page_kib(p) != base_page
         }

@@ -11,7 +11,7 @@ from . import claims as claims_mod
 from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
-from . import profiles, xmlsafe
+from . import profiles, xmlsafe, xmltext
 from .context import Context
 from .edits import Change, Warn
 from .errors import InvalidInput, Unsupported
@@ -95,8 +95,9 @@ def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod
 
 
 def serialize(root: etree._Element) -> str:
-    """The whole document (comments around the root included), indented two spaces like libvirt."""
-    etree.indent(root, space="  ")
+    """The whole document (comments around the root included), indented two spaces like libvirt
+    (text values, comments inside them included, stay as they are)."""
+    xmltext.indent(root)
     before = list(root.itersiblings(preceding=True))[::-1]
     after = list(root.itersiblings())
     parts = []

@@ -19,6 +19,8 @@ from typing import Union
 
 from lxml import etree
 
+from . import xmltext
+
 # libvirt's order of children (virDomainDefFormat and friends); unknown tags keep their place.
 ORDER: dict[str, tuple[str, ...]] = {
     "domain": (
@@ -53,6 +55,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "iotune", "boot", "readonly", "shareable", "transient", "serial", "wwn", "vendor",
         "product", "encryption", "auth", "alias", "address",
     ),
+    "memory": ("uuid", "source", "target", "address", "alias", "acpi"),  # a memory device, not <domain><memory>
     "interface": (
         "mac", "source", "virtualport", "ip", "route", "script", "downscript", "backenddomain",
         "target", "guest", "model", "driver", "backend", "tune", "teaming", "rom", "link",
@@ -132,7 +135,8 @@ def show(el: etree._Element | None) -> str | None:
     for e in copy.iter():
         if e.text is not None and not e.text.strip():
             e.text = None
-        e.tail = None
+        if e.tail is not None and not e.tail.strip():
+            e.tail = None  # layout only; the text after a comment inside a value stays
     return etree.tostring(copy, encoding="unicode")
 
 
@@ -206,10 +210,10 @@ def apply(edit: Edit) -> Change | None:
             else:
                 node.set(attr, edit.value)
             return Change(f"{_path(node)}/@{attr}", before, edit.value, edit.reason)
-        before = (node.text or "").strip() or None
+        before = xmltext.text(node).strip() or None
         if before == edit.value:
             return None
-        node.text = edit.value
+        xmltext.set_text(node, edit.value)  # the whole value: text after a comment too
         return Change(_path(node), before, edit.value, edit.reason)
     if isinstance(edit, Put):
         old = edit.parent.find(edit.element.tag)

@@ -12,7 +12,7 @@ from typing import Any
 
 from lxml import etree
 
-from . import cpuset, units
+from . import cpuset, units, xmltext
 
 NS = "https://vmtune.dev/xmlns/1"
 NSMAP = {"vmtune": NS}
@@ -44,7 +44,7 @@ class Prop:
         el = node.find(self.elem_path)
         if el is None:
             return None
-        return el.get(self.attr) if self.attr else (el.text or "").strip()
+        return el.get(self.attr) if self.attr else xmltext.text(el).strip()
 
     def __get__(self, view: "View | None", owner: type) -> Any:
         if view is None:
@@ -98,8 +98,37 @@ class Controller(View):
     index = Prop("@index", _int)
 
 
+class MemoryDevice(View):
+    """A ``<memory>`` device: DIMM, virtio-mem (guest RAM, hugepage-backed like the cells), or
+    nvdimm, virtio-pmem (a file) and sgx-epc (EPC), which no hugepage backs."""
+
+    RAM_MODELS = ("dimm", "virtio-mem")
+    model = Prop("@model")
+    target_node = Prop("target/node", _int)
+    nodemask_text = Prop("source/nodemask")
+
+    def _kib(self, path: str) -> int | None:
+        el = self.node.find(path)
+        return None if el is None else units.to_kib(xmltext.text(el).strip() or 0, el.get("unit"))
+
+    @property
+    def size_kib(self) -> int:
+        return self._kib("target/size") or 0
+
+    @property
+    def pagesize_kib(self) -> int | None:
+        """Its own page size (``<source><pagesize>``), which wins over ``<memoryBacking>``'s."""
+        return self._kib("source/pagesize")
+
+    @property
+    def granule_kib(self) -> int:
+        """What its page size must divide: a virtio-mem block, else the whole size (QEMU refuses a
+        DIMM backend that is not a whole number of pages, and a block smaller than a page)."""
+        return (self._kib("target/block") if self.model == "virtio-mem" else None) or self.size_kib
+
+
 class Cell(View):
-    cpus = Prop("@cpus", cpuset.parse)
+    """A guest NUMA cell. A cell may have no vCPUs (a memory-only cell): ``cpus`` is then empty."""
 
     def __init__(self, node: etree._Element, index: int = 0):
         super().__init__(node)
@@ -110,6 +139,10 @@ class Cell(View):
         """The cell's ``id``; without one, its position (libvirt numbers such cells in order)."""
         given = _int(self.node.get("id") or "")
         return given if given is not None else self.index
+
+    @property
+    def cpus(self) -> frozenset[int]:
+        return cpuset.parse(self.node.get("cpus"))
 
     @property
     def memory_kib(self) -> int:
@@ -144,7 +177,7 @@ class Domain(View):
 
     def _memory(self, tag: str) -> int:
         el = self.node.find(tag)
-        return 0 if el is None else units.to_kib((el.text or "").strip() or 0, el.get("unit"))
+        return 0 if el is None else units.to_kib(xmltext.text(el).strip() or 0, el.get("unit"))
 
     @property
     def memory_kib(self) -> int:
@@ -162,7 +195,7 @@ class Domain(View):
     def dimm_kib(self) -> int:
         total = 0
         for el in self.node.iterfind("devices/memory/target/size"):
-            total += units.to_kib((el.text or "0").strip(), el.get("unit"))
+            total += units.to_kib(xmltext.text(el).strip() or 0, el.get("unit"))
         return total
 
     @property
@@ -185,6 +218,10 @@ class Domain(View):
     @property
     def interfaces(self) -> list[Interface]:
         return [Interface(e) for e in self.node.iterfind("devices/interface")]
+
+    @property
+    def memory_devices(self) -> list[MemoryDevice]:
+        return [MemoryDevice(e) for e in self.node.iterfind("devices/memory")]
 
     @property
     def controllers(self) -> list[Controller]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from . import cpuset
+from . import cpuset, units
 from .claims import Ledger
 from .errors import DoesNotFit
 from .host import Host
@@ -47,6 +47,7 @@ class Placement:
     emulator_with_vcpus: bool = False  # ``emulator`` is the vCPUs' own dedicated CPUs
     cpuset: frozenset[int] | None = None  # where floating vCPUs may run (node, float)
     hugepage_kib: int | None = None
+    hugepage_why: str = ""  # why this page size, when there was a choice (for --explain)
     warnings: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict:
@@ -117,21 +118,47 @@ def _split_memory(total: int, shares: list[int], granule: int) -> list[int]:
     return parts
 
 
+# Rounding waste of at most 1/NEGLIGIBLE of the memory counts as none: then the larger page wins.
+NEGLIGIBLE = 1024
+
+
+def _waste(parts: list[int], size: int) -> int:
+    """KiB lost rounding each part (a guest cell, its own backend) up to whole pages of ``size``."""
+    return sum(-(-p // size) * size - p for p in parts)
+
+
+def _page_choice(fits: dict[int, tuple[list[int], int]], memory_kib: int) -> tuple[int, str]:
+    """Of the page sizes whose free pages back the memory (size -> (parts, waste)), the one that
+    wastes least; a negligible waste counts as none and the larger page wins ties. And why."""
+    def key(size: int) -> tuple[int, int]:
+        waste = fits[size][1]
+        return (0 if waste * NEGLIGIBLE <= memory_kib else waste, -size)
+
+    size = min(fits, key=key)
+    if len(fits) == 1:
+        return size, ""
+    wasted = ", ".join(f"{units.page(s)} pages {fits[s][1]} KiB" for s in sorted(fits))
+    return size, (f"{units.page(size)} pages waste least rounding each guest cell up to whole pages ({wasted}; "
+                  f"a waste under 1/{NEGLIGIBLE} of the memory counts as none, and the larger page wins)")
+
+
 def _memory_fit(host: Host, ledger: Ledger, nodes: tuple[int, ...], shares: list[int], req: Request):
-    """(hugepage size or None, memory per node) when memory fits, else None."""
-    sizes = sorted({s for c in host.cells for s in c.pages}, reverse=True) if req.hugepages else []
-    # the largest size that divides the memory; else the largest one not above it, the memory
-    # rounded up to whole pages (never more than one page less one KiB of waste per node)
-    for size in [s for s in sizes if req.memory_kib % s == 0] + [s for s in sizes if s <= req.memory_kib]:
+    """(hugepage size or None, memory per node, why that size) when memory fits, else None."""
+    sizes = sorted({s for c in host.cells for s in c.pages}) if req.hugepages else []
+    fits = {}
+    for size in [s for s in sizes if s <= req.memory_kib]:  # a page larger than all memory is all waste
         parts = _split_memory(req.memory_kib, shares, size)
         if all(p > 0 for p in parts) and _backs(host, ledger, list(zip(nodes, parts)), size):
-            return size, parts
+            fits[size] = (parts, _waste(parts, size))
+    if fits:
+        size, why = _page_choice(fits, req.memory_kib)
+        return size, fits[size][0], why
     parts = _split_memory(req.memory_kib, shares, MIB)
     for node, kib in zip(nodes, parts):
         free = _normal_free(host, ledger, node)
         if free is not None and free < kib:
             return None
-    return None, parts
+    return None, parts, ""
 
 
 def _distance(host: Host, nodes: tuple[int, ...]) -> int:
@@ -151,15 +178,15 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
                 fit = _memory_fit(host, ledger, nodes, shares, req)
                 if fit is None:
                     continue
-                size, parts = fit
+                size, parts, why = fit
                 free = sum(caps[x] for x in nodes)
                 key = (size is None, any(a != shares[0] for a in shares), _distance(host, nodes),
                        -free if req.spread else free, nodes)
                 if best is None or key < best[0]:
-                    best = (key, nodes, shares, size, parts)
+                    best = (key, nodes, shares, size, parts, why)
         if best is not None:
-            _, nodes, shares, size, parts = best
-            return _build(host, reserved, blocked, cores, req, nodes, shares, size, parts)
+            _, nodes, shares, size, parts, why = best
+            return _build(host, reserved, blocked, cores, req, nodes, shares, (size, why), parts)
     total = sum(caps.values())
     unit = "cores" if req.smt == "isolate" else "CPUs"
     if total >= n:
@@ -191,7 +218,8 @@ def _shares(n: int, caps: list[int]) -> list[list[int]]:
     return out
 
 
-def _build(host, reserved, blocked, cores, req, nodes, shares, size, parts) -> Placement:
+def _build(host, reserved, blocked, cores, req, nodes, shares, page, parts) -> Placement:
+    size, why = page
     pins: list[int] = []
     cells: list[GuestCell] = []
     for cell_id, (node, share, kib) in enumerate(zip(nodes, shares, parts)):
@@ -203,8 +231,8 @@ def _build(host, reserved, blocked, cores, req, nodes, shares, size, parts) -> P
     warnings = []
     if req.hugepages and size is None:
         warnings.append(
-            f"no hugepages: node(s) {cpuset.format(nodes)} lack enough free hugepages of a size "
-            f"that divides {req.memory_kib} KiB; memory stays on normal pages"
+            f"no hugepages: node(s) {cpuset.format(nodes)} lack enough free hugepages of any size for "
+            f"{req.memory_kib} KiB (each guest cell rounded up to whole pages); memory stays on normal pages"
         )
     if any(not host.cell(x).memory_kib for x in nodes):
         warnings.append(f"memory size of node(s) {cpuset.format(nodes)} is unknown; memory fit not checked")
@@ -216,6 +244,7 @@ def _build(host, reserved, blocked, cores, req, nodes, shares, size, parts) -> P
         emulator=frozenset(pins) if req.emulator_with_vcpus else _emulator(host, reserved, blocked, nodes, frozenset(pins)),
         emulator_with_vcpus=req.emulator_with_vcpus,
         hugepage_kib=size,
+        hugepage_why=why,
         warnings=tuple(warnings),
     )
 

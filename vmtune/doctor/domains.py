@@ -18,6 +18,7 @@ from lxml import etree
 from .. import xmlsafe
 from ..errors import VmtuneError
 from ..live.domains import STATES
+from ..model import Domain
 from .findings import Context, Finding, maker
 
 new = maker("domains")
@@ -37,7 +38,8 @@ def identity(xml: str) -> tuple[str | None, str | None]:
         root = xmlsafe.parse(xml, "domain XML")
     except VmtuneError:
         return None, None
-    return root.findtext("uuid"), root.findtext("name")
+    dom = Domain(root)  # reads a value as libvirt does, a comment inside it left out
+    return dom.uuid, dom.name
 
 
 def from_libvirt(uri: str) -> tuple[list[tuple[str, str]] | None, str]:

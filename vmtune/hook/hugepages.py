@@ -6,8 +6,9 @@ cell takes the size of the first page whose nodeset holds it, else of the page w
 else (no page at all) the default hugepage size; a cell no page covers gets ordinary pages. The
 host nodes come from ``<numatune>``: a cell's ``<memnode nodeset>``, else ``<memory nodeset>``,
 split evenly over the nodes as claims.py does. Without guest cells the whole ``<memory>`` is one
-cell 0. Memory that ``numatune`` does not bind (no nodeset, ``placement='auto'``) is left to the
-kernel: it is neither counted nor topped up.
+cell 0. A DIMM or virtio-mem device counts in its target cell, with its own ``<source><pagesize>``
+and ``<nodemask>`` when it has them (libvirt's order). Memory that ``numatune`` does not bind (no
+nodeset, ``placement='auto'``) is left to the kernel: it is neither counted nor topped up.
 
 Pools are ``devices/system/node/nodeN/hugepages/hugepages-<size>kB/{nr,free}_hugepages`` under
 the sysfs root, keyed ``"N:size"`` (size in KiB, as claims.py prints them).
@@ -33,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from .. import cpuset, units
+from ..model import MemoryDevice
 from . import hoststate
 from .state import Lease
 
@@ -120,22 +122,36 @@ def needs(dom, default: Callable[[], int]) -> dict[str, int]:
     bound = sorted(cpuset.parse(memory.get("nodeset"), NODE_LIMIT)) if memory is not None and memory.get("nodeset") else []
     memnodes = {e.get("cellid"): sorted(cpuset.parse(e.get("nodeset"), NODE_LIMIT))
                 for e in dom.iter("numatune/memnode") if e.get("nodeset")}
-    cells = [(c.id, c.memory_kib) for c in dom.cells] or [(0, dom.memory_kib)]
-    for dimm in dom.iter("devices/memory/target"):
-        size_el, node_el = dimm.find("size"), dimm.find("node")
-        cell = int(node_el.text) if node_el is not None and (node_el.text or "").strip().isdigit() else 0
-        if size_el is not None and dom.cells:
-            cells.append((cell, units.to_kib((size_el.text or "0").strip(), size_el.get("unit"))))
     out: dict[str, int] = defaultdict(int)
-    for cell, kib in cells:
-        size = size_of(cell)
-        nodes = memnodes.get(str(cell)) or bound
-        if not size or not nodes or kib <= 0:
-            continue
+    for cell, kib, own, mask in _backends(dom):
+        size = own or size_of(cell)
+        nodes = sorted(cpuset.parse(mask, NODE_LIMIT)) if mask else memnodes.get(str(cell)) or bound
+        if not size or size == _base_page() or not nodes or kib <= 0:
+            continue  # ordinary pages (libvirt reads a page size of the base page so), or not bound
         for node, part in _split(kib, nodes).items():
             if part:
                 out[key(node, size)] += -(-part // size)
     return dict(out)
+
+
+def _base_page() -> int:
+    try:
+        return os.sysconf("SC_PAGESIZE") // 1024
+    except (ValueError, OSError):
+        return 4
+
+
+def _backends(dom) -> list[tuple[int, int, int | None, str | None]]:
+    """(guest cell, KiB, own page size, own host nodes) of each memory backend: each cell (without
+    cells, the whole memory as cell 0), then each DIMM and virtio-mem device, with its own
+    ``<source><pagesize>`` and ``<nodemask>`` when it has them, as libvirt reads them. nvdimm,
+    virtio-pmem and sgx-epc devices are backed by a file or EPC, never by hugepages."""
+    out = [(c.id, c.memory_kib, None, None) for c in dom.cells] or [(0, dom.memory_kib, None, None)]
+    if dom.cells:
+        for dev in dom.memory_devices:
+            if dev.model in MemoryDevice.RAM_MODELS:
+                out.append((dev.target_node or 0, dev.size_kib, dev.pagesize_kib, dev.nodemask_text))
+    return out
 
 
 def read_pool(sysfs: str, k: str) -> tuple[int, int] | None:

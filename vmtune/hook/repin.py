@@ -22,7 +22,7 @@ import re
 
 from lxml import etree
 
-from .. import cpuset
+from .. import cpuset, xmltext
 from ..claims import Claim, Ledger
 from ..errors import DoesNotFit
 from ..host import Host
@@ -105,7 +105,7 @@ def _indent_of(text: str, start: int) -> str:
 def _serialize(el: etree._Element, indent: str) -> str:
     el = copy.deepcopy(el)
     el.tail = None
-    etree.indent(el, space="  ")
+    xmltext.indent(el)
     lines = etree.tostring(el, encoding="unicode").split("\n")
     return "\n".join([lines[0]] + [indent + line for line in lines[1:]])
 
@@ -162,7 +162,7 @@ def _sig(el: etree._Element | None, attr: str) -> list:
         return []
     return [(c.tag, c.get("vcpu"), c.get("iothread"), c.get("cellid"), c.get("size"),
              frozenset(cpuset.parse(c.get(attr))) if c.get(attr) is not None else None)
-            for c in el.iter() if c is not el]
+            for c in el.iter(etree.Element) if c is not el]  # elements only: a PI has pseudo-attributes
 
 
 def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg) -> str | None:

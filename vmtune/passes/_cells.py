@@ -3,10 +3,21 @@
 When the latency profile merges or renumbers guest cells, everything that names a cell must
 follow: a memory device's ``<target><node>`` (dimm, nvdimm, virtio-mem, virtio-pmem, sgx-epc), a
 PCI expander bus's ``<target><node>``, and the cell attributes a device relies on (``memAccess=
-'shared'`` for vhost-user and virtiofs, ``discard``) survive a merge.
+'shared'`` for vhost-user and virtiofs, ``discard``) survive a merge. A new cell keeps what its
+old cell held (distances renumbered, caches, comments); a merged cell keeps what all its old
+cells agree on (passes/_hmat.py for distances and interconnects). A cell without vCPUs (a
+memory-only cell) merges into the cells with vCPUs: the latency profile binds every guest byte
+to the host node of the vCPUs that use it.
 """
 
-from ..edits import Set
+from __future__ import annotations
+
+from lxml import etree
+
+from .. import cpuset, xmltext
+from ..edits import E, Set, clone, show
+from . import _hmat
+from ._xml import comments
 
 CELL_ATTRS = ("memAccess", "discard")
 # when merged cells disagree, the value a device may depend on wins
@@ -47,8 +58,68 @@ def follow(dom, mapping: dict[int, int]) -> list[Set]:
     for path in REFS:
         for target in dom.iter(path):
             node = target.find("node")
-            text = (node.text or "").strip() if node is not None else ""
+            text = xmltext.text(node).strip() if node is not None else ""
             if text.isdigit() and mapping.get(int(text), int(text)) != int(text):
                 new = mapping[int(text)]
                 edits.append(Set(target, "node", str(new), f"guest cell {text} is now part of cell {new}"))
     return edits
+
+
+def _content(cell: etree._Element, sources, row: dict[int, int] | None) -> list[str]:
+    """Fill new ``cell`` with the children of its old cells ``sources``: comments and PIs all,
+    ``<distances>`` as ``row``, other elements (``<cache>``) when every old cell has them alike."""
+    notes, kept, placed = [], set(), False
+    for src in sources:
+        for child in src.node:
+            if not xmltext.is_element(child):
+                cell.append(clone(child))
+            elif child.tag == "distances":  # rebuilt, its comments and PIs with it
+                if row and not placed:
+                    cell.append(_hmat.distances_element(row))
+                placed = True
+                (cell.find("distances") if row else cell).extend(comments(child))
+            elif show(child) not in kept:
+                text = show(child)
+                if all(any(show(c) == text for c in xmltext.elements(s.node)) for s in sources):
+                    kept.add(text)
+                    cell.append(clone(child))
+                else:
+                    notes.append(f"<{child.tag}> of guest cell {src.id} dropped: the cells merged into cell "
+                                 f"{cell.get('id')} differ in it")
+    if row and not placed:
+        cell.insert(0, _hmat.distances_element(row))
+    return notes
+
+
+def _loose(numa: etree._Element | None) -> tuple[list, list]:
+    """Comments and PIs of ``<numa>`` (not in a cell): those before the first cell, the rest."""
+    lead, trail, after_cell = [], [], False
+    for child in numa if numa is not None else ():
+        if child.tag == "cell":
+            after_cell = True
+        elif child.tag != "interconnects":
+            (trail if after_cell else lead).append(clone(child))
+    return lead, trail
+
+
+def rebuild(dom, new_cells, mapping: dict[int, int]) -> tuple[etree._Element, list[str]]:
+    """The new ``<numa>``: a ``<cell>`` per placed cell with what its old cells held, then the
+    interconnects renumbered; and a note for everything that could not come along."""
+    old_numa, old_cells = dom.find("cpu/numa"), dom.cells
+    rows, note = _hmat.distances(old_cells, [c.id for c in new_cells], mapping)
+    notes = [note] if note else []
+    notes += [f"guest cell {c.id} has no vCPUs: its memory goes to the cells with vCPUs, each on its vCPUs' host "
+              "node (no guest memory stays remote from every vCPU)" for c in old_cells if not c.cpus]
+    lead, trail = _loose(old_numa)
+    numa = E("numa", None, *lead)
+    made = {}
+    for cell in new_cells:
+        el = E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus), "memory": cell.memory_kib, "unit": "KiB",
+                        **merged_attrs(old_cells, mapping, cell.id)})
+        notes += _content(el, [c for c in old_cells if mapping.get(c.id) == cell.id], rows.get(cell.id))
+        numa.append(el)
+        made[cell.id] = el
+    links, more = _hmat.interconnects(old_numa.find("interconnects") if old_numa is not None else None, mapping, made)
+    for child in trail + ([links] if links is not None else []):
+        numa.append(child)
+    return numa, notes + more

@@ -14,6 +14,12 @@ def copy(el: etree._Element | None, tag: str, drop: tuple[str, ...] = ()) -> etr
     return new
 
 
+def comments(el: etree._Element | None) -> list[etree._Element]:
+    """Copies of the comments and PIs among ``el``'s children: what an element rebuilt from
+    scratch takes over from the one it replaces."""
+    return [clone(child) for child in (el if el is not None else ()) if not isinstance(child.tag, str)]
+
+
 def put_under(dom, parent_tag: str, child: etree._Element, reason: str) -> Put:
     """Put ``child`` into the domain's ``parent_tag`` element, creating that element if needed."""
     parent = dom.find(parent_tag)

@@ -1,6 +1,6 @@
 """IOThreads: at least one per guest NUMA cell, and every virtio disk assigned to one."""
 
-from ..edits import E, Put, Set
+from ..edits import E, Put, Set, clone
 from ..model import Disk
 
 
@@ -27,7 +27,7 @@ def run(ctx, dom):
     if listed is not None and len(ids) < count:
         new = E("iothreadids")
         for old in listed:
-            new.append(E(old.tag, dict(old.attrib)))
+            new.append(clone(old))  # iothreads, their children and any comment or PI among them
         nxt = max(ids, default=0) + 1
         while len(ids) < count:
             new.append(E("iothread", {"id": nxt}))

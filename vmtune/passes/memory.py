@@ -2,26 +2,39 @@
 
 from .. import cpuset
 from ..edits import E, Put, Remove, Set, insert
-from ._xml import copy, put_under
+from . import _pages
+from ._xml import comments, copy, put_under
+
+
+def _hugepages(ctx, dom, new) -> tuple[list[str], list]:
+    """Put the placement's page size into ``new`` (a <memoryBacking>): the reasons, and the edits
+    that give memory devices the page size is wrong for their own (passes/_pages.py)."""
+    pl = ctx.placement
+    kept = [n for el in new.findall("hugepages") for n in comments(el)]
+    for el in new.findall("hugepages"):
+        new.remove(el)
+    size = pl.hugepage_kib
+    if not size:
+        return [], []
+    cells = frozenset(c.id for c in pl.cells)
+    edits, normal, why = _pages.devices(ctx.host, dom, size, cells)
+    if cells and cells <= normal:
+        return why, edits
+    nodeset = cpuset.format(cells - normal) if cells else None
+    insert(new, E("hugepages", None, *kept, E("page", {"size": size, "unit": "KiB", "nodeset": nodeset})))
+    reasons = [f"{size} KiB hugepages: fewer TLB misses, memory that never swaps or moves"]
+    reasons += [pl.hugepage_why] if pl.hugepage_why else []
+    huge = [c for c in pl.cells if c.id not in normal]
+    return reasons + _pages.rounding(huge, dom, size) + why, edits
 
 
 def _backing(ctx, dom):
     p, pl = ctx.profile, ctx.placement
     old = dom.find("memoryBacking")
     new = copy(old, "memoryBacking")
-    reasons = []
-
+    reasons, edits = [], []
     if pl.mode == "dedicated" and p.memory_hugepages:
-        for el in new.findall("hugepages"):
-            new.remove(el)
-        if pl.hugepage_kib:
-            nodeset = cpuset.format(c.id for c in pl.cells) if pl.cells else None
-            insert(new, E("hugepages", None, E("page", {"size": pl.hugepage_kib, "unit": "KiB", "nodeset": nodeset})))
-            reasons.append(f"{pl.hugepage_kib} KiB hugepages: fewer TLB misses, memory that never swaps or moves")
-            if dom.memory_kib % pl.hugepage_kib:
-                pages = -(-dom.memory_kib // pl.hugepage_kib)
-                reasons.append(f"{dom.memory_kib} KiB is not a whole number of pages: QEMU rounds it up to {pages} "
-                               f"pages ({pages * pl.hugepage_kib} KiB)")
+        reasons, edits = _hugepages(ctx, dom, new)
     for flag, wanted, why in (
         ("nosharepages", p.memory_nosharepages, "no KSM merging: no copy-on-write faults on guest writes"),
         ("locked", p.memory_locked, "locked memory: the host never swaps it out"),
@@ -29,10 +42,10 @@ def _backing(ctx, dom):
         if wanted and new.find(flag) is None:
             insert(new, E(flag))
             reasons.append(why)
+    gone = "hugepages removed: the chosen nodes cannot back this memory"
     if len(new) == 0:
-        return [] if old is None else [Remove(old, "hugepages removed: the chosen nodes cannot back this memory")]
-    reason = "; ".join(reasons) or "hugepages removed: the chosen nodes cannot back this memory"
-    return [Put(dom.node, new, reason)]
+        return edits if old is None else [Remove(old, "; ".join(reasons) or gone)] + edits
+    return [Put(dom.node, new, "; ".join(reasons) or gone)] + edits
 
 
 def run(ctx, dom):

@@ -1,9 +1,9 @@
 """<numatune> and guest NUMA cells: memory bound to the nodes the vCPUs run on."""
 
-from .. import cpuset
+from .. import cpuset, xmltext
 from ..edits import E, Put, Remove, Set
 from . import _cells
-from ._xml import copy, put_under
+from ._xml import comments, copy, put_under
 
 
 def _memory(dom, total_kib: int, reason: str):
@@ -15,7 +15,7 @@ def _memory(dom, total_kib: int, reason: str):
 def dedicated(ctx, dom):
     pl = ctx.placement
     nodes = cpuset.format(pl.nodes)
-    new = E("numatune", None, E("memory", {"mode": "strict", "nodeset": nodes}))
+    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": "strict", "nodeset": nodes}))
     for cell in pl.cells:
         new.append(E("memnode", {"cellid": cell.id, "mode": "strict", "nodeset": cell.node}))
     where = "the vCPUs' node" if len(pl.nodes) == 1 else "each guest cell's host node"
@@ -24,13 +24,10 @@ def dedicated(ctx, dom):
     numa = dom.find("cpu/numa")
     if pl.cells:
         mapping = _cells.remap(old_cells, pl.cells) if old_cells else {}
-        guest = E("numa")
-        for cell in pl.cells:
-            extra = _cells.merged_attrs(old_cells, mapping, cell.id)
-            guest.append(E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus),
-                                    "memory": cell.memory_kib, "unit": "KiB", **extra}))
+        guest, dropped = _cells.rebuild(dom, pl.cells, mapping)
         why = (f"guest NUMA cells mirror the {len(pl.nodes)} host nodes the vCPUs span"
                if len(pl.cells) > 1 else "one guest cell on one host node (kept for memory hotplug or as before)")
+        why = "; ".join([why] + dropped)
         edits.append(put_under(dom, "cpu", guest, why))
         total = sum(c.memory_kib for c in pl.cells) + dom.dimm_kib
         edits.extend(_memory(dom, total, "memory equals the sum of the guest cells"))
@@ -44,7 +41,7 @@ def dedicated(ctx, dom):
 def node(ctx, dom):
     pl = ctx.placement
     target = cpuset.format(pl.nodes)
-    new = E("numatune", None, E("memory", {"mode": "strict", "nodeset": target}))
+    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": "strict", "nodeset": target}))
     for cell in dom.cells:
         new.append(E("memnode", {"cellid": cell.id, "mode": "strict", "nodeset": target}))
     return [Put(dom.node, new, f"keep memory on node {target}, where the vCPUs run")]
@@ -58,7 +55,7 @@ def clamp(ctx, dom):
     host_nodes = frozenset(ctx.host.node_ids)
     new = copy(old, "numatune")
     changed = False
-    for el in new:
+    for el in xmltext.elements(new):  # a PI's pseudo-attributes are no nodeset
         if el.get("nodeset") is None:
             if el.tag == "memory" and el.get("placement") is None and dom.vcpu_placement != "auto":
                 el.set("placement", "auto")  # it followed <vcpu placement='auto'>, which is static now

@@ -2,7 +2,7 @@
 
 from lxml import etree
 
-from .. import cpuset
+from .. import cpuset, xmltext
 from ..edits import E, Put, Remove, Set, clone, insert
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
@@ -95,7 +95,7 @@ def shared(ctx, dom):
     if old is not None:
         new = _cputune(dom, ())
         changed = False
-        for el in new:
+        for el in xmltext.elements(new):
             if el.tag in PINS and el.get("cpuset") is not None:
                 pins = cpuset.parse(el.get("cpuset"))
                 fixed = _clamp(pins, allowed & online)

@@ -1,0 +1,73 @@
+"""Text content and indentation of libvirt XML, safe with comments and processing instructions.
+
+Comments and processing instructions (PIs) may sit anywhere in libvirt XML, inside a text value
+too: ``<memory unit='KiB'><!-- c -->2097152</memory>``. libvirt reads a value as XPath
+``string()`` does: every text node of the element joined, the comments and PIs left out. lxml
+keeps the text after a comment in the comment's ``tail``, so ``el.text`` alone is not the value.
+
+    text(el)              the value, as libvirt reads it
+    set_text(el, value)   replace the whole value; the comments and PIs stay (after the value)
+    elements(el)          the element children only (no comments, no PIs)
+    indent(root)          indent element-only content; never touch a text value
+"""
+
+from __future__ import annotations
+
+from lxml import etree
+
+
+def is_element(node: etree._Element) -> bool:
+    """An element (not a comment, a PI or an entity: their ``tag`` is not a string)."""
+    return isinstance(node.tag, str)
+
+
+def elements(parent: etree._Element) -> list[etree._Element]:
+    return [child for child in parent if is_element(child)]
+
+
+def text(el: etree._Element) -> str:
+    """All text of ``el``, comments and PIs left out: libvirt's (XPath's) string value."""
+    return "".join(el.itertext())
+
+
+def set_text(el: etree._Element, value: str | None) -> None:
+    """Make ``value`` the whole text of ``el``: the text between and after its children goes,
+    the children (comments, PIs) stay."""
+    el.text = value
+    for child in el:
+        child.tail = None
+
+
+def _element_only(el: etree._Element) -> bool:
+    """Whether ``el`` holds elements and nothing but whitespace around and between its children."""
+    kids = list(el)
+    return (any(is_element(k) for k in kids) and not (el.text or "").strip()
+            and not any((k.tail or "").strip() for k in kids))
+
+
+def _indent(el: etree._Element, level: int, space: str) -> None:
+    inner = "\n" + space * level
+    el.text = inner
+    kids = list(el)
+    for kid in kids:
+        if is_element(kid) and _element_only(kid):
+            _indent(kid, level + 1, space)
+        kid.tail = inner
+    kids[-1].tail = "\n" + space * (level - 1)
+
+
+# What etree.indent would get wrong: text beside a comment, PI or element (a value with a comment
+# in it), and a comment or PI in an element without element children (``<name><!-- c --></name>``)
+_LXML_WOULD_CHANGE = etree.XPath(
+    "boolean(descendant-or-self::*[node()[not(self::text())]][text()[normalize-space()]]"
+    " | descendant-or-self::*[comment() or processing-instruction()][not(*)])")
+
+
+def indent(root: etree._Element, space: str = "  ") -> None:
+    """Indent like ``etree.indent``, but only where an element holds elements and whitespace:
+    mixed content (a value with a comment in it) keeps its text byte for byte, and an element
+    without element children (``<memory>``, ``<name>``, ...) is never given whitespace."""
+    if not _LXML_WOULD_CHANGE(root):
+        etree.indent(root, space=space)  # the same result where nothing is mixed, and in C
+    elif _element_only(root):
+        _indent(root, 1, space)
