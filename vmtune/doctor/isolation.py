@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from .. import cpuset
 from ..hook.isolation import items, tasks
+from ..hook.state import State
 from .findings import Context, Finding, maker
-from .state import _load, state_path
+from .state import load, state_path
 
 new = maker("isolation")
 SHOWN = 3
@@ -41,8 +42,8 @@ def strays(proc: str, rundir: str, held: frozenset[int]) -> tuple[list[items.Ite
 def check(ctx: Context) -> list[Finding]:
     if not ctx.has("root") or not ctx.has("proc"):
         return [new("SKIP", "(no --root or --proc)", "the leases or the tasks are not given: isolation not checked")]
-    state = _load(state_path(ctx))
-    if state is None or isinstance(state, str) or not state.leases:
+    state = load(ctx, state_path(ctx))
+    if not isinstance(state, State) or not state.leases:
         return [new("OK", state_path(ctx), "no latency lease: no CPU to keep clear")]
     held = held_cpus(ctx, state)
     if not held:
