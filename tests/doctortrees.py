@@ -187,6 +187,10 @@ def domain(name: str, pins: list[int], mib: int = 1024, node: int | None = 0, pr
             "<os><type arch='x86_64' machine='q35'>hvm</type></os><devices/></domain>")
 
 
+def uuid_of(xml: str) -> str:
+    return xml.split("<uuid>", 1)[1].split("</uuid>", 1)[0]
+
+
 def running(tree: Tree, xml: str, state: str = "running") -> None:
     """libvirt's status file for a running domain: ``<domstatus>`` around its live XML."""
     name = xml.split("<name>", 1)[1].split("</name>", 1)[0]

@@ -280,8 +280,9 @@ def test_overlapping_latency_domains_fail(tree, capsys):
 def test_hook_state_drift_and_stale_leases(tree):
     """The hook's baseline against live values: a governor changed behind its back, overlapping leases,
     and a lease whose domain no longer runs."""
-    trees.running(tree, trees.domain("db1", [1], hugepage_kib=None))
-    leases = {"u1": {"name": "db1", "profile": "latency", "cpus": "1"},
+    db1 = trees.domain("db1", [1], hugepage_kib=None)
+    trees.running(tree, db1)
+    leases = {trees.uuid_of(db1): {"name": "db1", "profile": "latency", "cpus": "1"},
               "u2": {"name": "gone", "profile": "latency", "cpus": "1,2"}}
     baseline = [{"path": GOVERNOR, "before": "powersave", "after": "performance"},
                 {"path": "kernel/mm/ksm/run", "before": "1", "after": "0"}]
@@ -293,6 +294,41 @@ def test_hook_state_drift_and_stale_leases(tree):
     assert found(report, "state", "leases db1 and gone share CPUs 1", level="FAIL")
     assert found(report, "state", "lease of gone, which is not running", level="WARN")
     assert not found(report, "state", "lease of db1")
+
+
+def test_stale_leases_are_judged_as_the_hook_judges_them(tree):
+    """The hook's liveness test (alive.py) on the captured tree: a domain whose QEMU runs under its
+    UUID keeps its lease; one whose QEMU is gone, or whose pid is another domain's QEMU, is a WARN
+    that says `vmtune hook reap`. The doctor itself changes nothing."""
+    xmls = {name: trees.domain(name, [cpu], hugepage_kib=None) for name, cpu in (("db1", 1), ("db2", 2), ("db3", 3))}
+    for pid, (name, xml) in enumerate(xmls.items(), start=500):
+        trees.running(tree, xml)
+        tree.write(f"run/libvirt/qemu/{name}.pid", str(pid))
+    qemu = "\0".join(["qemu-system-x86_64", "-name", "guest=db1,debug-threads=on", "-uuid", trees.uuid_of(xmls["db1"])])
+    tree.write("proc/500/cmdline", qemu)
+    tree.write("proc/502/cmdline", qemu.replace("db1", "db3"))  # db3's pid is a QEMU of db1's UUID
+    trees.hook_state(tree, {trees.uuid_of(x): {"name": n, "profile": "latency", "cpus": str(i + 1)}
+                            for i, (n, x) in enumerate(xmls.items())}, [])
+    before = (tree.base / "run/vmtune/state.json").read_text()
+    report = diagnose(tree.roots(), measure=False)
+    assert not found(report, "state", "lease of db1")
+    (gone,) = found(report, "state", "lease of db2, which is not running", "(pid 501) is gone", level="WARN")
+    assert "vmtune hook reap" in gone.fix
+    assert found(report, "state", "lease of db3, which is not running", "pid 502 is not its QEMU", level="WARN")
+    assert (tree.base / "run/vmtune/state.json").read_text() == before
+
+
+def test_a_missing_state_beside_a_baseline_of_leases_is_what_the_hook_refuses(tree):
+    """No state.json but a baseline.json that holds a lease: the hook refuses latency starts, so the
+    doctor says FAIL (not "no state"), with what to do."""
+    tree.write("run/vmtune/baseline.json", json.dumps({"version": 1, "leases": {
+        "u1": {"name": "db1", "profile": "latency", "cpus": "1"}}, "baseline": []}))
+    report = diagnose(tree.roots(), measure=False)
+    (fail,) = found(report, "state", "state.json is missing", "holds 1 lease(s)", level="FAIL")
+    assert "vmtune hook reap" in fail.fix
+    tree.write("run/vmtune/baseline.json", "{trunc")
+    report = diagnose(tree.roots(), measure=False)
+    assert "check by hand" in found(report, "state", "state.json is missing", level="FAIL")[0].fix
 
 
 def _task(tree, pid: int, comm: str, cpus: str, flags: int = 0, cgroup: str = "0::/") -> None:

@@ -80,6 +80,8 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("VMTUNE_CONFIG", str(config))
     monkeypatch.setenv("VMTUNE_PROFILES", str(tmp_path / "profiles"))
     monkeypatch.setenv("VMTUNE_SYSLOG", "0")
+    (tmp_path / "libvirt").mkdir()  # libvirt's run dir: no domain runs, every lease is young (alive.GRACE_S)
+    monkeypatch.setenv("VMTUNE_LIBVIRT_RUNDIR", str(tmp_path / "libvirt"))
     monkeypatch.delenv("VMTUNE_DRY_RUN", raising=False)
     return tmp_path
 
@@ -158,13 +160,23 @@ def test_release_of_an_unknown_domain_does_nothing(env):
     assert state(env) == leases_before
 
 
-def test_release_by_name_when_the_xml_is_unreadable(env):
-    """A release whose XML cannot be parsed still drops the lease, found by name."""
+def test_an_unreadable_release_drops_only_a_lease_kept_by_name(env, capsys):
+    """A release whose XML cannot be parsed cannot tell which domain it is: a lease kept by UUID
+    stays, with a warning (the reaper drops it once its domain is gone); a lease kept by name (a
+    domain without a UUID) is dropped."""
     before = snapshot(env / "sys")
     call(A, "vm-a", "prepare", "begin")
+    nameless = domain("vm-c", UUID_A, pins="3").replace(f"<uuid>{UUID_A}</uuid>", "")
+    call(nameless, "vm-c", "prepare", "begin")
+    assert set(state(env)["leases"]) == {UUID_A, "name:vm-c"}
+    capsys.readouterr()
     broken = '<domain><metadata xmlns:v="https://vmtune.dev/xmlns/1">'
     assert call(broken, "vm-a", "release", "end") == 0
-    assert state(env)["leases"] == {}
+    assert list(state(env)["leases"]) == [UUID_A, "name:vm-c"]
+    assert f"the lease of vm-a under UUID {UUID_A} is kept" in capsys.readouterr().err
+    assert call(broken, "vm-c", "release", "end") == 0
+    assert list(state(env)["leases"]) == [UUID_A]
+    assert call(A, "vm-a", "release", "end") == 0
     assert snapshot(env / "sys") == before
 
 

@@ -2,64 +2,46 @@
 hostile inputs, a held lock, a stdin that never closes (vmtune/hook/leases.py, state.py, alive.py).
 
 The host is test_hook's fake sysfs (4 CPUs, cpufreq, cpuidle, KSM) with isotrees' IRQs, workqueue
-and cgroup v2 groups; libvirt's run dir is a folder of the test with a status file and a fake QEMU
-process (its command line names ``guest=NAME``) for every domain that "runs".
+and cgroup v2 groups; the kill-point sweep's host adds hugepages, host tasks and systemd units
+(hookhost.py). libvirt's run dir is a folder of the test with a status file and a fake QEMU
+process (its command line is a QEMU's: ``-name guest=NAME``, ``-uuid UUID``) for every domain
+that "runs".
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import itertools
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
+import time
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hookhost import FakeSystemctl, Libvirt, fake_task_write, memory_dir
+from hookhost import build as build_sweep
 from killpoints import KILLED, killed_at
 from isotrees import build, irq, tree
-from test_hook import HOOK, UUID_A, UUID_B, assert_tuned, call, domain, env, state  # noqa: F401 - env is a fixture
+from test_hook import (HOOK, UUID_A, UUID_B, assert_tuned, build_sysfs, call, domain, env,  # noqa: F401 - env
+                       state)
+from test_hook_hugepages import hp_domain
 
-from vmtune import cli, cpuset, hook
+from vmtune import atomic, cli, cpuset, hook
 from vmtune.hook import alive, hoststate, leases
-from vmtune.hook.isolation import items
+from vmtune.hook.isolation import items, tasks
+from vmtune.hook.state import Damaged, decode
 
 A = domain("vm-a", UUID_A, pins="2")
 B = domain("vm-b", UUID_B, pins="3")
-
-
-class Libvirt:
-    """libvirt's run dir for the test: ``start(name, uuid)`` writes NAME.xml and NAME.pid for a
-    process whose command line is a QEMU's for that name; ``stop(name)`` removes them."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        folder.mkdir()
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def start(self, name: str, uuid: str) -> None:
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "-name",
-                                 f"guest={name},debug-threads=on"])
-        self.procs[name] = proc
-        (self.folder / f"{name}.xml").write_text(f"<domstatus><domain><name>{name}</name><uuid>{uuid}</uuid>"
-                                                 "</domain></domstatus>\n")
-        (self.folder / f"{name}.pid").write_text(f"{proc.pid}\n")
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        for ext in ("xml", "pid"):
-            (self.folder / f"{name}.{ext}").unlink(missing_ok=True)
-
-    def close(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
-
-
 LV: dict[str, Libvirt] = {}  # the test's libvirt run dir (tests run one at a time)
 
 
@@ -85,17 +67,6 @@ def clean(host) -> None:
         assert "isolation" not in state(host) and state(host)["baseline"] is None
 
 
-# -- a kill at every write point, then every order of what may come next ----------------------------
-
-POINTS = [(hoststate, "write"), (items.Kind, "write"),
-          (os, "replace"),  # inside every state commit: before the rename
-          (os, "fsync")]  # inside every state commit: before the temporary file is whole
-
-
-def killed(n: int, argv: list[str], xml: str) -> int:
-    return killed_at(n, argv, xml, POINTS)
-
-
 def prepare(host, name: str, uuid: str, xml: str, cpu: int) -> None:
     assert call(xml, name, "prepare", "begin") == 0
     lv().start(name, uuid)
@@ -108,53 +79,207 @@ def release(host, name: str, xml: str) -> None:
     assert call(xml, name, "release", "end") == 0
 
 
-STEPS = {
-    "R": lambda h: release(h, "vm-a", A),
-    "C": lambda h: (lv().start("vm-a", UUID_A), call(A, "vm-a", "reconnect", "begin"), assert_tuned(h / "sys")),
-    "Bp": lambda h: prepare(h, "vm-b", UUID_B, B, 3),
-    "Br": lambda h: release(h, "vm-b", B),
-}
-AFTER_PREPARE = [["R"], ["C", "R"], ["Bp", "R", "Br"], ["Bp", "Br", "R"], ["C", "Bp", "Br", "R"],
-                 ["Bp", "C", "R", "Br"], ["Bp", "Br"]]
-AFTER_RELEASE = [["R"], ["Bp", "Br"], ["Bp", "R", "Br"]]
+# -- a kill at every write point, then every order of what may come next ----------------------------
+
+POINTS = [(hoststate, "write"),  # every sysfs knob, C-state and hugepage pool (hookhost's FakeKernel)
+          (items.Kind, "write"),  # IRQs, the default IRQ mask, the workqueue mask, cgroups
+          (tasks.Task, "write"),  # task affinities (they override Kind.write)
+          (items.Unit, "write"),  # systemd units' AllowedCPUs (they override Kind.write)
+          (os, "replace"),  # inside every state commit: before the rename
+          (os, "fsync")]  # inside every state commit: before the temporary file is whole, after the rename
+GRACE = 120.0
 
 
-def sweep(host, phase: str, orders: list[list[str]]) -> int:
-    """Kill before each write point in turn; after each kill, every order; returns the trials run."""
-    before, trials = tree(host), 0
-    for order in orders:
+def orders(steps: tuple[str, ...], first: list[tuple[str, str]]) -> list[list[str]]:
+    """Every order of ``steps`` in which, for each (x, y) of ``first``, x comes before y."""
+    return [list(p) for p in itertools.permutations(steps) if all(p.index(x) < p.index(y) for x, y in first)]
+
+
+# After a killed prepare of vm-a: its release R, a reconnect C (libvirt reconnects only to a domain
+# that runs, so before R), another domain's prepare Bp and release Br; and R never coming at all.
+AFTER_PREPARE = orders(("R", "C", "Bp", "Br"), [("Bp", "Br"), ("C", "R")]) + [["Bp", "Br"]]
+# After a killed release of vm-a: the release again (libvirt never repeats one, but it must be
+# harmless), Bp and Br; and no second release.
+AFTER_RELEASE = orders(("R", "Bp", "Br"), [("Bp", "Br")]) + [["Bp", "Br"]]
+# vm-a's prepare raises the hugepage pool; vm-b takes none, so that no page vm-a was promised (and
+# whose QEMU never takes them here) counts against vm-b's (test_hook_hugepages has that arithmetic).
+SA = hp_domain("vm-a", UUID_A, mib=128, pins="2")
+SB = hp_domain("vm-b", UUID_B, pins="3", backing=False)
+
+
+@pytest.fixture(params=["host", "pinned"])
+def sweep_host(request, tmp_path, monkeypatch):
+    """The sweep's host (hookhost.py) on a memory filesystem: cstate_scope ``host`` with cgroup v2
+    groups, or ``pinned`` with systemd units; hugepages and host tasks in both."""
+    root = memory_dir(tmp_path)
+    pinned = request.param == "pinned"
+    build_sysfs(root / "sys")
+    kernel = build_sweep(root, systemd=pinned)
+    (root / "profiles").mkdir()
+    (root / "vmtune.toml").write_text('reserved_cpus = "0"\n' + ('[hook]\ncstate_scope = "pinned"\n' if pinned else ""))
+    for name, value in (("SYSFS", root / "sys"), ("STATE_DIR", root / "state"), ("CONFIG", root / "vmtune.toml"),
+                        ("PROFILES", root / "profiles"), ("LIBVIRT_RUNDIR", root / "libvirt")):
+        monkeypatch.setenv(f"VMTUNE_{name}", str(value))
+    monkeypatch.setenv("VMTUNE_SYSLOG", "0")
+    monkeypatch.delenv("VMTUNE_DRY_RUN", raising=False)
+    monkeypatch.setattr(hoststate, "write", kernel.write)
+    monkeypatch.setattr(tasks.Task, "write", fake_task_write(root / "proc"))
+    monkeypatch.setattr(items, "systemctl", FakeSystemctl(root / "run" / "units"))
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # a memory filesystem: still a kill point
+    monkeypatch.setattr(alive, "GRACE_S", 0.0)
+    LV["lv"] = Libvirt(root / "libvirt")
+    yield root, pinned
+    LV["lv"].close()
+    if root != tmp_path:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def tuned_for_every_lease(host: Path, pinned: bool) -> None:
+    """The host as the leases in the state file want it: governors, EPP, KSM; deep C-states off on
+    every CPU (scope host) or on every leased CPU (scope pinned); each leased CPU but the reserved
+    CPU 0 kept clear of IRQ 1 and of the host's tasks."""
+    sysfs = host / "sys"
+    held = frozenset().union(*(cpuset.parse(lease["cpus"]) for lease in state(host)["leases"].values()))
+    for cpu in range(4):
+        assert (sysfs / f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor").read_text().strip() == "performance"
+        if not pinned or cpu in held:
+            assert (sysfs / f"devices/system/cpu/cpu{cpu}/cpuidle/state3/disable").read_text().strip() == "1", cpu
+    assert (sysfs / "kernel/mm/ksm/run").read_text().strip() == "0"
+    for cpu in held - {0}:
+        assert cpu not in cpuset.parse(irq(host, 1))
+        for status in (host / "proc").glob("*/task/*/status"):
+            assert cpu not in cpuset.parse(status.read_text().rsplit("\t", 1)[1])
+
+
+def sweep_steps(host: Path, pinned: bool, seen: Counter) -> dict:
+    def reconnect() -> None:
+        lv().start("vm-a", UUID_A)
+        assert call(SA, "vm-a", "reconnect", "begin") == 0
+        tuned_for_every_lease(host, pinned)
+
+    def other() -> None:
+        assert call(SB, "vm-b", "prepare", "begin") == 0
+        lv().start("vm-b", UUID_B)
+        seen["Bp completed vm-a" if UUID_A in state(host)["leases"] else "Bp without vm-a"] += 1
+        tuned_for_every_lease(host, pinned)
+
+    return {"R": lambda: release(host, "vm-a", SA), "C": reconnect, "Bp": other,
+            "Br": lambda: release(host, "vm-b", SB)}
+
+
+def sweep(host: Path, pinned: bool, phase: str, after: list[list[str]]) -> tuple[int, int, Counter]:
+    """Kill vm-a's ``phase`` before each write point in turn; after each kill, every order of
+    ``after``. The grace (alive.GRACE_S) alternates with the kill point where the order has a
+    release R, so that Bp sometimes finds vm-a's lease and completes its tuning, and sometimes
+    reaps it. Returns (trials, kill points, what Bp found)."""
+    before, trials, points, seen = tree(host), 0, 0, Counter()
+    steps = sweep_steps(host, pinned, seen)
+    argv = ["vm-a", phase, "end" if phase == "release" else "begin", "-"]
+    for order in after:
         n = 0
         while True:
+            alive.GRACE_S = GRACE if "R" in order and n % 2 == 0 else 0.0
             if phase == "release":
-                prepare(host, "vm-a", UUID_A, A, 2)
-                lv().stop("vm-a")  # the domain stopped; its release is killed
-            code = killed(n, ["vm-a", phase, "end" if phase == "release" else "begin", "-"], A)
+                assert call(SA, "vm-a", "prepare", "begin") == 0
+                tuned_for_every_lease(host, pinned)  # then the domain stops; its release is killed
+            code = killed_at(n, argv, SA, POINTS)
             for step in order:
-                STEPS[step](host)
+                steps[step]()
             assert tree(host) == before, f"{phase} killed at point {n}, then {order}"
             clean(host)
             trials += 1
             if code != KILLED:
                 break  # the call finished before point n: every point was tried
             n += 1
-    return trials
+        points = max(points, n)
+    return trials, points, seen
 
 
-def test_kill_at_every_point_of_prepare_then_every_order(host):
-    """SIGKILL-like death before every sysfs write and inside every state commit of vm-a's prepare,
-    then release, reconnect and another domain's prepare and release in every order: each prepare
-    leaves the host fully tuned, and the end is exact with no lease."""
-    trials = sweep(host, "prepare", AFTER_PREPARE)
-    print(f"reliability: kill in prepare: {trials} trials held")  # RELIABILITY.md (pytest -s)
-    assert trials > 100
+def census(host: Path, phase: str) -> Counter:
+    """How many times vm-a's ``phase`` passes each kind of kill point (a run without a kill)."""
+    counts: Counter = Counter()
+    real = {(owner, name): getattr(owner, name) for owner, name in POINTS}
+
+    def counting(owner, name):
+        def inner(*args, **kwargs):
+            label = f"{getattr(owner, '__name__', owner)}.{name}"
+            if owner is hoststate and "nr_hugepages" in str(args[1:2]):
+                label = "hugepage pool"
+            elif owner is hoststate and "cpuidle" in str(args[1:2]):
+                label = "C-state"
+            counts[label] += 1
+            return real[owner, name](*args, **kwargs)
+        return inner
+
+    if phase == "release":
+        assert call(SA, "vm-a", "prepare", "begin") == 0
+    for owner, name in POINTS:
+        setattr(owner, name, counting(owner, name))
+    try:
+        assert call(SA, "vm-a", phase, "end" if phase == "release" else "begin") == 0
+    finally:
+        for (owner, name), fn in real.items():
+            setattr(owner, name, fn)
+    if phase == "prepare":
+        assert call(SA, "vm-a", "release", "end") == 0
+    return counts
 
 
-def test_kill_at_every_point_of_release_then_what_may_come(host):
-    """A release killed at any point, which libvirt never repeats: the next event (another domain's
-    prepare) reaps the lease of the stopped domain, and the host ends exact."""
-    trials = sweep(host, "release", AFTER_RELEASE)
-    print(f"reliability: kill in release: {trials} trials held")  # RELIABILITY.md (pytest -s)
-    assert trials > 50
+@pytest.mark.parametrize("phase", ["prepare", "release"])
+def test_kill_at_every_point_then_every_order(sweep_host, phase):
+    """SIGKILL-like death before every sysfs, C-state, hugepage, IRQ, cgroup or unit and task write
+    and inside every state commit of vm-a's prepare (or release), then every order of what may come
+    next: each prepare and reconnect leaves the host tuned for every lease, and the end is exact
+    with no lease."""
+    host, pinned = sweep_host
+    kinds = census(host, phase)
+    assert kinds["hugepage pool"] and kinds["C-state"] and kinds["Task.write"] and kinds["Kind.write"]
+    assert bool(kinds["Unit.write"]) == pinned
+    trials, points, seen = sweep(host, pinned, phase, AFTER_PREPARE if phase == "prepare" else AFTER_RELEASE)
+    assert points == sum(kinds.values())
+    if phase == "prepare":
+        assert seen["Bp completed vm-a"] and seen["Bp without vm-a"]
+    scope = "pinned, units" if pinned else "host, cgroups"
+    print(f"reliability: kill in {phase} ({scope}): {points} points, "  # RELIABILITY.md (pytest -s)
+          f"{len(AFTER_PREPARE if phase == 'prepare' else AFTER_RELEASE)} orders, {trials} trials held")
+
+
+@pytest.mark.parametrize("phase", ["prepare", "release"])
+def test_enospc_between_the_two_files_of_a_commit(sweep_host, monkeypatch, phase):
+    """The disk fills up after a final commit has replaced state.json and before it replaces
+    baseline.json (once, at each final commit of vm-a's prepare or release in turn): what comes
+    next (the release, another domain) ends exact."""
+    host, pinned = sweep_host
+    before, real, n = tree(host), atomic.replace, 0
+    while True:
+        seen = [0]
+
+        def replace(path, data, *args, n=n, seen=seen, **kwargs):
+            if path.endswith(leases.BASELINE_FILE):
+                seen[0] += 1
+                if seen[0] == n + 1:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+            return real(path, data, *args, **kwargs)
+
+        if phase == "release":
+            assert call(SA, "vm-a", "prepare", "begin") == 0
+        monkeypatch.setattr(atomic, "replace", replace)
+        call(SA, "vm-a", phase, "end" if phase == "release" else "begin")
+        monkeypatch.setattr(atomic, "replace", real)
+        for step in ["R", "Bp", "Br"] if phase == "prepare" else ["Bp", "Br"]:
+            sweep_steps(host, pinned, Counter())[step]()
+        assert tree(host) == before, f"ENOSPC at the baseline of final commit {n} of {phase}"
+        clean(host)
+        if seen[0] <= n:
+            break
+        n += 1
+    assert n >= 1
+    print(f"reliability: ENOSPC between the files of a commit of {phase} ({'pinned' if pinned else 'host'}): "
+          f"{n + 1} trials held")  # RELIABILITY.md (pytest -s)
+
+
+def killed(n: int, argv: list[str], xml: str) -> int:
+    return killed_at(n, argv, xml, POINTS)
 
 
 def test_a_killed_commit_leaves_no_temporary_file_behind(host):
@@ -224,29 +349,66 @@ def test_a_full_or_read_only_state_dir_at_each_commit(host, tiny, monkeypatch, f
             lv().start("vm-a", UUID_A)
             release(host, "vm-a", A)
         else:
-            STEPS["Bp"](host)  # the next event reaps what a failed call left
-            STEPS["Br"](host)
+            prepare(host, "vm-b", UUID_B, B, 3)  # the next event reaps what a failed call left
+            release(host, "vm-b", B)
         assert tree(host) == before, f"{fault} at commit {n} of {phase}"
         clean(host)
 
 
 # -- damage fails closed -----------------------------------------------------------------------------
 
+def _edit(change):
+    """A damage that rewrites the good document: ``change(doc)`` edits it in place."""
+    def damage(path: Path) -> None:
+        doc = json.loads(path.read_text())
+        change(doc)
+        path.write_text(json.dumps(doc))
+    return damage
+
+
+def _record(doc) -> dict:
+    """An isolation record of a CPU list (an IRQ's), of the good document."""
+    return next(r for k, r in doc["isolation"]["records"].items() if k.startswith("irq:") and k != "irq:default")
+
+
+def _replaced(path: Path, make) -> None:
+    path.unlink()
+    make(path)
+
+
 DAMAGE = {
-    "truncated": lambda good: good[: len(good) // 2],
-    "garbage": lambda good: "\x00\xff garbage",
-    "empty": lambda good: "",
-    "not an object": lambda good: "[1, 2]",
-    "cpus of the wrong type": lambda good: json.dumps({**json.loads(good), "leases": {
-        UUID_A: {**json.loads(good)["leases"][UUID_A], "cpus": 5}}}),
-    "baseline of the wrong type": lambda good: json.dumps({**json.loads(good), "baseline": "x"}),
-    "absolute knob path": lambda good: good.replace('"devices/system/cpu/cpu0/cpufreq/', '"/etc/cpu0/'),
-    "knob path with ..": lambda good: good.replace('"devices/system/cpu/cpu0/cpufreq/', '"devices/../../../x/'),
-    "CPU beyond the host": lambda good: good.replace('"cpus": "2"', '"cpus": "2,70000"'),
-    "bad pool key": lambda good: json.dumps({**json.loads(good), "leases": {
-        UUID_A: {**json.loads(good)["leases"][UUID_A], "hugepages": {"x:y": {"need": 1}}}}}),
-    "missing": None,
+    "truncated": lambda p: p.write_text(p.read_text()[: len(p.read_text()) // 2]),
+    "garbage": lambda p: p.write_text("\x00\xff garbage"),
+    "empty": lambda p: p.write_text(""),
+    "not an object": lambda p: p.write_text("[1, 2]"),
+    "cpus of the wrong type": _edit(lambda d: d["leases"][UUID_A].update(cpus=5)),
+    "baseline of the wrong type": _edit(lambda d: d.update(baseline="x")),
+    "cstates 0": _edit(lambda d: d["leases"][UUID_A].update(cstates=0)),
+    "hugepages \"\"": _edit(lambda d: d["leases"][UUID_A].update(hugepages="")),
+    "isolation records 0": _edit(lambda d: d["isolation"].update(records=0)),
+    "since not finite": lambda p: p.write_text(p.read_text().replace('"since": ', '"since": NaN, "x": ', 1)),
+    "absolute knob path": lambda p: p.write_text(p.read_text().replace('"devices/system/cpu/cpu0/cpufreq/', '"/etc/cpu0/')),
+    "knob path with ..": lambda p: p.write_text(
+        p.read_text().replace('"devices/system/cpu/cpu0/cpufreq/', '"devices/../../../x/')),
+    "CPU beyond the host": lambda p: p.write_text(p.read_text().replace('"cpus": "2"', '"cpus": "2,70000"')),
+    "bad pool key": _edit(lambda d: d["leases"][UUID_A].update(hugepages={"x:y": {"need": 1}})),
+    "isolation value not a CPU list": _edit(lambda d: _record(d).update(before="zz")),
+    "isolation value beyond the host": _edit(lambda d: _record(d).update(before="0-65536")),
+    "isolation mask not a mask": _edit(lambda d: d["isolation"]["records"]["irq:default"].update(after="0-3")),
+    "a directory": lambda p: _replaced(p, os.mkdir),
+    "a FIFO": lambda p: _replaced(p, os.mkfifo),
+    "writable by others": lambda p: p.chmod(0o666),
+    "missing": lambda p: p.unlink(),
 }
+
+
+def fingerprint(path: Path) -> tuple[str, bytes | None] | None:
+    """What is at ``path`` (never opening a FIFO): its kind and, for a file, its bytes."""
+    if not os.path.lexists(path):
+        return None
+    if path.is_dir() or path.is_fifo():
+        return ("dir" if path.is_dir() else "fifo", None)
+    return ("file", path.read_bytes())
 
 
 @pytest.mark.parametrize("kind", DAMAGE)
@@ -258,18 +420,15 @@ def test_damage_fails_closed_and_reap_goes_on_from_the_last_good_copy(host, caps
     prepare(host, "vm-a", UUID_A, A, 2)
     tuned = tree(host)
     path = host / "state" / "state.json"
-    if DAMAGE[kind] is None:
-        path.unlink()
-    else:
-        path.write_text(DAMAGE[kind](path.read_text()))
-    damaged = path.read_bytes() if path.exists() else None
+    DAMAGE[kind](path)
+    damaged = fingerprint(path)
     capsys.readouterr()
     assert call(B, "vm-b", "prepare", "begin") == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "state.json" in err[0] and "vmtune hook reap" in err[0], err
     assert call(A, "vm-a", "release", "end") == 0
     assert tree(host) == tuned  # fail closed: nothing restored from a state that cannot be read
-    assert (path.read_bytes() if path.exists() else None) == damaged
+    assert fingerprint(path) == damaged
     assert cli.main(["hook", "reap"]) == 0
     out = capsys.readouterr().out
     assert "damaged" in out and "going on from" in out
@@ -279,30 +438,126 @@ def test_damage_fails_closed_and_reap_goes_on_from_the_last_good_copy(host, caps
     assert len(aside) == (0 if kind == "missing" else 1)
 
 
-def test_two_damages_get_two_set_aside_copies(host, capsys):
-    for _ in range(2):
-        prepare(host, "vm-a", UUID_A, A, 2)
-        (host / "state" / "state.json").write_text("{")
-        assert cli.main(["hook", "reap"]) == 0
-        release(host, "vm-a", A)
-    assert len([p for p in (host / "state").iterdir() if ".damaged-" in p.name]) == 2
+def test_a_damaged_baseline_while_the_state_is_missing_is_damage(host, capsys):
+    """state.json deleted and baseline.json damaged while vm-a runs tuned: no state is assumed
+    empty, so vm-b's prepare is refused (one line naming the file and what to do) and takes no
+    baseline from the tuned host; ``vmtune hook reap`` sets the copy aside and says to check by hand."""
+    prepare(host, "vm-a", UUID_A, A, 2)
+    tuned = tree(host)
+    folder = host / "state"
+    (folder / "state.json").unlink()
+    (folder / "baseline.json").write_text('{"trunc')
+    capsys.readouterr()
+    assert call(B, "vm-b", "prepare", "begin") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "baseline.json" in err[0] and "check by hand" in err[0], err
+    assert not (folder / "state.json").exists() and tree(host) == tuned
+    assert cli.main(["hook", "reap"]) == 0
+    assert "original host values are lost" in capsys.readouterr().out
+
+
+def _places(node, where: str = ""):
+    """Every place in the decoded document ``node``: (where, setter, value)."""
+    pairs = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    for key, value in pairs:
+        yield f"{where}.{key}", (lambda v, node=node, key=key: node.__setitem__(key, v)), value
+        yield from _places(value, f"{where}.{key}")
+
+
+FALSY = [0, 0.0, "", [], {}, False]
+
+
+def test_every_value_of_the_wrong_type_is_damage(host):
+    """Any value of a complete state (leases with hugepages and C-states, baseline, isolation
+    records and pairs) replaced by a falsy value of another type is damage: nothing falsy stands in
+    for an empty dict or list, no number for a string."""
+    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\ncstate_scope = "pinned"\n')
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    good = state(host)
+    good["leases"][UUID_A]["hugepages"] = {"0:2048": {"need": 1, "added": 1, "raising": {"from": 0, "to": 1}}}
+    assert good["leases"][UUID_A]["cstates"] and good["isolation"]["pairs"] and good["isolation"]["records"]
+    decode(good, 5)
+    tried = 0
+    doc = json.loads(json.dumps(good))
+    for where, put, value in list(_places(doc)):
+        for wrong in FALSY:
+            if type(wrong) is type(value) or (type(value) is float and type(wrong) is int):
+                continue  # the right type (an int is a float too)
+            put(wrong)
+            with pytest.raises(Damaged):
+                decode(doc, 5)
+                pytest.fail(f"{where} = {wrong!r} was taken")
+            tried += 1
+        put(value)
+    assert tried > 100
+    print(f"reliability: wrong types: {tried} trials held")  # RELIABILITY.md (pytest -s)
 
 
 # -- bounded work, bounded waits ---------------------------------------------------------------------
 
+BOMB = ",".join(f"{i * 65536}-{i * 65536 + 65535}" for i in range(300))
+
+
 def test_a_cpuset_bomb_is_refused_without_expanding_it(host, capsys):
     """300 ranges of 65,536 CPUs each in one vcpupin: refused in one line, found before any range
     is expanded (memory stays small), and the host is untouched."""
-    bomb = ",".join(f"{i * 65536}-{i * 65536 + 65535}" for i in range(300))
     before = tree(host)
     tracemalloc.start()
-    rc = call(domain("vm-bomb", UUID_A, pins=bomb), "vm-bomb", "prepare", "begin")
+    rc = call(domain("vm-bomb", UUID_A, pins=BOMB), "vm-bomb", "prepare", "begin")
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert rc == 1 and peak < 8 << 20
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "beyond the host's last CPU 4" in err[0]
     assert tree(host) == before
+
+
+@pytest.mark.parametrize("op", [("prepare", "begin"), ("migrate", "begin"), ("restore", "begin"),
+                                ("reconnect", "begin"), ("release", "end")])
+@pytest.mark.parametrize("where", ["vcpupin", "emulatorpin", "numatune"])
+def test_the_bomb_is_refused_in_every_hook_path_in_under_100_ms(host, capsys, op, where):
+    """The issue's bomb in any CPU or node list, through every op the hook handles: refused (or, at
+    release, ignored) in under 100 ms of the hook's own time (the bound the issue names; the
+    interpreter's start is not counted), one line, no re-pinned XML, the host untouched."""
+    xml = domain("vm-bomb", UUID_A, pins="2")
+    bombed = {"vcpupin": xml.replace("cpuset='2'", f"cpuset='{BOMB}'"),
+              "emulatorpin": xml.replace("</cputune>", f"<emulatorpin cpuset='{BOMB}'/></cputune>"),
+              "numatune": xml.replace("</domain>", f"<numatune><memory nodeset='{BOMB}'/></numatune></domain>")}[where]
+    call(A, "vm-a", op[0], op[1])  # warm: modules imported, caches filled
+    call(A, "vm-a", "release", "end")
+    before = tree(host)
+    capsys.readouterr()
+    took = time.perf_counter()
+    rc = hook.main(["vm-bomb", *op, "-"], bombed.encode())
+    took = time.perf_counter() - took
+    out, err = capsys.readouterr()
+    print(f"reliability: bomb in {where} through {op[0]}: {took * 1000:.1f} ms")  # RELIABILITY.md (pytest -s)
+    assert took < 0.1, f"{took * 1000:.0f} ms"
+    assert rc == (1 if op[0] in ("prepare", "migrate", "restore") else 0) and out == ""
+    if op[0] != "release":
+        assert len(err.strip().splitlines()) == 1 and "beyond" in err, err
+    assert tree(host) == before
+
+
+def test_a_cpuset_expands_each_cpu_once(monkeypatch):
+    """Parsing costs O(text + CPUs): a 140 KB list of the same range, on a host with 8192 possible
+    CPUs, expands 8192 ids, not 20,000 times that (the ranges are merged first)."""
+    expanded = [0]
+    real = range
+
+    def counting(*args):
+        r = real(*args)
+        expanded[0] += len(r)
+        return r
+
+    monkeypatch.setattr(cpuset, "range", counting, raising=False)
+    text = ",".join(["0-8191"] * 20001)
+    assert len(text) > 140_000
+    assert cpuset.parse(text, limit=8192) == frozenset(real(8192))
+    assert expanded[0] == 8192
+    expanded[0] = 0
+    assert cpuset.parse(",".join(["0-4095", "^0-4095"] * 5000 + ["5000"])) == {5000}
+    assert expanded[0] == 4096 + 1 + 4096
 
 
 def test_a_held_lock_times_out_naming_its_holder(host, capsys):
@@ -370,6 +625,19 @@ def test_a_domain_with_a_uuid_is_released_by_uuid_only(host):
     assert_tuned(host / "sys")
 
 
+@pytest.mark.parametrize("xml", ["no UUID", "unreadable"])
+def test_a_release_that_cannot_name_a_uuid_keeps_a_lease_kept_by_uuid(host, capsys, xml):
+    """A release whose XML has no UUID, or cannot be read, matches only a lease kept by name: vm-a's
+    lease (kept by its UUID) stays, the host stays tuned, and the log says why."""
+    prepare(host, "vm-a", UUID_A, A, 2)
+    tuned = tree(host)
+    capsys.readouterr()
+    bad = A.replace(f"<uuid>{UUID_A}</uuid>", "") if xml == "no UUID" else A.replace("</domain>", "")
+    assert call(bad, "vm-a", "release", "end") == 0
+    assert list(state(host)["leases"]) == [UUID_A] and tree(host) == tuned
+    assert f"the lease of vm-a under UUID {UUID_A} is kept" in capsys.readouterr().err
+
+
 def test_control_characters_in_a_name_cannot_forge_log_lines(host, capsys):
     evil = domain("vm\nvmtune-hook: forged", UUID_A, pins="2")
     call(evil, "x", "prepare", "begin")
@@ -387,9 +655,7 @@ def test_a_stale_lease_is_reaped_at_the_next_prepare(host, capsys, how):
     if how == "no status file":
         lv().stop("vm-a")
     elif how == "QEMU gone":
-        qemu = lv().procs.pop("vm-a")
-        qemu.kill()
-        qemu.wait()
+        lv().kill("vm-a")
     else:
         lv().stop("vm-a")
         lv().start("vm-a", "99999999-9999-9999-9999-999999999999")
@@ -399,6 +665,65 @@ def test_a_stale_lease_is_reaped_at_the_next_prepare(host, capsys, how):
     assert list(state(host)["leases"]) == [UUID_B]
     release(host, "vm-b", B)
     assert tree(host) == before
+
+
+@pytest.mark.parametrize("name", ["db,1", "a,,b,", "plain"])
+@pytest.mark.parametrize("with_uuid", [True, False], ids=["-uuid", "-name only"])
+def test_a_running_domain_is_never_reaped(host, name, with_uuid):
+    """A domain that runs keeps its lease, whatever its name: QEMU's ``-name guest=`` doubles a
+    comma (``db,1`` is ``guest=db,,1``), and ``-uuid`` (which libvirt always passes) decides."""
+    xml = domain(name, UUID_A, pins="2")
+    assert call(xml, name, "prepare", "begin") == 0
+    lv().start(name, UUID_A, with_uuid=with_uuid)
+    prepare(host, "vm-b", UUID_B, B, 3)
+    assert set(state(host)["leases"]) == {UUID_A, UUID_B}
+    assert call(xml, name, "reconnect", "begin") == 0 and cli.main(["hook", "reap"]) == 0
+    assert set(state(host)["leases"]) == {UUID_A, UUID_B}
+
+
+def test_a_pid_reused_by_another_qemu_is_not_the_domain(host, capsys):
+    """vm-a's pid file names a QEMU whose ``-uuid`` is another domain's, under vm-a's name: stale."""
+    prepare(host, "vm-a", UUID_A, A, 2)
+    other = lv().qemu("vm-a", "99999999-9999-9999-9999-999999999999")
+    (lv().folder / "vm-a.pid").write_text(f"{other.pid}\n")
+    capsys.readouterr()
+    prepare(host, "vm-b", UUID_B, B, 3)
+    assert f"vm-a: lease reaped: pid {other.pid} is not its QEMU" in capsys.readouterr().err
+
+
+@given(st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), min_size=1))
+@settings(max_examples=200)
+def test_qemu_options_read_a_name_as_qemu_does(name):
+    """Any name, written as libvirt writes it for QEMU (commas doubled), reads back whole."""
+    value = f"guest={name.replace(',', ',,')},debug-threads=on"
+    assert alive.qemu_options(value) == {"guest": name, "debug-threads": "on"}
+    assert alive.identity(b"\0".join([b"qemu", b"-name", value.encode(), b"-uuid", UUID_A.upper().encode()])) == (
+        UUID_A, name)
+
+
+def test_a_missing_run_dir_reaps_nothing_and_says_so(host, capsys, monkeypatch):
+    """Without libvirt's run dir nothing can be known: no lease is reaped, and one warning says why."""
+    prepare(host, "vm-a", UUID_A, A, 2)
+    monkeypatch.setenv("VMTUNE_LIBVIRT_RUNDIR", str(host / "nowhere"))
+    capsys.readouterr()
+    assert call(B, "vm-b", "prepare", "begin") == 0
+    err = capsys.readouterr().err
+    assert "nowhere does not exist: cannot tell which domains run, no lease reaped" in err
+    assert set(state(host)["leases"]) == {UUID_A, UUID_B}
+
+
+def test_a_lease_from_the_future_is_reaped_too(host, capsys, monkeypatch):
+    """A ``since`` in the future (the clock was set back) counts the grace from now, not forever."""
+    monkeypatch.setattr(alive, "GRACE_S", 120.0)
+    prepare(host, "vm-a", UUID_A, A, 2)
+    doc = state(host)
+    doc["leases"][UUID_A]["since"] = time.time() + 10 * 365 * 86400
+    for name in ("state.json", "baseline.json"):
+        (host / "state" / name).write_text(json.dumps(doc))
+    lv().stop("vm-a")
+    capsys.readouterr()
+    prepare(host, "vm-b", UUID_B, B, 3)
+    assert "vm-a: lease reaped: libvirt has no status file" in capsys.readouterr().err
 
 
 def test_a_starting_domain_is_not_reaped(host, monkeypatch):
@@ -419,13 +744,37 @@ def test_hook_reap_for_an_operator(host, capsys):
     clean(host)
 
 
-def test_every_prepare_completes_what_a_crash_left(host):
+def test_hook_reap_prints_a_name_on_one_line(host, capsys):
+    """A newline in a domain's name is escaped in ``vmtune hook reap``'s output as in the logs."""
+    evil = domain("vm\nforged: x", UUID_A, pins="2")
+    assert call(evil, "x", "prepare", "begin") == 0
+    capsys.readouterr()
+    assert cli.main(["hook", "reap"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "reaped the lease of vm\\nforged: x" in out
+
+
+@pytest.mark.parametrize("scope", ["host", "pinned"])
+def test_every_prepare_completes_what_a_crash_left(host, scope):
     """Class 1 of the trials: vm-a's prepare is killed half-way, vm-b prepares before vm-a's release
-    arrives (vm-a still starting): vm-b's prepare leaves the host fully tuned."""
-    killed(5, ["vm-a", "prepare", "begin", "-"], A)
-    lv().start("vm-a", UUID_A)  # libvirt goes on starting it
-    prepare(host, "vm-b", UUID_B, B, 3)
-    assert_tuned(host / "sys")
+    arrives (vm-a still starting): vm-b's prepare leaves the host fully tuned for both, vm-a's
+    CPU's C-states included with scope ``pinned``."""
+    (host / "vmtune.toml").write_text(f'reserved_cpus = "0"\n[hook]\ncstate_scope = "{scope}"\n')
+    completed = 0
+    for n in itertools.count():
+        code = killed(n, ["vm-a", "prepare", "begin", "-"], A)
+        lv().start("vm-a", UUID_A)  # libvirt goes on starting it
+        assert call(B, "vm-b", "prepare", "begin") == 0
+        lv().start("vm-b", UUID_B)
+        if UUID_A in state(host)["leases"]:
+            completed += 1
+        tuned_for_every_lease(host, scope == "pinned")
+        release(host, "vm-a", A)
+        release(host, "vm-b", B)
+        if code != KILLED:
+            break
+    assert completed > 5
+    print(f"reliability: a killed prepare, then another domain ({scope}): {n + 1} trials held")  # RELIABILITY.md
 
 
 # -- storms ------------------------------------------------------------------------------------------

@@ -209,3 +209,19 @@ def test_indenting_never_changes_a_value(path, pick, pi):
     theirs = etree.fromstring(path.read_bytes())
     etree.indent(theirs, space="  ")
     assert etree.tostring(root) == etree.tostring(theirs)
+
+
+spans = st.lists(st.tuples(st.booleans(), st.integers(0, 300), st.integers(0, 40)), max_size=30)
+
+
+@given(spans)
+def test_cpuset_parse_is_the_naive_expansion(parts):
+    """Merging ranges before expanding them changes nothing: a cpulist of overlapping, repeated and
+    excluded ranges parses to what expanding each range in turn gives, and formats back to itself."""
+    text = ",".join(f"{'^' if neg else ''}{lo}-{lo + width}" if width else f"{'^' if neg else ''}{lo}"
+                    for neg, lo, width in parts)
+    include = {i for neg, lo, width in parts if not neg for i in range(lo, lo + width + 1)}
+    exclude = {i for neg, lo, width in parts if neg for i in range(lo, lo + width + 1)}
+    got = cpuset.parse(text)
+    assert got == include - exclude
+    assert cpuset.parse(cpuset.format(got)) == got

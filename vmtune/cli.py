@@ -17,6 +17,7 @@ from . import config as config_mod
 from . import cpuset, profiles, units, xmlsafe
 from .atomic import write_atomic  # moved to the library; vmtune.cli.write_atomic still works
 from .errors import InvalidInput, VmtuneError
+from .hook import escape
 from .host import Host
 from .driver import rewrite
 
@@ -188,7 +189,7 @@ def _reap(cfg) -> int:
     except OSError as exc:
         raise InvalidInput(f"cannot reap: {exc.strerror or exc}") from None
     for line in done or ["nothing to reap: every lease belongs to a running domain"]:
-        print(line)
+        print(escape(line))  # lease names are the domains' own: one line each
     return 0
 
 
@@ -203,8 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args, cfg)
     except VmtuneError as exc:
         # one line, whatever the message quotes (file names, attribute values with &#10;)
-        message = str(exc).replace("\r", "\\r").replace("\n", "\\n")
-        print(f"vmtune: error: {message}", file=sys.stderr)
+        print(f"vmtune: error: {escape(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

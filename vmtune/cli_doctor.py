@@ -33,6 +33,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_doctor(args, cfg) -> int:
     from .doctor import Roots, diagnose
+    from .hook import escape
 
     if args.prometheus:
         from .doctor import prometheus
@@ -44,7 +45,7 @@ def cmd_doctor(args, cfg) -> int:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         for finding in report.findings:
-            print(finding.line())
+            print(escape(finding.line()))  # names of domains and leases are their own: one line each
         counts = ", ".join(f"{n} {level}" for level, n in report.counts().items())
         print(f"doctor: {counts}" + ("  (exit 1: something FAILs)" if report.failed else ""))
     if args.prometheus:

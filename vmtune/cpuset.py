@@ -1,4 +1,9 @@
-"""libvirt/Linux CPU list syntax: ``0-3,8,^2`` <-> frozenset of ints."""
+"""libvirt/Linux CPU list syntax: ``0-3,8,^2`` <-> frozenset of ints.
+
+Parsing costs O(text + CPUs), never O(text x CPUs): the ranges are read and checked against the
+limit first, then merged, and only their union is expanded, once. Without a ``limit``, ids stop
+at ``MAX_ID`` (no kernel has more CPUs), so no text can make a set larger than that.
+"""
 
 from __future__ import annotations
 
@@ -6,45 +11,73 @@ from collections.abc import Iterable
 
 from .errors import InvalidInput
 
+MAX_ID = 1 << 16  # the default limit: ids below it
+MAX_HOST_CPUS = 8192  # the largest NR_CPUS of distribution kernels
 
-def parse(text: str | None, limit: int | None = None) -> frozenset[int]:
-    """Parse a cpulist (``"0-3,^2,8"``, Linux sysfs or libvirt syntax); ``""`` and None give {}.
 
-    ``limit``: ids must be below it (the host's possible CPUs), checked before a range is expanded,
-    so the work is bounded by the limit, not by the text.
-    """
-    if text is None:
-        return frozenset()
-    include: set[int] = set()
-    exclude: set[int] = set()
-    for raw in text.strip().split(","):
+def ranges(text: str | None, limit: int | None = None, last: str | None = None,
+           ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The (included, excluded) ``(lo, hi)`` ranges of a cpulist, each id checked against
+    ``limit`` (default ``MAX_ID``) before anything is expanded: O(text). InvalidInput if bad;
+    ``last`` names ``limit - 1`` in the message (default: "the host's last CPU")."""
+    include: list[tuple[int, int]] = []
+    exclude: list[tuple[int, int]] = []
+    top = MAX_ID if limit is None else limit
+    for raw in (text or "").strip().split(","):
         part = raw.strip()
         if not part:
             continue
         target = include
         if part.startswith("^"):
             target, part = exclude, part[1:].strip()
+        lo_s, dash, hi_s = part.partition("-")
         try:
-            if "-" in part:
-                lo_s, hi_s = part.split("-", 1)
-                lo, hi = int(lo_s), int(hi_s)
-                if lo < 0 or hi < lo:
-                    raise ValueError
-                if limit is not None and hi >= limit:
-                    raise InvalidInput(f"cpu list {raw.strip()!r} goes beyond the host's last CPU {limit - 1}")
-                if hi - lo > 1 << 16:
-                    raise InvalidInput(f"cpu list range too large: {raw.strip()!r}")
-                target.update(range(lo, hi + 1))
-            else:
-                value = int(part)
-                if value < 0:
-                    raise ValueError
-                if limit is not None and value >= limit:
-                    raise InvalidInput(f"cpu list names CPU {value}, beyond the host's last CPU {limit - 1}")
-                target.add(value)
+            lo = int(lo_s)
+            hi = int(hi_s) if dash else lo
         except ValueError:
-            raise InvalidInput(f"bad cpu list {text!r}") from None
-    return frozenset(include - exclude)
+            raise InvalidInput(f"bad cpu list {_short(text)!r}") from None
+        if lo < 0 or hi < lo:
+            raise InvalidInput(f"bad cpu list {_short(text)!r}")
+        if hi >= top:
+            last = last or ("the host's last CPU" if limit is not None else "the largest CPU id")
+            what = f"cpu list {raw.strip()!r} goes" if dash else f"cpu list names CPU {hi},"
+            raise InvalidInput(f"{_short(what, 80)} beyond {last} {top - 1}")
+        target.append((lo, hi))
+    return include, exclude
+
+
+def _short(text: str | None, most: int = 120) -> str:
+    text = text or ""
+    return text if len(text) <= most else text[:most] + "..."
+
+
+def _union(spans: list[tuple[int, int]]) -> set[int]:
+    """Every id of the ranges, each expanded once: O(k log k + ids)."""
+    out: set[int] = set()
+    end = -1  # ids up to ``end`` are in ``out`` already
+    for lo, hi in sorted(spans):
+        if hi > end:
+            out.update(range(max(lo, end + 1), hi + 1))
+            end = hi
+    return out
+
+
+def check(text: str | None, limit: int | None = None, last: str | None = None) -> None:
+    """InvalidInput if ``text`` is not a cpulist whose ids are all below ``limit``; expands nothing."""
+    ranges(text, limit, last)
+
+
+def parse(text: str | None, limit: int | None = None) -> frozenset[int]:
+    """Parse a cpulist (``"0-3,^2,8"``, Linux sysfs or libvirt syntax); ``""`` and None give {}.
+
+    ``limit``: ids must be below it (the host's possible CPUs; default ``MAX_ID``), checked before
+    a range is expanded, so the work is bounded by the text and the limit, never their product.
+    """
+    include, exclude = ranges(text, limit)
+    out = _union(include)
+    if exclude:
+        out -= _union(exclude)
+    return frozenset(out)
 
 
 def format(cpus: Iterable[int]) -> str:  # noqa: A001 - mirrors libvirt's virBitmapFormat
@@ -61,15 +94,19 @@ def format(cpus: Iterable[int]) -> str:  # noqa: A001 - mirrors libvirt's virBit
     return ",".join(out)
 
 
-def parse_mask(text: str | None) -> frozenset[int]:
-    """Parse a kernel hex CPU mask (``"3"``, ``"00000000,0000000f"``); bad text raises InvalidInput."""
+def parse_mask(text: str | None, limit: int | None = None) -> frozenset[int]:
+    """Parse a kernel hex CPU mask (``"3"``, ``"00000000,0000000f"``); bad text raises InvalidInput,
+    and so does a CPU at or beyond ``limit`` (default ``MAX_ID``)."""
     digits = (text or "").strip().replace(",", "")
     if not digits:
         return frozenset()
+    top = MAX_ID if limit is None else limit
     try:
-        value = int(digits, 16)
+        value = int(digits, 16) if len(digits.lstrip("0")) <= top // 4 + 1 else -1
     except ValueError:
-        raise InvalidInput(f"bad cpu mask {text!r}") from None
+        raise InvalidInput(f"bad cpu mask {_short(text)!r}") from None
+    if value < 0 or value.bit_length() > top:
+        raise InvalidInput(f"cpu mask {_short(text, 40)!r} names CPUs beyond {top - 1}")
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
 
 

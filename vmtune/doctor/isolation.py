@@ -20,8 +20,9 @@ from .. import cpuset
 from ..hook import alive
 from ..hook.isolation import finders, reserved, tasks
 from ..hook.isolation.items import Item
+from ..hook.state import State
 from .findings import Context, Finding, maker
-from .state import load, state_path
+from .state import libvirt_rundir, load, state_path
 
 new = maker("isolation")
 SHOWN = 3
@@ -29,7 +30,7 @@ SHOWN = 3
 
 def live_leases(ctx: Context, state) -> dict:
     """The leases whose domain libvirt still runs (or whose state cannot be known)."""
-    folder, now = ctx.path("root", "run/libvirt/qemu"), time.time()
+    folder, now = libvirt_rundir(ctx), time.time()
     proc = ctx.roots.proc or alive.PROC
     return {key: lease for key, lease in state.leases.items()
             if alive.why_stale(folder, proc, key, lease.name, lease.since, now) is None}
@@ -61,8 +62,8 @@ def strays(proc: str, rundir: str, held: frozenset[int]) -> tuple[list[Item], li
 def check(ctx: Context) -> list[Finding]:
     if not ctx.has("root") or not ctx.has("proc"):
         return [new("SKIP", "(no --root or --proc)", "the leases or the tasks are not given: isolation not checked")]
-    state = load(state_path(ctx))
-    if state is None or isinstance(state, str) or not state.leases:
+    state = load(ctx, state_path(ctx))
+    if not isinstance(state, State) or not state.leases:
         return [new("OK", state_path(ctx), "no latency lease: no CPU to keep clear")]
     leases = live_leases(ctx, state)
     if not leases:

@@ -1,16 +1,20 @@
 """vmtune's own state: the hook's leases and saved baseline (vmtune/hook/leases.py) against the
 live values (drift), leases that overlap, and leases whose domain no longer runs.
 
-The state file is read with the hook's own reader and validator (leases.Store, state.py), never
-locked or written.
+The state files are read with the hook's own reader and validator (leases.Store, state.py), never
+locked or written, so the doctor calls damaged exactly what the hook refuses (``state.json``
+missing while ``baseline.json`` holds leases included). Whether a lease's domain runs is judged as
+the hook judges it (alive.py: libvirt's status files, the QEMU's pid): the doctor is read-only, so
+a stale lease is a WARN that says ``vmtune hook reap``, which does what the next hook call would.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from .. import cpuset
-from ..hook import hoststate, leases
+from ..hook import alive, hoststate, leases
 from ..hook.state import KnobRecord
 from .findings import Context, Finding, maker
 
@@ -23,31 +27,29 @@ def state_path(ctx: Context) -> str:
     return ctx.path("root", os.path.join(leases.DEFAULT_DIR.lstrip("/"), leases.STATE_FILE))
 
 
-def load(path: str) -> leases.State | str | None:
-    """The state; None when there is no file; a string saying why it cannot be read."""
-    if not os.path.lexists(path):
+def load(ctx: Context, path: str) -> leases.State | leases.Damaged | str | None:
+    """The state in ``path`` as the hook reads it; None when neither it nor ``baseline.json`` beside
+    it exists; Damaged when the hook would refuse it; "permission denied" when it cannot be read."""
+    folder = os.path.dirname(path)
+    if not os.path.lexists(path) and not os.path.lexists(os.path.join(folder, leases.BASELINE_FILE)):
         return None
-    store = leases.Store(folder=os.path.dirname(path), dry_run=True)
+    sysfs = ctx.roots.sysfs if ctx.has("sysfs") else None
+    store = leases.Store(folder=folder, dry_run=True, sysfs=sysfs,
+                         limit=hoststate.cpu_limit(sysfs) if sysfs else leases.DEFAULT_CPU_LIMIT,
+                         owners=ctx.roots.root == "/")
     try:
         return store.read()
     except PermissionError:
         return "permission denied"
     except leases.Damaged as exc:
-        return f"damaged: {exc}" if "permission denied" not in str(exc).lower() else "permission denied"
+        return "permission denied" if "permission denied" in str(exc).lower() else exc
 
 
-def _running(ctx: Context) -> set[str] | None:
-    """UUIDs and names of the running domains, or None when unknown."""
-    if ctx.domains is None:
-        return None
-    from ..audit import holds_now
-    from .domains import identity
-
-    out: set[str] = set()
-    for xml, state in ctx.domains:
-        if holds_now(state):
-            out.update(filter(None, identity(xml)))
-    return out
+def libvirt_rundir(ctx: Context) -> str:
+    """libvirt's run dir as the hook finds it: this machine's, or the one in the --root tree."""
+    if ctx.roots.root == "/":
+        return alive.rundir()
+    return ctx.path("root", "run/libvirt/qemu")
 
 
 def _leases(ctx: Context, state: leases.State, path: str) -> list[Finding]:
@@ -63,14 +65,26 @@ def _leases(ctx: Context, state: leases.State, path: str) -> list[Finding]:
                 seen.add(pair)
                 out.append(new("FAIL", path, f"leases {' and '.join(sorted(pair))} share CPUs {cpuset.format(shared)}",
                                "no shared CPUs between latency domains", "vmtune plan, then re-pin one of them"))
-    running = _running(ctx)
-    if running is not None:
-        for key, lease in sorted(state.leases.items()):
-            name = lease.name
-            if key not in running and name not in running and key.removeprefix("name:") not in running:
-                out.append(new("WARN", path, f"lease of {name}, which is not running ({ctx.domains_source}): "
-                               "the host stays tuned for it", "a lease per running latency domain",
-                               f"start and stop {name} so the hook releases it"))
+    return out + _stale(ctx, state, path)
+
+
+def _stale(ctx: Context, state: leases.State, path: str) -> list[Finding]:
+    """A WARN per lease whose domain is not running (alive.py, as the hook judges it)."""
+    folder = libvirt_rundir(ctx)
+    if not state.leases:
+        return []
+    if not alive.known(folder):
+        return [new("WARN", folder, "libvirt's run dir does not exist: whether the leases' domains run cannot be "
+                    "told, and the hook reaps no lease", "libvirt's run dir",
+                    "set VMTUNE_LIBVIRT_RUNDIR in the hook's vmtune.env")]
+    proc = ctx.roots.proc if ctx.has("proc") else None
+    out = []
+    for key, lease in sorted(state.leases.items()):
+        why = alive.why_stale(folder, proc, key, lease.name, lease.since, time.time())
+        if why:
+            out.append(new("WARN", path, f"lease of {lease.name}, which is not running ({why}): the host stays "
+                           "tuned for it", "a lease per running latency domain",
+                           "`vmtune hook reap` (the next start or stop of a latency domain does it too)"))
     return out
 
 
@@ -109,14 +123,14 @@ def check(ctx: Context) -> list[Finding]:
     if not ctx.has("root"):
         return [new("SKIP", "(no --root)", "no --root tree given: the hook's state (/run/vmtune) not read")]
     path = state_path(ctx)
-    state = load(path)
+    state = load(ctx, path)
     if state is None:
         return [new("OK", path, "no state: the hook holds no lease and has not tuned the host")]
     if isinstance(state, str):
-        level = "SKIP" if state == "permission denied" else "FAIL"
-        return [new(level, path, state, "", "" if level == "SKIP" else
-                    "the hook refuses latency domains until `vmtune hook reap` sets it aside and goes on from "
-                    "baseline.json")]
+        return [new("SKIP", path, state)]
+    if isinstance(state, leases.Damaged):
+        return [new("FAIL", path, f"damaged: {state}", "", "the hook refuses latency domains until "
+                    + (state.advice or "`vmtune hook reap` sets it aside and goes on from baseline.json"))]
     if not state.leases and state.baseline is None:
         return [new("OK", path, "no lease held")]
     return _leases(ctx, state, path) + _baseline(ctx, state, path)

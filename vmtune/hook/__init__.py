@@ -11,15 +11,20 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
   start (exit 1, one stderr line) unless the config's ``[hook] on_conflict = "warn"``. Hugepage
   pools on the domain's nodes that are short get topped up (hugepages.py; too few after compaction:
   exit 1, one line, pools and state as before). The first lease saves the host state and tunes the
-  host (hoststate.py); with ``cstate_scope = "pinned"`` every lease disables the deep C-states of
-  its own pinned CPUs only;
-- ``release end ANY``: drop the lease; give back the hugepages it added while they are free; restore
+  host (hoststate.py); with ``cstate_scope = "pinned"`` only the leases' pinned CPUs get their deep
+  C-states disabled. Every prepare and reconnect completes whatever any lease lacks (a crash);
+- ``release end ANY``: drop the lease (a domain with a UUID is matched by it only; a release whose
+  XML has no UUID or cannot be read drops only a lease kept by name); give back the hugepages it added while they are free; restore
   its CPUs' C-states unless another lease pins them (scope pinned); the last lease restores the
   saved host state;
 - ``reconnect begin``: never fails; makes sure the running domain has its lease (no top-up);
 - ``migrate begin`` / ``restore begin``: print the domain re-pinned for this host, or nothing when
   it is already right here; exit 1 when it cannot be placed here (repin.py);
 - every other op: exit 0, print nothing.
+
+Every CPU and node list of a latency domain's XML is checked against the host before the hook
+reads any (bounds.py), in every op: one domain's XML never makes the hook do more work than the
+host has CPUs.
 
 Crash safety: the records of what a lease will change are committed to the state file before the
 first sysfs write ("journal first", leases.py); a hook killed half-way leaves them, and the next
@@ -47,15 +52,20 @@ from dataclasses import dataclass, field
 MARK = b"https://vmtune.dev/xmlns/1"
 log = logging.getLogger("vmtune.hook")
 
-__all__ = ["HANDLED_OPS", "MARK", "main", "setup_logging"]
+__all__ = ["HANDLED_OPS", "MARK", "escape", "main", "setup_logging", "wants_host_tuning"]
+
+
+def escape(text: str) -> str:
+    """``text`` with every control character escaped (a newline in a domain's ``<name>`` becomes
+    ``\\n``), so that one message is one line: for the logs and for the CLI's output."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class _Escaped(logging.Formatter):
-    """Control characters (a newline in a domain's ``<name>``) are escaped: one record, one line."""
+    """Control characters are escaped (``escape``): one record, one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+        return escape(super().format(record))
 
 
 class _Stderr(logging.Handler):
@@ -139,20 +149,22 @@ class Domain:
 
 
 def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
-    """The domain as the hook sees it. Its cpusets are read against the host's CPUs (an id past the
-    last possible CPU is an error, found before any range is expanded), so one domain's XML can
-    never make the hook do more work than the host has CPUs."""
+    """The domain as the hook sees it. Every CPU and node list of its XML is checked against the host
+    first (bounds.py: an id past the last possible CPU is an error, found before any range is
+    expanded), so one domain's XML can never make the hook do more work than the host has CPUs."""
     from .. import cpuset, model, xmlsafe
     from ..errors import InvalidInput
-    from . import hoststate
+    from . import bounds, hoststate
 
-    dom = model.Domain(xmlsafe.parse(xml, "domain XML"))
+    root = xmlsafe.parse(xml, "domain XML")
+    dom = model.Domain(root)
     sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
     limit = hoststate.cpu_limit(sysfs)
     cpus: frozenset[int] = frozenset()
     need: dict[str, int] = {}
     error = None
     try:
+        bounds.check(root, limit)
         for pin in dom.iter("cputune/vcpupin"):
             cpus |= cpuset.parse(pin.get("cpuset"), limit=limit)
         if pages:
@@ -165,7 +177,8 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
                   profile=dom.tagged_profile, cpus=cpus, pages=need, error=error)
 
 
-def _wants_host_tuning(profile: str | None, cfg) -> bool:
+def wants_host_tuning(profile: str | None, cfg) -> bool:
+    """Whether a domain tagged with ``profile`` is a latency domain (its profile has ``host_tuning``)."""
     if not profile:
         return False
     from .. import profiles
@@ -182,8 +195,9 @@ def _run(argv: list[str], data: bytes) -> int:
         try:
             dom = _domain(name, data)
             uuid, name = dom.uuid, dom.name
-        except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases by name
-            log.warning("%s: cannot read the domain XML (%s); releasing by name", name, exc)
+        except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases a lease kept by name
+            log.warning("%s: cannot read the domain XML (%s); releasing by name (a lease kept by UUID stays)",
+                        name, exc)
             uuid = None
         try:
             cfg = config_mod.load()
@@ -201,7 +215,7 @@ def _run(argv: list[str], data: bytes) -> int:
     try:
         dom = _domain(name, data)
         cfg = config_mod.load()
-        latency = _wants_host_tuning(dom.profile, cfg)
+        latency = wants_host_tuning(dom.profile, cfg)
     except Exception as exc:  # noqa: BLE001 - we cannot tell it is ours: log, let it start
         log.error("%s: %s %s: ignoring the domain: %s", name, *op, exc)
         return 0

@@ -5,10 +5,21 @@ running QEMU domain in its state dir: ``/run/libvirt/qemu`` for the system daemo
 virtqemud), ``$XDG_RUNTIME_DIR/libvirt/qemu/run`` for a session daemon. ``$VMTUNE_LIBVIRT_RUNDIR``
 overrides it (tests, unusual hosts).
 
-A lease is stale when its domain has no status file (and the lease is older than ``GRACE_S``: a
-domain that is starting has passed ``prepare`` before libvirt writes its status), when the status
-file names another UUID, or when the pid in ``NAME.pid`` is gone or is not a QEMU started for that
-name. When the state dir itself does not exist, nothing is known and nothing is stale.
+A lease is stale when:
+
+- its domain has no status file, and the lease is older than ``GRACE_S`` (a domain that is starting
+  has passed ``prepare`` before libvirt writes its status). A ``since`` in the future (the clock was
+  set back, or a bad value) counts the grace from now: the grace is ``GRACE_S`` either way, never
+  forever;
+- the status file names another UUID;
+- the pid in ``NAME.pid`` is gone, or its command line is not that domain's QEMU. libvirt always
+  passes ``-uuid UUID``: a lease kept by UUID is that QEMU when the UUID matches, and only then.
+  Otherwise (a lease kept by name, a command line without ``-uuid``) the name is compared with the
+  ``guest=`` of ``-name``, read as QEMU reads its options (``,,`` is a comma in a value).
+
+A pid with no command line yet (a process being set up, a zombie) and a status file without a pid
+file are a domain starting: not stale. When the run dir does not exist, nothing can be known and no
+lease is stale; ``known`` says so, and the hook logs it once per call rather than reap blind.
 """
 
 from __future__ import annotations
@@ -30,6 +41,11 @@ def rundir(runfs: str = "/run") -> str:
     return os.path.join(runfs, "libvirt", "qemu")
 
 
+def known(folder: str) -> bool:
+    """Whether libvirt's run dir exists, so that a missing status file means a domain that is not running."""
+    return os.path.isdir(folder)
+
+
 def _read(path: str, limit: int = 1 << 20) -> bytes | None:
     try:
         with open(path, "rb") as fh:
@@ -38,27 +54,70 @@ def _read(path: str, limit: int = 1 << 20) -> bytes | None:
         return None
 
 
-def why_stale(folder: str, proc: str, key: str, name: str, since: float, now: float) -> str | None:
+def qemu_options(value: str) -> dict[str, str]:
+    """A QEMU option string (``guest=db,,1,debug-threads=on``) as QEMU reads it: ``,,`` is a comma
+    inside a value; a first item without ``=`` is the implied key, ``guest`` for ``-name``."""
+    items, part, i = [], [], 0
+    while i < len(value):
+        if value[i] == ",":
+            if value[i + 1:i + 2] == ",":
+                part.append(",")
+                i += 2
+                continue
+            items.append("".join(part))
+            part = []
+        else:
+            part.append(value[i])
+        i += 1
+    items.append("".join(part))
+    out: dict[str, str] = {}
+    for n, item in enumerate(items):
+        key, eq, val = item.partition("=")
+        if not eq:
+            key, val = ("guest", item) if n == 0 else (item, "on")
+        out.setdefault(key, val)
+    return out
+
+
+def identity(cmdline: bytes) -> tuple[str | None, str | None]:
+    """(the ``-uuid``, the ``-name`` guest) of a QEMU command line; None where it has none."""
+    args = [a.decode("utf-8", "replace") for a in cmdline.split(b"\0")]
+    uuid = name = None
+    for flag, value in zip(args, args[1:]):
+        if flag in ("-uuid", "--uuid") and uuid is None:
+            uuid = value.strip().lower()
+        elif flag in ("-name", "--name") and name is None:
+            name = qemu_options(value).get("guest")
+    return uuid, name
+
+
+def runs_as(cmdline: bytes, key: str, name: str) -> bool:
+    """Whether the command line is the QEMU of the domain leased as ``key`` (a UUID, or ``name:NAME``)."""
+    uuid, guest = identity(cmdline)
+    if not key.startswith("name:") and uuid is not None:
+        return uuid == key.lower()
+    return guest == name
+
+
+def why_stale(folder: str, proc: str | None, key: str, name: str, since: float, now: float) -> str | None:
     """Why the lease ``key`` (a UUID, or ``name:NAME``) of domain ``name`` is stale; None while it
-    runs or nothing can be known."""
-    if not os.path.isdir(folder) or not name or "/" in name or "\x00" in name or name in (".", ".."):
+    runs or nothing can be known. ``proc``: where the pid is looked up (None: not looked up)."""
+    if not known(folder) or not name or "/" in name or "\x00" in name or name in (".", ".."):
         return None
     status = _read(os.path.join(folder, f"{name}.xml"))
     if status is None:
-        return None if now - since < GRACE_S else f"libvirt has no status file {name}.xml: not running"
+        return None if abs(now - since) < GRACE_S else f"libvirt has no status file {name}.xml: not running"
     found = UUID.search(status)
     if found and not key.startswith("name:") and found.group(1).decode().lower() != key.lower():
         return f"the running {name} is another domain (UUID {found.group(1).decode()})"
     pid = (_read(os.path.join(folder, f"{name}.pid")) or b"").strip()
-    if not pid.isdigit():
-        return None  # starting: no pid yet
+    if not pid.isdigit() or proc is None:
+        return None  # starting: no pid yet (or no proc tree to look in)
     cmdline = _read(os.path.join(proc, pid.decode(), "cmdline"))
     if cmdline is None:
         return f"its QEMU (pid {pid.decode()}) is gone"
     if not cmdline:
         return None  # a process that is just starting (or a zombie its parent reaps soon): ask again later
-    args = cmdline.split(b"\0")
-    wanted = name.encode()
-    if not any(a == wanted or a.startswith(b"guest=" + wanted + b",") or a == b"guest=" + wanted for a in args):
+    if not runs_as(cmdline, key, name):
         return f"pid {pid.decode()} is not its QEMU"
     return None

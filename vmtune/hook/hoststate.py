@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import cpuset
-from .state import KnobRecord
+from .state import KnobRecord, Lease
 
 log = logging.getLogger("vmtune.hook")
 
@@ -55,7 +56,7 @@ def write(sysfs: str, path: str, value: str) -> None:
         fh.write(value)
 
 
-def cpu_limit(sysfs: str, default: int = 8192) -> int:
+def cpu_limit(sysfs: str, default: int = cpuset.MAX_HOST_CPUS) -> int:
     """One past the highest CPU id the kernel may ever use (``possible``, ``present``, ``online``
     and the ``cpuN`` directories), so a CPU list from outside can be bounded by the host."""
     ids: set[int] = set()
@@ -171,6 +172,26 @@ def complete(sysfs: str, saved: list[KnobRecord], knobs: list[Knob]) -> tuple[li
         elif now == rec.before:
             again.append(knob)
     return fresh, again
+
+
+def complete_cstates(sysfs: str, leases: Mapping[str, Lease], max_latency_us: int = DEFAULT_MAX_CSTATE_LATENCY_US,
+                     ) -> tuple[dict[str, list[KnobRecord]], list[Knob]]:
+    """Scope ``pinned``: what is missing for every lease's CPUs to have their deep C-states off, as
+    ``complete`` sees it against the C-state records of all leases: (per lease key, journal records
+    for its CPUs' knobs nobody recorded; the recorded knobs found back at their original value). A
+    CPU two leases pin goes to the earlier one, which is also the one that restores it last."""
+    recorded = [r for lease in leases.values() for r in lease.cstates]
+    planned: set[str] = set()
+    fresh_by: dict[str, list[KnobRecord]] = {}
+    again: list[Knob] = []
+    for key, lease in sorted(leases.items(), key=lambda kv: (kv[1].since, kv[0])):
+        knobs = [k for k in cstate_plan(sysfs, lease.cpus, max_latency_us) if k.path not in planned]
+        planned.update(k.path for k in knobs)
+        fresh, back = complete(sysfs, recorded, knobs)
+        if fresh:
+            fresh_by[key] = fresh
+        again += back
+    return fresh_by, again
 
 
 def settle(sysfs: str, records: list[KnobRecord]) -> list[KnobRecord]:

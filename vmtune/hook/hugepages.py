@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from .. import cpuset, units
 from ..model import MemoryDevice
 from . import hoststate
+from .bounds import NODE_LIMIT
 from .state import Lease
 
 log = logging.getLogger("vmtune.hook")
@@ -43,7 +44,6 @@ log = logging.getLogger("vmtune.hook")
 NODE_DIR = "devices/system/node"
 COMPACT = "sys/vm/compact_memory"  # under the proc root
 DEFAULT_SIZE_KIB = 2048
-NODE_LIMIT = 1024  # the kernel's MAX_NUMNODES at most: a nodeset beyond it is an error, not a huge set
 
 
 class Shortage(Exception):

@@ -5,15 +5,18 @@ The state's shape, reader and validator are in state.py. ``Store`` adds the file
 
 - the folder must be a directory (not a symlink) owned by root (or by the user running the tests)
   with mode 0755 or less; anything else is refused with one line (``Unsafe``);
-- the lock and the state are opened with ``O_NOFOLLOW``; the lock wait is capped (``lock_timeout``,
-  ``[hook] lock_timeout_s``, 30 s by default), then one line names the pid that holds it
-  (``LockTimeout``);
+- the lock and the state files are opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be regular
+  files (a FIFO never blocks the hook); a state file must be owned by root (or the user running
+  the tests) with mode 0755 or less, as the folder, or it is damage;
+- the lock wait is capped (``lock_timeout``, ``[hook] lock_timeout_s``, 30 s by default), then one
+  line names the pid that holds it (``LockTimeout``);
 - temporary files a killed commit left (``.state-*.tmp``) are removed under the lock;
 - a commit replaces ``state.json`` atomically (atomic.replace). The last commit of a hook call
   (``final``) also replaces ``baseline.json``, a second copy of the completed state. When
   ``state.json`` is damaged the original host values are still there (``vmtune hook reap``);
-- a damaged ``state.json`` (not JSON, out of shape, missing while ``baseline.json`` holds leases)
-  raises ``Damaged``; it is never replaced by an empty state. Only ``set_aside``, under the lock,
+- a damaged ``state.json`` (not a regular file, not the hook's, not JSON, out of shape, missing
+  while ``baseline.json`` holds leases or is damaged itself) raises ``Damaged``; it is never
+  replaced by an empty state, and no baseline is taken over it. Only ``set_aside``, under the lock,
   moves it, to a name no other set-aside copy has.
 
 Journal first: before the hook writes a sysfs value it commits the records it is about to create
@@ -34,7 +37,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .. import atomic
+from .. import atomic, cpuset
 from .state import Damaged, State, decode
 
 log = logging.getLogger("vmtune.hook")
@@ -45,10 +48,18 @@ BASELINE_FILE = "baseline.json"
 LOCK_FILE = "lock"
 TMP_PREFIX = ".state-"
 LOCK_TIMEOUT_S = 30.0
-DEFAULT_CPU_LIMIT = 8192  # the largest NR_CPUS of distribution kernels
+DEFAULT_CPU_LIMIT = cpuset.MAX_HOST_CPUS
 
 __all__ = ["BASELINE_FILE", "DEFAULT_DIR", "STATE_FILE", "Damaged", "LockTimeout", "State", "Store", "Unsafe",
            "state_dir"]
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 class Unsafe(Exception):
@@ -86,13 +97,15 @@ class Store:
     """The state files in ``folder``; ``dry_run`` reads but never writes (nor creates the folder).
 
     ``limit`` bounds the CPU ids the state may name (the host's possible CPUs); ``sysfs`` is the
-    root every knob path must resolve inside.
+    root every knob path must resolve inside. ``owners``: whether a file's owner and mode are
+    checked (the doctor reading a captured tree, which any user may have copied, does not).
     """
 
     def __init__(self, folder: str | None = None, dry_run: bool = False, sysfs: str | None = None,
-                 limit: int = DEFAULT_CPU_LIMIT, lock_timeout: float = LOCK_TIMEOUT_S):
+                 limit: int = DEFAULT_CPU_LIMIT, lock_timeout: float = LOCK_TIMEOUT_S, owners: bool = True):
         self.folder = folder or state_dir()
         self.dry_run = dry_run
+        self.owners = owners
         self.sysfs = sysfs
         self.limit = limit
         self.lock_timeout = lock_timeout
@@ -101,19 +114,32 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------
     def _load(self, path: str) -> State | None:
-        """The state in ``path``; None when there is no such file; Damaged when it cannot be trusted."""
+        """The state in ``path``; None when there is no such file; Damaged when it cannot be trusted:
+        not a regular file (a FIFO would block, so nothing waits on it), written by another user or
+        writable by others (the test as for the folder), not JSON, out of shape."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as exc:
             what = "a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
             raise Damaged(f"{path}: {what}") from None
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read()
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Damaged(f"{path}: {_kind(st.st_mode)}, not a regular file")
+            if self.owners and (st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o7777 & ~0o755):
+                raise Damaged(f"{path}: owned by uid {st.st_uid} with mode {st.st_mode & 0o7777:04o}, not written by "
+                              "the hook (want owned by root, mode 0755 or less)")
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                raw = fh.read()
+        except OSError as exc:
+            raise Damaged(f"{path}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
         try:
             data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise Damaged(f"{path}: not JSON ({'empty' if not raw.strip() else exc})") from None
         try:
             return decode(data, self.limit, self.sysfs)
@@ -122,18 +148,32 @@ class Store:
 
     def read(self) -> State:
         """The state as it is on disk (no lock: for looking; ``locked`` for changing). Damaged if it
-        cannot be trusted."""
-        state = self._load(self.path)
+        cannot be trusted, and so when ``state.json`` is missing while ``baseline.json`` holds
+        leases or cannot be read itself: no state is assumed empty over a copy that may not be."""
+        try:
+            state = self._load(self.path)
+        except Damaged as exc:
+            try:
+                good = self._load(self.baseline_path) is not None
+            except Damaged:
+                good = False
+            raise Damaged(str(exc), advice=None if good else self._lost(f"{self.baseline_path} cannot be read "
+                                                                        "either")) from None
         if state is not None:
             return state
         try:
             copy = self._load(self.baseline_path)
-        except Damaged:
-            copy = None
+        except Damaged as exc:
+            raise Damaged(f"{self.path} is missing and {exc}", advice=self._lost()) from None
         if copy is not None and not copy.empty:
             raise Damaged(f"{self.path} is missing, but {self.baseline_path} holds {len(copy.leases)} lease(s) "
                           "and the host's original values")
         return State()
+
+    def _lost(self, why: str = "") -> str:
+        return (f"{why + ': ' if why else ''}`vmtune hook reap` sets the damaged files aside and starts from "
+                "empty; first check by hand that the host's governors, C-states, KSM and IRQ masks hold their "
+                "original values")
 
     def read_baseline(self) -> State | None:
         """The copy of the last completed state (``baseline.json``); None if there is none."""
@@ -165,7 +205,8 @@ class Store:
         if not self.check_folder():
             yield
             return
-        flags = (os.O_RDONLY if self.dry_run else os.O_RDWR | os.O_CREAT) | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = ((os.O_RDONLY if self.dry_run else os.O_RDWR | os.O_CREAT) | os.O_NOFOLLOW | os.O_NONBLOCK
+                 | os.O_CLOEXEC)
         path = os.path.join(self.folder, LOCK_FILE)
         try:
             fd = os.open(path, flags, 0o600)
@@ -175,6 +216,9 @@ class Store:
         except OSError as exc:
             raise Unsafe(f"lock {path}: {'a symlink' if exc.errno == errno.ELOOP else exc.strerror}: refused") from None
         try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise Unsafe(f"lock {path}: {_kind(mode)}, not a regular file: refused")
             self._wait(fd, path)
             if not self.dry_run:
                 self._sweep()

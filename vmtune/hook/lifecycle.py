@@ -5,10 +5,11 @@ A lease (``prepare begin``; ``reconnect begin`` without the top-up and never ref
 1. settle what a killed hook left (journal records made exact against sysfs), and reap the
    leases of domains that no longer run (alive.py), exactly as their release would;
 2. refuse overlapping vCPU pins (or warn), and a lease that would leave no housekeeping CPU;
-3. plan: the hugepage shortfalls, the pinned CPUs' C-states (scope ``pinned``), and the host
-   knobs, verified, never assumed: a knob not recorded and not at its value gets a new record (the
-   first lease records them all), a recorded knob found back at its original value is written again,
-   one changed by hand since is left alone. A prepare after any crash leaves the host fully tuned;
+3. plan: the hugepage shortfalls, and the host knobs and C-states (scope ``host``: every CPU's;
+   scope ``pinned``: those of every lease's CPUs, not only this one's), verified, never assumed: a
+   knob not recorded and not at its value gets a new record (the first lease records them all), a
+   recorded knob found back at its original value is written again, one changed by hand since is
+   left alone. A prepare or reconnect after any crash leaves the host fully tuned for every lease;
 4. journal: commit the lease with every record it may leave (knob values before, pools' ``nr``
    before and target) before any sysfs write;
 5. compact memory, raise the short pools, read back; too few: lower them again, put the state file
@@ -35,6 +36,7 @@ import copy
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 
 from .. import cpuset
 from . import alive, hoststate, hugepages, isolation, topup
@@ -43,6 +45,30 @@ from .state import KnobRecord, Lease, State
 
 log = logging.getLogger("vmtune.hook")
 TROUBLE = (Damaged, LockTimeout, Unsafe)
+
+
+@dataclass
+class Missing:
+    """What a lease's call found missing on the host: journal records of host knobs (``fresh``) and,
+    with scope pinned, of C-states per lease key (``cstates``); recorded knobs back at their
+    original value (``again``)."""
+
+    fresh: list[KnobRecord] = field(default_factory=list)
+    again: list[hoststate.Knob] = field(default_factory=list)
+    cstates: dict[str, list[KnobRecord]] = field(default_factory=dict)
+
+    @property
+    def journal(self) -> list[KnobRecord]:
+        return self.fresh + [r for records in self.cstates.values() for r in records]
+
+    def __len__(self) -> int:
+        return len(self.journal) + len(self.again)
+
+
+def _settled(records: list[KnobRecord], journal: list[KnobRecord], applied: dict[str, KnobRecord]) -> list[KnobRecord]:
+    """``records`` with the ``journal`` records among them replaced by what was applied."""
+    ids = {id(r) for r in journal}
+    return [r for r in records if id(r) not in ids] + [applied[r.path] for r in journal if r.path in applied]
 
 
 class Hook:
@@ -64,8 +90,8 @@ class Hook:
         """One line for a state the hook cannot use; 1 (refused) for a prepare, else 0."""
         advice = ""
         if isinstance(exc, Damaged):
-            advice = (f"; the last good state is {self.store.baseline_path}: `vmtune hook reap` sets the damaged "
-                      "file aside and goes on from it")
+            advice = "; " + (exc.advice or f"the last good state is {self.store.baseline_path}: `vmtune hook reap` "
+                             "sets the damaged file aside and goes on from it")
         log.error("%s: %s: %s%s", name, "refusing to start" if refuse else "nothing tuned or restored", exc, advice)
         return 1 if refuse else 0
 
@@ -100,16 +126,30 @@ class Hook:
             changed = hugepages.settle(self.sysfs, lease) or changed
         return changed
 
-    def _reap(self, state: State, skip: str | None) -> int:
-        """Drop, as their release would, the leases whose domain libvirt no longer runs."""
-        folder, now, reaped = self.roots.libvirt, time.time(), 0
+    def _stale(self, state: State, skip: str | None = None) -> list[tuple[str, str]]:
+        """(key, why) of the leases but ``skip`` whose domain libvirt no longer runs (alive.py). None,
+        with a warning, when libvirt's run dir does not exist: nothing is reaped blind."""
+        folder, now = self.roots.libvirt, time.time()
+        if not any(key != skip for key in state.leases):
+            return []
+        if not alive.known(folder):
+            log.warning("libvirt's run dir %s does not exist: cannot tell which domains run, no lease reaped "
+                        "(set VMTUNE_LIBVIRT_RUNDIR in the hook's vmtune.env)", folder)
+            return []
+        out = []
         for key, lease in sorted(state.leases.items()):
             why = None if key == skip else alive.why_stale(folder, alive.PROC, key, lease.name, lease.since, now)
             if why:
-                log.warning("%s: lease reaped: %s", lease.name, why)
-                self._drop(state, key)
-                reaped += 1
-        return reaped
+                out.append((key, why))
+        return out
+
+    def _reap(self, state: State, skip: str | None) -> int:
+        """Drop, as their release would, the leases whose domain libvirt no longer runs."""
+        stale = self._stale(state, skip)
+        for key, why in stale:
+            log.warning("%s: lease reaped: %s", state.leases[key].name, why)
+            self._drop(state, key)
+        return len(stale)
 
     def reap(self) -> list[str]:
         """``vmtune hook reap``: set a damaged state aside and go on from the last good copy, then
@@ -120,25 +160,28 @@ class Hook:
                 state = self.store.read()
             except Damaged as exc:
                 done.append(f"damaged: {exc}")
-                if os.path.lexists(self.store.path):
-                    done.append(f"set aside as {self.store.set_aside(self.store.path)}")
-                try:
-                    state = self.store.read_baseline() or State()
-                    done.append(f"going on from {self.store.baseline_path} ({len(state.leases)} lease(s))")
-                except Damaged as again:
-                    done.append(f"{again}; set aside as {self.store.set_aside(self.store.baseline_path)}: the "
-                                "original host values are lost, check governor, C-states and IRQs by hand")
-                    state = State()
+                state = self._recover(done)
             if self._settle(state):
                 done.append("settled the journal of an interrupted hook")
-            for key in sorted(state.leases):
-                lease = state.leases[key]
-                why = alive.why_stale(self.roots.libvirt, alive.PROC, key, lease.name, lease.since, time.time())
-                if why:
-                    done.append(f"reaped the lease of {lease.name}: {why}")
-                    self._drop(state, key)
+            for key, why in self._stale(state):
+                done.append(f"reaped the lease of {state.leases[key].name}: {why}")
+                self._drop(state, key)
             self.store.commit(state, final=True)
         return done
+
+    def _recover(self, done: list[str]) -> State:
+        """After damage, under the lock: set ``state.json`` aside and go on from ``baseline.json``; if
+        that is damaged too, set it aside and go on from empty (the operator was told to check)."""
+        if os.path.lexists(self.store.path):
+            done.append(f"set aside as {self.store.set_aside(self.store.path)}")
+        try:
+            state = self.store.read_baseline() or State()
+            done.append(f"going on from {self.store.baseline_path} ({len(state.leases)} lease(s))")
+            return state
+        except Damaged as again:
+            done.append(f"{again}; set aside as {self.store.set_aside(self.store.baseline_path)}: the "
+                        "original host values are lost, check governor, C-states and IRQs by hand")
+            return State()
 
     # -- prepare / reconnect -------------------------------------------------------------------
     def lease(self, dom, refuse_conflicts: bool, top_up: bool = True) -> int:
@@ -153,13 +196,8 @@ class Hook:
     def _lease(self, state: State, dom, refuse: bool, top_up: bool) -> int:
         if (self._settle(state) | bool(self._reap(state, skip=dom.uuid))) and not self.dry_run:
             self.store.commit(state, final=True)
-        clashes = state.conflicts(dom.uuid, dom.cpus)
-        if clashes:
-            what = "; ".join(f"domain {other!r} holds CPUs {cpuset.format(cpus)}" for other, cpus in clashes)
-            if refuse and self.settings.get("on_conflict", "refuse") != "warn":
-                log.error("%s: refusing to start: its vCPU pins overlap another latency domain: %s", dom.name, what)
-                return 1
-            log.warning("%s: vCPU pins overlap another latency domain: %s", dom.name, what)
+        if not self._admit(state, dom, refuse):
+            return 1
         iso: frozenset[int] | None = self._isolated(state.held_cpus() | dom.cpus)
         if iso and not set(hoststate.online_cpus(self.sysfs)) - iso:
             if refuse:
@@ -182,53 +220,77 @@ class Hook:
         lease = state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus)
         topup.record_needs(lease, dom.pages)
         topup.journal(lease, shorts)
-        host_knobs = self._host_plan()
-        fresh, again = hoststate.complete(self.sysfs, state.baseline or [], host_knobs)
-        cs_knobs = hoststate.cstate_plan(self.sysfs, dom.cpus, self.max_latency) if self.pinned else []
-        kept, cs_journal = list(lease.cstates), hoststate.intend(self.sysfs, cs_knobs)
-        state.baseline = (state.baseline or []) + fresh
-        lease.cstates = kept + cs_journal
-        if (fresh or again or cs_journal or shorts) and not self.dry_run:
+        return self._tune(state, original, lease, first, shorts, others, iso)
+
+    def _admit(self, state: State, dom, refuse: bool) -> bool:
+        """False (one error line) when the domain's vCPU pins overlap another lease's and overlaps
+        are refused; a warning when they are allowed."""
+        clashes = state.conflicts(dom.uuid, dom.cpus)
+        if not clashes:
+            return True
+        what = "; ".join(f"domain {other!r} holds CPUs {cpuset.format(cpus)}" for other, cpus in clashes)
+        if refuse and self.settings.get("on_conflict", "refuse") != "warn":
+            log.error("%s: refusing to start: its vCPU pins overlap another latency domain: %s", dom.name, what)
+            return False
+        log.warning("%s: vCPU pins overlap another latency domain: %s", dom.name, what)
+        return True
+
+    def _tune(self, state: State, original: State, lease: Lease, first: bool, shorts: dict[str, tuple[int, int]],
+              others: list[Lease], iso: frozenset[int] | None) -> int:
+        """Journal, top up, complete the host's tuning for every lease, isolate, commit (steps 4-8)."""
+        todo = self._missing(state)
+        if (todo or shorts) and not self.dry_run:
             self.store.commit(state)  # journal first: the records exist before any value changes
         try:
             if not topup.top_up(self.sysfs, lease, shorts, others, self.dry_run):
                 self.store.commit(original, final=True)
                 return 1
             if first:
-                log.info("%s: first latency lease: saving the host state and tuning the host", dom.name)
-            elif fresh or again:
-                log.warning("%s: the host was not fully tuned (%d value(s) missing): completing it", dom.name,
-                            len(fresh) + len(again))
-            self._apply_host(state, fresh, again)
-            if cs_knobs:
-                lease.cstates = kept + hoststate.apply(self.sysfs, cs_knobs, dry_run=self.dry_run)
+                log.info("%s: first latency lease: saving the host state and tuning the host", lease.name)
+            elif todo:
+                log.warning("%s: the host was not fully tuned (%d value(s) missing): completing it", lease.name,
+                            len(todo))
+            self._complete(state, todo)
             if iso is not None:
                 self._isolate(state, iso)
             self.store.commit(state, final=True)
         except BaseException:
-            log.error("%s: cannot take the lease; undoing its changes", dom.name)
-            self._undo(fresh + cs_journal, shorts, others)
+            log.error("%s: cannot take the lease; undoing its changes", lease.name)
+            self._undo(todo.journal, shorts, others)
             self._undo_isolation(state, original)
             try:
                 self.store.commit(original, final=True)
             except Exception:  # noqa: BLE001,S110 - the journal stays; the next call settles it
                 pass
             raise
-        log.info("%s: lease taken (CPUs %s, %d lease(s))", dom.name, cpuset.format(dom.cpus) or "-",
+        log.info("%s: lease taken (CPUs %s, %d lease(s))", lease.name, cpuset.format(lease.cpus) or "-",
                  len(state.leases))
         return 0
 
-    def _host_plan(self) -> list[hoststate.Knob]:
-        return hoststate.plan(self.sysfs, max_cstate_latency_us=self.max_latency,
+    def _missing(self, state: State) -> Missing:
+        """What the host lacks for every lease (verify, never assume), its journal records already in
+        ``state``: host knobs nobody recorded go into the baseline; with scope pinned, each lease's
+        CPUs' C-states nobody recorded go into the earliest lease pinning them."""
+        host = hoststate.plan(self.sysfs, max_cstate_latency_us=self.max_latency,
                               ksm=str(self.settings.get("ksm", "off")), cstates=not self.pinned)
+        fresh, again = hoststate.complete(self.sysfs, state.baseline or [], host)
+        cstates: dict[str, list[KnobRecord]] = {}
+        if self.pinned:
+            cstates, more = hoststate.complete_cstates(self.sysfs, state.leases, self.max_latency)
+            again += more
+        state.baseline = (state.baseline or []) + fresh
+        for key, records in cstates.items():
+            state.leases[key].cstates += records
+        return Missing(fresh, again, cstates)
 
-    def _apply_host(self, state: State, fresh: list[KnobRecord], again: list[hoststate.Knob]) -> None:
-        """Write the missing host knobs; the journal records of ``fresh`` become what was read back."""
-        wanted = [hoststate.Knob(r.path, r.after) for r in fresh] + again
+    def _complete(self, state: State, todo: Missing) -> None:
+        """Write what is missing; each journal record becomes what the kernel read back (or goes)."""
+        wanted = [hoststate.Knob(r.path, r.after) for r in todo.journal] + todo.again
         applied = {r.path: r for r in hoststate.apply(self.sysfs, wanted, dry_run=self.dry_run)}
-        journal = {r.path for r in fresh}
-        state.baseline = ([r for r in state.baseline or [] if r.path not in journal]
-                          + [applied[r.path] for r in fresh if r.path in applied])
+        state.baseline = _settled(state.baseline or [], todo.fresh, applied)
+        for key, records in todo.cstates.items():
+            lease = state.leases[key]
+            lease.cstates = _settled(lease.cstates, records, applied)
 
     def _undo(self, journal: list[KnobRecord], shorts: dict[str, tuple[int, int]], others: list[Lease]) -> None:
         """Best effort after an error half-way: the journalled knobs and this call's pool raises."""
@@ -255,6 +317,10 @@ class Hook:
             with self.store.locked() as state:
                 changed = self._settle(state)
                 key = state.find(uuid, name)
+                if key is None and (not uuid or uuid.startswith("name:")):  # no UUID: by name only
+                    for kept in state.named(name):
+                        log.warning("%s: released without a UUID: the lease of %s under UUID %s is kept (it is "
+                                    "reaped once its domain no longer runs)", name, name, kept)
                 changed = bool(self._reap(state, skip=key)) or changed
                 if key is not None:
                     self._drop(state, key)

@@ -35,8 +35,9 @@ PINS = ("vcpupin", "emulatorpin", "iothreadpin")
 def ledger_from_leases(leases: dict[str, Lease], skip_uuid: str | None, skip_name: str | None) -> Ledger:
     """A Ledger of the other leased domains' dedicated CPUs (leases know no memory)."""
     kept = []
+    skip = skip_uuid or (f"name:{skip_name}" if skip_name else None)  # a domain with a UUID: by UUID only
     for key, lease in sorted(leases.items()):
-        if key == skip_uuid or (skip_name and lease.name == skip_name):
+        if key == skip:
             continue
         kept.append(Claim(lease.name, key, lease.profile, lease.cpus, lease.cpus))
     dedicated = frozenset().union(*(c.dedicated for c in kept)) if kept else frozenset()
@@ -165,15 +166,22 @@ def _sig(el: etree._Element | None, attr: str) -> list:
             for c in el.iter(etree.Element) if c is not el]  # elements only: a PI has pseudo-attributes
 
 
-def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg) -> str | None:
-    """The domain XML re-pinned for ``host``, or None when it is already right here."""
+def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg, limit: int = 0) -> str | None:
+    """The domain XML re-pinned for ``host``, or None when it is already right here. Its CPU lists
+    are checked first against the largest host (``limit``, this host's CPU limit, if larger):
+    pins of a bigger source host are what the filter re-pins."""
     from .. import xmlsafe
-    from . import _wants_host_tuning
+    from ..errors import InvalidInput
+    from . import bounds, wants_host_tuning
 
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
-    if not _wants_host_tuning(dom.tagged_profile, cfg):
+    if not wants_host_tuning(dom.tagged_profile, cfg):
         return None
+    try:
+        bounds.check(root, max(limit, cpuset.MAX_HOST_CPUS), "the last CPU of any host")
+    except InvalidInput as exc:
+        raise DoesNotFit(str(exc)) from None
     ledger = ledger_from_leases(leases, dom.uuid, dom.name)
     if not _problems(dom, host, ledger):
         return None
@@ -207,16 +215,18 @@ def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg) -> str | N
 def run(name: str, data: bytes, cfg, out) -> int:
     """The hook op: print the re-pinned XML to ``out`` (or nothing); 1 when it cannot be placed."""
     from . import leases as leases_mod, log
+    from .hoststate import cpu_limit
 
     sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
     try:
         host = Host.from_sysfs(sysfs)
+        limit = cpu_limit(sysfs)
         try:
-            current = leases_mod.Store(sysfs=sysfs).read().leases
+            current = leases_mod.Store(sysfs=sysfs, limit=limit).read().leases
         except leases_mod.Damaged as exc:  # placed without the other leases; the prepare refuses anyway
             log.warning("%s: %s; re-pinned without the other latency domains' CPUs", name, exc)
             current = {}
-        new = filter_xml(data, host, current, cfg)
+        new = filter_xml(data, host, current, cfg, limit)
     except DoesNotFit as exc:
         log.error("%s: cannot be placed on this host: %s", name, " ".join(str(exc).split()))
         return 1

@@ -18,14 +18,18 @@ completed state, committed separately)::
 ``isolation`` is absent while nothing is isolated; ``pending``, ``raising``, ``lowering`` and an
 isolation record's ``from`` are journal marks (lifecycle.py, isolation/). Keys are only ever added.
 
-Anything else is damage (``Damaged``, one line naming the field): a value of the wrong type, a CPU
-beyond the host's last one (so no structure grows past the host's size), a pool key that is not
-``node:size``, or a knob path that is not a plain relative path inside the sysfs root. The hook
-refuses to tune through a damaged state; it never starts from empty over one.
+Anything else is damage (``Damaged``, one line naming the field): a value of the wrong type (``0``
+is not an empty dict, nor ``""`` an empty list), a number that is not finite, a CPU beyond the
+host's last one (so no structure grows past the host's size), an isolation value (``before``,
+``after``, ``from``) that is not a CPU list of the host's CPUs (a hex mask for ``irq:default`` and
+``wq:cpumask``), more pairs than the hook keeps, a pool key that is not ``node:size``, or a knob
+path that is not a plain relative path inside the sysfs root. The hook refuses to tune through a
+damaged state; it never starts from empty over one.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -40,11 +44,18 @@ POOL_KEY = re.compile(r"\d{1,5}:\d{1,10}")
 # a group's name is escaped into its key (isolation/items.key_of): one safe byte or %XX per byte
 ISO_KEY = re.compile(r"(task|irq):\d{1,10}|irq:default|wq:cpumask"
                      r"|(cgroup|unit):(?:[A-Za-z0-9_.@:\\-]|%[0-9A-F]{2}){1,255}")
+MASK_KEYS = ("irq:default", "wq:cpumask")  # their values are hex masks; every other item's a CPU list
 MAX_PAIRS = 64
+MAX_IRQS = 1 << 20  # IRQ numbers below it
 
 
 class Damaged(Exception):
-    """The state cannot be trusted: one line that says which field and why."""
+    """The state cannot be trusted: one line that says which field and why. ``advice``: what to do,
+    when it is not the usual (``vmtune hook reap`` goes on from the last good copy)."""
+
+    def __init__(self, message: str, advice: str | None = None):
+        super().__init__(message)
+        self.advice = advice
 
 
 @dataclass
@@ -174,13 +185,16 @@ class State:
         return not self.leases and self.baseline is None and self.isolation is None
 
     def find(self, uuid: str | None, name: str | None) -> str | None:
-        """The key of the lease for this domain: by UUID when it has one, else by name."""
+        """The key of the lease for this domain: a domain with a UUID by UUID only; one without (or
+        whose XML cannot be read) by name, among the leases kept by name (``name:NAME``) only."""
         if uuid and not uuid.startswith("name:"):
             return uuid if uuid in self.leases else None
-        for key, lease in self.leases.items():
-            if name and lease.name == name:
-                return key
-        return None
+        key = uuid or f"name:{name}"
+        return key if name and key in self.leases else None
+
+    def named(self, name: str) -> list[str]:
+        """The keys of the leases of domains called ``name``."""
+        return sorted(key for key, lease in self.leases.items() if lease.name == name)
 
     def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int]) -> Lease:
         """Record (or renew) the lease; a renewed lease keeps the records of what it changed."""
@@ -220,16 +234,18 @@ class _Reader:
         raise Damaged(f"{where}: {what}")
 
     def typed(self, value, kind, where: str, optional: bool = False):
+        """``value`` if it is of ``kind`` (float: finite; int: 0 to 2**63 - 1), else damage. No
+        falsy value stands in for another type: ``0`` is not a dict, ``""`` not a list."""
         if value is None and optional:
             return None
         if kind is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         elif kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
         else:
             ok = isinstance(value, kind)
         if not ok:
-            self.fail(where, f"{type(value).__name__} where {kind.__name__} belongs")
+            self.fail(where, f"{type(value).__name__} {_show(value)} where {kind.__name__} belongs")
         return value
 
     def cpus(self, value, where: str) -> frozenset[int]:
@@ -238,6 +254,15 @@ class _Reader:
         except InvalidInput as exc:
             self.fail(where, str(exc))
         raise AssertionError  # unreachable
+
+    def cpu_text(self, value, where: str, mask: bool) -> str:
+        """A value the isolation writes back: a CPU list (a hex mask when ``mask``) of the host's CPUs."""
+        text = self.typed(value, str, where)
+        try:
+            cpuset.parse_mask(text, self.limit) if mask else cpuset.check(text, self.limit)
+        except InvalidInput as exc:
+            self.fail(where, str(exc))
+        return text
 
     def path(self, value, where: str) -> str:
         rel = self.typed(value, str, where)
@@ -275,7 +300,7 @@ class _Reader:
 
     def lease(self, value, where: str) -> Lease:
         rec = self.typed(value, dict, where)
-        pools = self.typed(rec.get("hugepages") or {}, dict, f"{where}.hugepages")
+        pools = self.typed(rec.get("hugepages", {}), dict, f"{where}.hugepages")
         for k in pools:
             if not POOL_KEY.fullmatch(k):
                 self.fail(f"{where}.hugepages", f"{k!r} is not node:size")
@@ -284,37 +309,42 @@ class _Reader:
                      self.cpus(rec.get("cpus", ""), f"{where}.cpus"),
                      float(self.typed(rec.get("since", 0.0), float, f"{where}.since")),
                      {k: self.pool(v, f"{where}.hugepages.{k}") for k, v in pools.items()},
-                     self.knobs(rec.get("cstates") or [], f"{where}.cstates"))
+                     self.knobs(rec.get("cstates", []), f"{where}.cstates"))
+
+    def record(self, key: str, value, at: str) -> IsoRecord:
+        if not ISO_KEY.fullmatch(key):
+            self.fail(at, "not an item key the isolation writes")
+        r = self.typed(value, dict, at)
+        mask = key in MASK_KEYS
+        return IsoRecord(self.cpu_text(r.get("before"), f"{at}.before", mask),
+                         self.cpu_text(r.get("after"), f"{at}.after", mask),
+                         self.typed(r.get("label", ""), str, f"{at}.label"),
+                         self.typed(r.get("ident", ""), str, f"{at}.ident"),
+                         None if r.get("from") is None else self.cpu_text(r.get("from"), f"{at}.from", mask))
+
+    def pair(self, value, at: str) -> Pair:
+        p = self.typed(value, dict, at)
+        if p.get("kind") not in ("task", "irq"):
+            self.fail(f"{at}.kind", "neither task nor irq")
+        return Pair(p["kind"], self.cpus(p.get("mask"), f"{at}.mask"), self.cpus(p.get("removed"), f"{at}.removed"),
+                    float(self.typed(p.get("since"), float, f"{at}.since")))
 
     def isolation(self, value, where: str) -> Isolation | None:
         if value is None:
             return None
         rec = self.typed(value, dict, where)
-        records = {}
-        for key, r in self.typed(rec.get("records") or {}, dict, f"{where}.records").items():
-            at = f"{where}.records.{key}"
-            if not ISO_KEY.fullmatch(key):
-                self.fail(at, "not an item key the isolation writes")
-            r = self.typed(r, dict, at)
-            records[key] = IsoRecord(self.typed(r.get("before"), str, f"{at}.before"),
-                                     self.typed(r.get("after"), str, f"{at}.after"),
-                                     self.typed(r.get("label", ""), str, f"{at}.label"),
-                                     self.typed(r.get("ident", ""), str, f"{at}.ident"),
-                                     self.typed(r.get("from"), str, f"{at}.from", optional=True))
-        pairs = []
-        for i, p in enumerate(self.typed(rec.get("pairs") or [], list, f"{where}.pairs")[:MAX_PAIRS]):
-            at = f"{where}.pairs[{i}]"
-            p = self.typed(p, dict, at)
-            if p.get("kind") not in ("task", "irq"):
-                self.fail(f"{at}.kind", "neither task nor irq")
-            pairs.append(Pair(p["kind"], self.cpus(p.get("mask"), f"{at}.mask"), self.cpus(p.get("removed"), f"{at}.removed"),
-                              float(self.typed(p.get("since"), float, f"{at}.since"))))
+        records = {key: self.record(key, r, f"{where}.records.{key}")
+                   for key, r in self.typed(rec.get("records", {}), dict, f"{where}.records").items()}
+        pairs = self.typed(rec.get("pairs", []), list, f"{where}.pairs")
+        if len(pairs) > MAX_PAIRS:
+            self.fail(f"{where}.pairs", f"{len(pairs)} pairs, the hook keeps at most {MAX_PAIRS}")
         irqs = self.typed(rec.get("irqs", ""), str, f"{where}.irqs")
         try:
-            irq_ids = cpuset.parse(irqs, limit=1 << 20)
+            irq_ids = cpuset.parse(irqs, limit=MAX_IRQS)
         except InvalidInput as exc:
             self.fail(f"{where}.irqs", str(exc))
-        return Isolation(self.cpus(rec.get("cpus", ""), f"{where}.cpus"), irq_ids, pairs, records)
+        return Isolation(self.cpus(rec.get("cpus", ""), f"{where}.cpus"), irq_ids,
+                         [self.pair(p, f"{where}.pairs[{i}]") for i, p in enumerate(pairs)], records)
 
     def state(self, data) -> State:
         doc = self.typed(data, dict, "the document")
@@ -325,6 +355,11 @@ class _Reader:
         return State({str(k): self.lease(v, f"leases.{k}") for k, v in leases.items()},
                      None if baseline is None else self.knobs(baseline, "baseline"),
                      self.isolation(doc.get("isolation"), "isolation"))
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def decode(data, limit: int, sysfs: str | None = None) -> State:

@@ -16,9 +16,9 @@ import os
 from collections.abc import Iterator
 
 from ... import cpuset
-from . import tasks
+from . import items, tasks
 from .items import CGROUP, GONE, IRQ, MASK, SYSTEMD_UNITS, UNIT, Gone, Item, drop_in, key_of, name_of, printable, \
-    read_text, systemctl, valid
+    read_text, valid
 
 log = logging.getLogger("vmtune.hook")
 
@@ -103,7 +103,7 @@ def cgroups(cgroupfs: str, online: frozenset[int]) -> Iterator[Item]:
 
 def _unit(runfs: str, unit: str, online: frozenset[int]) -> Item | None:
     try:
-        raw = systemctl("show", "-p", "AllowedCPUs", "--value", unit).strip()
+        raw = items.systemctl("show", "-p", "AllowedCPUs", "--value", unit).strip()  # (one seam: items')
     except OSError as exc:
         log.warning("unit %s: %s; left alone", unit, exc)
         return None
