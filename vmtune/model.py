@@ -349,7 +349,7 @@ class Domain(View):
     @property
     def tagged_profile(self) -> str | None:
         tag = self.tag
-        return None if tag is None else (tag.get("profile") or None)
+        return None if tag is None else (Tag(tag).profile or None)
 
     @property
     def os_id(self) -> str | None:
