@@ -257,6 +257,8 @@ class Cell(View):
 class Domain(View):
     """The root ``<domain>``."""
 
+    CPU_MODE_HOST_PASSTHROUGH = "host-passthrough"
+    CPU_MODE_MAXIMUM = "maximum"
     type = Prop("@type")
     name = Prop("name")
     uuid = Prop("uuid")
@@ -265,6 +267,7 @@ class Domain(View):
     vcpu_placement = Prop("vcpu/@placement")
     vcpu_cpuset = Prop("vcpu/@cpuset", CPUSET)
     cpu_mode = Prop("cpu/@mode")
+    cpu_match = Prop("cpu/@match")
     numa_mode = Prop("numatune/memory/@mode")
     numa_nodeset = Prop("numatune/memory/@nodeset", CPUSET)
     numa_placement = Prop("numatune/memory/@placement")
