@@ -7,11 +7,11 @@ NATIVE_IO_TYPES = (Disk.TYPE_FILE, "block", "volume")
 # Target attributes and children that only emulated buses accept.
 EMULATED_ONLY_ATTRS = (Disk.removable, Disk.rotation_rate)
 EMULATED_ONLY_CHILDREN = ("wwn", "vendor", "product")
-# Free vdX names are looked for among vda..vdzzz: the 26 + 26**2 + 26**3 names of one to three
-# letters. A bound, so that the search ends; no domain has that many disks (virtio-blk takes a PCI
-# slot each).
+# How many vdX names a moved disk may get: vda..vdzzz, the 26 + 26**2 + 26**3 names of one to
+# three letters. A bound so that the search for a free name always ends; far more names than
+# virtio disks a real domain has.
 VIRTIO_NAMES = 26 + 26**2 + 26**3
-# Disk types with no QEMU block driver to set cache or io on: the device is served outside QEMU.
+# Disk types whose <driver> cache and io vmtune leaves alone.
 NO_DRIVER_TYPES = (Disk.TYPE_VHOSTUSER, Disk.TYPE_NVME)
 
 
