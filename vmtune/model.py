@@ -259,6 +259,8 @@ class Domain(View):
 
     CPU_MODE_HOST_PASSTHROUGH = "host-passthrough"
     CPU_MODE_MAXIMUM = "maximum"
+    VCPU_PLACEMENT_STATIC = "static"
+    VCPU_PLACEMENT_AUTO = "auto"
     type = Prop("@type")
     name = Prop("name")
     uuid = Prop("uuid")
