@@ -261,6 +261,8 @@ class Domain(View):
     CPU_MODE_MAXIMUM = "maximum"
     VCPU_PLACEMENT_STATIC = "static"
     VCPU_PLACEMENT_AUTO = "auto"
+    NUMA_MODE_STRICT = "strict"
+    NUMA_PLACEMENT_AUTO = "auto"
     type = Prop("@type")
     name = Prop("name")
     uuid = Prop("uuid")

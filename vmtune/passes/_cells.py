@@ -16,6 +16,7 @@ from lxml import etree
 
 from .. import cpuset, xmltext
 from ..edits import E, Set, clone, show
+from ..model import CellRef
 from . import _hmat
 from ._xml import comments
 
@@ -56,12 +57,12 @@ def follow(dom, mapping: dict[int, int]) -> list[Set]:
     """Point every ``<target><node>`` at the cell its old cell became."""
     edits = []
     for path in REFS:
-        for target in dom.iter(path):
-            node = target.find("node")
-            text = xmltext.text(node).strip() if node is not None else ""
-            if text.isdigit() and mapping.get(int(text), int(text)) != int(text):
-                new = mapping[int(text)]
-                edits.append(Set(target, "node", str(new), f"guest cell {text} is now part of cell {new}"))
+        for target in map(CellRef, dom.iter(path)):
+            old = target.cell
+            if old is not None and mapping.get(old, old) != old:
+                new = mapping[old]
+                why = f"guest cell {CellRef.cell.raw(target.node)} is now part of cell {new}"
+                edits.append(CellRef.cell.edit(target, new, why))
     return edits
 
 
