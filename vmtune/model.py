@@ -263,6 +263,8 @@ class Domain(View):
     VCPU_PLACEMENT_AUTO = "auto"
     NUMA_MODE_STRICT = "strict"
     NUMA_PLACEMENT_AUTO = "auto"
+    FEATURE_TOPOEXT = "topoext"
+    POLICY_REQUIRE = "require"
     type = Prop("@type")
     name = Prop("name")
     uuid = Prop("uuid")
@@ -272,6 +274,7 @@ class Domain(View):
     vcpu_cpuset = Prop("vcpu/@cpuset", CPUSET)
     cpu_mode = Prop("cpu/@mode")
     cpu_match = Prop("cpu/@match")
+    cpu_feature_policy = Keyed("cpu/feature[@name='{}']/@policy")
     numa_mode = Prop("numatune/memory/@mode")
     numa_nodeset = Prop("numatune/memory/@nodeset", CPUSET)
     numa_placement = Prop("numatune/memory/@placement")
