@@ -16,7 +16,7 @@ from lxml import etree
 
 from .. import cpuset, xmltext
 from ..edits import E, Set, clone, show
-from ..model import CellRef
+from ..model import KIB, CellRef
 from . import _hmat
 from ._xml import comments
 
@@ -115,7 +115,7 @@ def rebuild(dom, new_cells, mapping: dict[int, int]) -> tuple[etree._Element, li
     numa = E("numa", None, *lead)
     made = {}
     for cell in new_cells:
-        el = E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus), "memory": cell.memory_kib, "unit": "KiB",
+        el = E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus), "memory": cell.memory_kib, "unit": KIB,
                         **merged_attrs(old_cells, mapping, cell.id)})
         notes += _content(el, [c for c in old_cells if mapping.get(c.id) == cell.id], rows.get(cell.id))
         numa.append(el)
