@@ -8,9 +8,11 @@ def run(ctx, dom):
     if ctx.profile.cpu_mode != "host":
         return []
     if ctx.kvm:
-        mode, why = Domain.CPU_MODE_HOST_PASSTHROUGH, "give the guest every feature of the host CPU (no model emulation)"
+        mode = Domain.CPU_MODE_HOST_PASSTHROUGH
+        why = "give the guest every feature of the host CPU (no model emulation)"
     else:
-        mode, why = Domain.CPU_MODE_MAXIMUM, "TCG cannot pass the host CPU through; 'maximum' is its widest model"
+        mode = Domain.CPU_MODE_MAXIMUM
+        why = "TCG cannot pass the host CPU through; 'maximum' is its widest model"
     edits = [Domain.cpu_mode.edit(dom, mode, why)]
     cpu = dom.find("cpu")
     if cpu is not None:
