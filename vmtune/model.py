@@ -265,6 +265,11 @@ class Domain(View):
     NUMA_PLACEMENT_AUTO = "auto"
     FEATURE_TOPOEXT = "topoext"
     POLICY_REQUIRE = "require"
+    CLOCK_UTC = "utc"
+    CLOCK_LOCALTIME = "localtime"
+    TIMER_HPET = "hpet"
+    TIMER_KVMCLOCK = "kvmclock"
+    TIMER_HYPERVCLOCK = "hypervclock"
     type = Prop("@type")
     name = Prop("name")
     uuid = Prop("uuid")
@@ -279,6 +284,8 @@ class Domain(View):
     numa_nodeset = Prop("numatune/memory/@nodeset", CPUSET)
     numa_placement = Prop("numatune/memory/@placement")
     iothreads = Prop("iothreads", INT, default=0)
+    clock_offset = Prop("clock/@offset")
+    timer_present = Keyed("clock/timer[@name='{}']/@present", YES_NO)
     memory_kib = Size("memory", default=0)
     current_memory_kib = Size("currentMemory", default=0)
 
