@@ -270,6 +270,7 @@ class Domain(View):
     TIMER_HPET = "hpet"
     TIMER_KVMCLOCK = "kvmclock"
     TIMER_HYPERVCLOCK = "hypervclock"
+    HYPERV_PASSTHROUGH = "passthrough"
     type = Prop("@type")
     name = Prop("name")
     uuid = Prop("uuid")
@@ -286,6 +287,12 @@ class Domain(View):
     iothreads = Prop("iothreads", INT, default=0)
     clock_offset = Prop("clock/@offset")
     timer_present = Keyed("clock/timer[@name='{}']/@present", YES_NO)
+    kvm_hint_dedicated = Prop("features/kvm/hint-dedicated/@state", ON_OFF)
+    kvm_poll_control = Prop("features/kvm/poll-control/@state", ON_OFF)
+    pmu = Prop("features/pmu/@state", ON_OFF)
+    hyperv_mode = Prop("features/hyperv/@mode")
+    hyperv = Keyed("features/hyperv/{}/@state", ON_OFF)
+    hyperv_spinlock_retries = Prop("features/hyperv/spinlocks/@retries", INT)
     memory_kib = Size("memory", default=0)
     current_memory_kib = Size("currentMemory", default=0)
 
