@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from lxml import etree
 
 from . import cpuset, units, xmltext
-from .edits import Set
+from .edits import Set, split_path
 
 NS = "https://vmtune.dev/xmlns/1"
 NSMAP = {"vmtune": NS}
@@ -68,11 +68,11 @@ class Prop:
         self.path = path
         self.conv = conv
         self.default = default
-        elem, _, attr = path.rpartition("@") if "@" in path else (path, "", "")
-        self.elem_path = elem.rstrip("/") or "."
-        self.attr = attr or None
+        elem, self.attr = split_path(path)
+        self.elem_path = elem or "."
 
     def raw(self, node: etree._Element) -> str | None:
+        """The field's text below ``node`` (None: no such field)."""
         el = node.find(self.elem_path)
         if el is None:
             return None
@@ -111,7 +111,7 @@ class Keyed:
         return prop
 
 
-def kib_of(el: etree._Element) -> int:
+def _kib(el: etree._Element) -> int:
     """A size element's value in KiB: its text in its ``unit`` (KiB without one), as libvirt reads it."""
     return units.to_kib(xmltext.text(el).strip() or 0, el.get("unit"))
 
@@ -128,7 +128,7 @@ class Size:
         if view is None:
             return self
         el = view.node.find(self.path)
-        return self.default if el is None else kib_of(el)
+        return self.default if el is None else _kib(el)
 
     def edits(self, view: "View", value_kib: int, reason: str) -> list[Set]:
         return [Set(view.node, self.path, str(value_kib), reason),
@@ -158,6 +158,7 @@ class Disk(View):
     CACHE_NONE = "none"
     CACHE_DIRECTSYNC = "directsync"
     IO_NATIVE = "native"
+
     type = Prop("@type")
     device = Prop("@device")
     bus = Prop("target/@bus")
@@ -185,6 +186,7 @@ class Interface(View):
     TUNED_TYPES = ("network", "bridge", "direct", "ethernet")
     MODEL_VIRTIO = "virtio"
     DRIVER_NAME_VHOST = "vhost"
+
     type = Prop("@type")
     model = Prop("model/@type")
     mac = Prop("mac/@address")
@@ -194,6 +196,7 @@ class Interface(View):
 
 class Controller(View):
     TYPE_SCSI = "scsi"
+
     type = Prop("@type")
     index = Prop("@index", INT)
 
@@ -217,6 +220,7 @@ class MemoryDevice(View):
 
     RAM_MODELS = ("dimm", "virtio-mem")
     MODEL_VIRTIO_MEM = "virtio-mem"
+
     model = Prop("@model")
     target_node = Prop("target/node", INT)
     nodemask_text = Prop("source/nodemask")
@@ -271,6 +275,7 @@ class Domain(View):
     TIMER_KVMCLOCK = "kvmclock"
     TIMER_HYPERVCLOCK = "hypervclock"
     HYPERV_PASSTHROUGH = "passthrough"
+
     type = Prop("@type")
     name = Prop("name")
     uuid = Prop("uuid")
@@ -291,7 +296,7 @@ class Domain(View):
     kvm_poll_control = Prop("features/kvm/poll-control/@state", ON_OFF)
     pmu = Prop("features/pmu/@state", ON_OFF)
     hyperv_mode = Prop("features/hyperv/@mode")
-    hyperv = Keyed("features/hyperv/{}/@state", ON_OFF)
+    hyperv_state = Keyed("features/hyperv/{}/@state", ON_OFF)
     hyperv_spinlock_retries = Prop("features/hyperv/spinlocks/@retries", INT)
     memory_kib = Size("memory", default=0)
     current_memory_kib = Size("currentMemory", default=0)
@@ -308,7 +313,7 @@ class Domain(View):
 
     @property
     def dimm_kib(self) -> int:
-        return sum(kib_of(el) for el in self.node.iterfind("devices/memory/target/size"))
+        return sum(_kib(el) for el in self.node.iterfind("devices/memory/target/size"))
 
     @property
     def boot_memory_kib(self) -> int:

@@ -32,6 +32,6 @@ def run(ctx, dom):
             if hyperv is not None and hyperv.find(name) is not None:
                 continue  # an explicit setting, on or off, is the admin's
             why = f"Hyper-V enlightenment '{name}': Windows uses the paravirtual path"
-            edits.append(Domain.hyperv.at(name).edit(dom, True, why))
+            edits.append(Domain.hyperv_state.at(name).edit(dom, True, why))
             edits += [prop.edit(dom, value, why) for prop, value in extra.items()]
     return edits
