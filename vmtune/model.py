@@ -67,6 +67,7 @@ class Prop:
     def __init__(self, path: str, conv: Conv = TEXT, default: Any = None):
         self.path = path
         self.conv = conv
+        self._parse = conv.parse  # read on every __get__: one attribute, not the tuple's field
         self.default = default
         elem, self.attr = split_path(path)
         self.elem_path = elem or "."
@@ -78,13 +79,16 @@ class Prop:
             return None
         return el.get(self.attr) if self.attr else xmltext.text(el).strip()
 
-    def get(self, view: "View") -> Any:
+    def __get__(self, view: "View | None", owner: type) -> Any:
+        if view is None:
+            return self
         raw = self.raw(view.node)
-        value = None if raw is None else self.conv.parse(raw)
+        value = None if raw is None else self._parse(raw)
         return self.default if value is None else value
 
-    def __get__(self, view: "View | None", owner: type) -> Any:
-        return self if view is None else self.get(view)
+    def get(self, view: "View") -> Any:
+        """The value on ``view`` (for a field that is not a class attribute: ``Keyed.at``)."""
+        return self.__get__(view, type(view))
 
     def text(self, value: Any) -> str | None:
         """The text ``value`` is written as (None: no text, the field goes)."""
