@@ -37,7 +37,7 @@ def _digits(text: str) -> int | None:
 
 
 class Conv(NamedTuple):
-    """How a field's text becomes a value (None: not a value of this kind), and a value text."""
+    """How a field's text becomes its value (None: not a value of this kind), and back."""
 
     parse: Callable[[str], Any]
     format: Callable[[Any], str]
@@ -207,7 +207,7 @@ class Controller(View):
 
 class CellRef(View):
     """A device's ``<target>`` that names a guest cell in ``<node>`` (a memory device's, a PCI
-    expander bus's)."""
+    expander bus's). Plain digits only: the numa pass renumbers no other spelling."""
 
     cell = Prop("node", DIGITS)
 
@@ -230,8 +230,7 @@ class MemoryDevice(View):
     nodemask_text = Prop("source/nodemask")
     size_kib = Size("target/size", default=0)
     block_kib = Size("target/block")
-    pagesize_kib = Size("source/pagesize")
-    """Its own page size (``<source><pagesize>``), which wins over ``<memoryBacking>``'s."""
+    pagesize_kib = Size("source/pagesize")  # its own page size, which wins over <memoryBacking>'s
 
     @property
     def granule_kib(self) -> int:
