@@ -7,7 +7,8 @@ A pass never touches the tree. It returns edits anchored on elements of the tree
     Remove(element, reason)                         remove an element
     Warn(message)                                   no change, a warning for the user
 
-New elements are inserted in libvirt's canonical order, so output is deterministic.
+A pass gets a Set from the field's declaration (vmtune/model.py): ``Disk.cache.edit(disk, "none",
+reason)``. New elements are inserted in libvirt's canonical order, so output is deterministic.
 """
 
 from __future__ import annotations
@@ -189,6 +190,13 @@ def _walk(anchor: etree._Element, elem_path: str, create: bool) -> etree._Elemen
     return node
 
 
+def split_path(path: str) -> tuple[str, str | None]:
+    """A Set's path as (element path, attribute): ``"a/b/@x"`` -> ``("a/b", "x")``, ``"@x"`` ->
+    ``("", "x")``, ``"a/b"`` (the text of b) -> ``("a/b", None)``."""
+    elem, _, attr = path.rpartition("@") if "@" in path else (path, "", "")
+    return elem.rstrip("/"), attr or None
+
+
 def _path(el: etree._Element) -> str:
     return el.getroottree().getpath(el)
 
@@ -196,8 +204,7 @@ def _path(el: etree._Element) -> str:
 def apply(edit: Edit) -> Change | None:
     """Apply one edit; return the Change it made, or None when it changed nothing."""
     if isinstance(edit, Set):
-        elem_path, _, attr = edit.path.rpartition("@") if "@" in edit.path else (edit.path, "", "")
-        elem_path = elem_path.rstrip("/")
+        elem_path, attr = split_path(edit.path)
         node = _walk(edit.anchor, elem_path, create=edit.value is not None)
         if node is None:
             return None

@@ -1,23 +1,27 @@
 """A small declarative layer over libvirt domain XML.
 
-Each field is declared once, keyed by a path (``Prop("driver/@cache")``), so the passes read
-``disk.cache`` and never repeat XPath strings. The views are read-only: passes describe what
-they want changed as edits (vmtune/edits.py) and the driver applies them.
+Each field is declared once, keyed by a path (``Prop("driver/@cache")``), with a converter
+between its text and its value. Passes read a field as an attribute (``disk.cache``) and ask
+the declaration for the edit that writes it (``Disk.cache.edit(disk, Disk.CACHE_NONE, why)``,
+a ``Set`` of vmtune/edits.py); they never spell the path. The views never change the tree: the
+driver applies the edits. The values passes write are constants on the views (``Disk.BUS_VIRTIO``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from lxml import etree
 
 from . import cpuset, units, xmltext
+from .edits import Set, split_path
 
 NS = "https://vmtune.dev/xmlns/1"
 NSMAP = {"vmtune": NS}
 TAG = f"{{{NS}}}tune"
 LIBOSINFO_NS = "http://libosinfo.org/xmlns/libvirt/domain/1.0"
+KIB = "KiB"  # the unit vmtune writes sizes in
 
 
 def _int(text: str) -> int | None:
@@ -27,20 +31,49 @@ def _int(text: str) -> int | None:
         return None
 
 
-class Prop:
-    """A field at ``path`` below a view's node: ``"a/b/@attr"``, ``"@attr"`` or ``"a/b"`` (text)."""
+def _digits(text: str) -> int | None:
+    """Only plain decimal digits: no sign, no spaces inside, no underscores."""
+    return int(text) if text.isdecimal() else None
 
-    def __init__(self, path: str, conv: Callable[[str], Any] = str):
+
+class Conv(NamedTuple):
+    """How a field's text becomes its value (None: not a value of this kind), and back."""
+
+    parse: Callable[[str], Any]
+    format: Callable[[Any], str]
+
+
+def _flag(true: str, false: str) -> Conv:
+    return Conv({true: True, false: False}.get, lambda value: true if value else false)
+
+
+TEXT = Conv(str, str)
+INT = Conv(_int, str)
+DIGITS = Conv(_digits, str)
+CPUSET = Conv(cpuset.parse, cpuset.format)
+YES_NO = _flag("yes", "no")
+ON_OFF = _flag("on", "off")
+
+
+class Prop:
+    """A field at ``path`` below a view's node: ``"a/b/@attr"``, ``"@attr"`` or ``"a/b"`` (text).
+
+    Read on a view, it is the value (``default`` when the field is missing or not of its kind);
+    read on the class, it is the declaration, whose ``edit`` sets the field (None removes it).
+    A text value is read and written as libvirt does (vmtune/xmltext.py): comments and PIs in it
+    are left out of the value and kept when it is written.
+    """
+
+    def __init__(self, path: str, conv: Conv = TEXT, default: Any = None):
         self.path = path
         self.conv = conv
-        elem, _, attr = path.rpartition("@") if "@" in path else (path, "", "")
-        self.elem_path = elem.rstrip("/") or "."
-        self.attr = attr or None
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
+        self._parse = conv.parse  # read on every __get__: one attribute, not the tuple's field
+        self.default = default
+        elem, self.attr = split_path(path)
+        self.elem_path = elem or "."
 
     def raw(self, node: etree._Element) -> str | None:
+        """The field's text below ``node`` (None: no such field)."""
         el = node.find(self.elem_path)
         if el is None:
             return None
@@ -49,12 +82,65 @@ class Prop:
     def __get__(self, view: "View | None", owner: type) -> Any:
         if view is None:
             return self
-        value = self.raw(view.node)
-        return None if value is None else self.conv(value)
+        raw = self.raw(view.node)
+        value = None if raw is None else self._parse(raw)
+        return self.default if value is None else value
+
+    def get(self, view: "View") -> Any:
+        """The value on ``view`` (for a field that is not a class attribute: ``Keyed.at``)."""
+        return self.__get__(view, type(view))
+
+    def text(self, value: Any) -> str | None:
+        """The text ``value`` is written as (None: no text, the field goes)."""
+        return None if value is None else self.conv.format(value)
+
+    def edit(self, view: "View", value: Any, reason: str) -> Set:
+        """The edit that makes ``value`` the field's value on ``view``."""
+        return Set(view.node, self.path, self.text(value), reason)
+
+
+class Keyed:
+    """Fields told apart by a name in their path: ``Keyed("clock/timer[@name='{}']/@present")``;
+    ``.at("hpet")`` is the field of one of them."""
+
+    def __init__(self, template: str, conv: Conv = TEXT):
+        self.template = template
+        self.conv = conv
+        self._props: dict[str, Prop] = {}
+
+    def at(self, key: str) -> Prop:
+        prop = self._props.get(key)
+        if prop is None:
+            prop = self._props[key] = Prop(self.template.format(key), self.conv)
+        return prop
+
+
+def _kib(el: etree._Element) -> int:
+    """A size element's value in KiB: its text in its ``unit`` (KiB without one), as libvirt reads it."""
+    return units.to_kib(xmltext.text(el).strip() or 0, el.get("unit"))
+
+
+class Size:
+    """A memory size: an element's text in its ``unit``; read in KiB, written in KiB as two edits
+    (the number and the unit)."""
+
+    def __init__(self, path: str, default: int | None = None):
+        self.path = path
+        self.default = default
+
+    def __get__(self, view: "View | None", owner: type) -> Any:
+        if view is None:
+            return self
+        el = view.node.find(self.path)
+        return self.default if el is None else _kib(el)
+
+    def edits(self, view: "View", value_kib: int, reason: str) -> list[Set]:
+        return [Set(view.node, self.path, str(value_kib), reason),
+                Set(view.node, f"{self.path}/@unit", KIB, reason)]
 
 
 class View:
-    """A read-only view of one element."""
+    """A view of one element: its fields are the class's declarations."""
 
     def __init__(self, node: etree._Element):
         self.node = node
@@ -64,18 +150,32 @@ class View:
 
 
 class Disk(View):
+    TYPE_FILE = "file"
+    TYPE_VHOSTUSER = "vhostuser"
+    TYPE_NVME = "nvme"
+    DEVICE_DISK = "disk"
     BUS_VIRTIO = "virtio"
+    BUS_SCSI = "scsi"
     REMAP_BUSES = ("ide", "sata", "scsi", "usb")
+    ADDRESS_DRIVE = "drive"
+    DRIVER_NAME_QEMU = "qemu"
+    CACHE_NONE = "none"
+    CACHE_DIRECTSYNC = "directsync"
+    IO_NATIVE = "native"
+
     type = Prop("@type")
     device = Prop("@device")
     bus = Prop("target/@bus")
     dev = Prop("target/@dev")
+    removable = Prop("target/@removable", ON_OFF)
+    rotation_rate = Prop("target/@rotation_rate", INT)
     driver_name = Prop("driver/@name")
     cache = Prop("driver/@cache")
-    iothread = Prop("driver/@iothread", _int)
-    boot_order = Prop("boot/@order", _int)
+    io = Prop("driver/@io")
+    iothread = Prop("driver/@iothread", INT)
+    boot_order = Prop("boot/@order", INT)
     address_type = Prop("address/@type")
-    controller = Prop("address/@controller", _int)
+    controller = Prop("address/@controller", INT)
 
     @property
     def iothread_queues(self) -> bool:
@@ -83,19 +183,39 @@ class Disk(View):
 
     @property
     def effective_device(self) -> str:
-        return self.device or "disk"
+        return self.device or self.DEVICE_DISK
 
 
 class Interface(View):
     TUNED_TYPES = ("network", "bridge", "direct", "ethernet")
+    MODEL_VIRTIO = "virtio"
+    DRIVER_NAME_VHOST = "vhost"
+
     type = Prop("@type")
     model = Prop("model/@type")
     mac = Prop("mac/@address")
+    driver_name = Prop("driver/@name")
+    queues = Prop("driver/@queues", INT)
 
 
 class Controller(View):
+    TYPE_SCSI = "scsi"
+
     type = Prop("@type")
-    index = Prop("@index", _int)
+    index = Prop("@index", INT)
+
+
+class CellRef(View):
+    """A device's ``<target>`` that names a guest cell in ``<node>`` (a memory device's, a PCI
+    expander bus's). Plain digits only: the numa pass renumbers no other spelling."""
+
+    cell = Prop("node", DIGITS)
+
+
+class Tag(View):
+    """vmtune's ``<vmtune:tune>`` in ``<metadata>``."""
+
+    profile = Prop("@profile")
 
 
 class MemoryDevice(View):
@@ -103,28 +223,20 @@ class MemoryDevice(View):
     nvdimm, virtio-pmem (a file) and sgx-epc (EPC), which no hugepage backs."""
 
     RAM_MODELS = ("dimm", "virtio-mem")
+    MODEL_VIRTIO_MEM = "virtio-mem"
+
     model = Prop("@model")
-    target_node = Prop("target/node", _int)
+    target_node = Prop("target/node", INT)
     nodemask_text = Prop("source/nodemask")
-
-    def _kib(self, path: str) -> int | None:
-        el = self.node.find(path)
-        return None if el is None else units.to_kib(xmltext.text(el).strip() or 0, el.get("unit"))
-
-    @property
-    def size_kib(self) -> int:
-        return self._kib("target/size") or 0
-
-    @property
-    def pagesize_kib(self) -> int | None:
-        """Its own page size (``<source><pagesize>``), which wins over ``<memoryBacking>``'s."""
-        return self._kib("source/pagesize")
+    size_kib = Size("target/size", default=0)
+    block_kib = Size("target/block")
+    pagesize_kib = Size("source/pagesize")  # its own page size, which wins over <memoryBacking>'s
 
     @property
     def granule_kib(self) -> int:
         """What its page size must divide: a virtio-mem block, else the whole size (QEMU refuses a
         DIMM backend that is not a whole number of pages, and a block smaller than a page)."""
-        return (self._kib("target/block") if self.model == "virtio-mem" else None) or self.size_kib
+        return (self.block_kib if self.model == self.MODEL_VIRTIO_MEM else None) or self.size_kib
 
 
 class Cell(View):
@@ -152,18 +264,45 @@ class Cell(View):
 class Domain(View):
     """The root ``<domain>``."""
 
+    CPU_MODE_HOST_PASSTHROUGH = "host-passthrough"
+    CPU_MODE_MAXIMUM = "maximum"
+    VCPU_PLACEMENT_STATIC = "static"
+    VCPU_PLACEMENT_AUTO = "auto"
+    NUMA_MODE_STRICT = "strict"
+    NUMA_PLACEMENT_AUTO = "auto"
+    FEATURE_TOPOEXT = "topoext"
+    POLICY_REQUIRE = "require"
+    CLOCK_UTC = "utc"
+    CLOCK_LOCALTIME = "localtime"
+    TIMER_HPET = "hpet"
+    TIMER_KVMCLOCK = "kvmclock"
+    TIMER_HYPERVCLOCK = "hypervclock"
+    HYPERV_PASSTHROUGH = "passthrough"
+
     type = Prop("@type")
     name = Prop("name")
     uuid = Prop("uuid")
     arch = Prop("os/type/@arch")
     vcpu_text = Prop("vcpu")
     vcpu_placement = Prop("vcpu/@placement")
-    vcpu_cpuset = Prop("vcpu/@cpuset", cpuset.parse)
+    vcpu_cpuset = Prop("vcpu/@cpuset", CPUSET)
     cpu_mode = Prop("cpu/@mode")
+    cpu_match = Prop("cpu/@match")
+    cpu_feature_policy = Keyed("cpu/feature[@name='{}']/@policy")
     numa_mode = Prop("numatune/memory/@mode")
-    numa_nodeset = Prop("numatune/memory/@nodeset", cpuset.parse)
+    numa_nodeset = Prop("numatune/memory/@nodeset", CPUSET)
     numa_placement = Prop("numatune/memory/@placement")
-    iothreads_text = Prop("iothreads")
+    iothreads = Prop("iothreads", INT, default=0)
+    clock_offset = Prop("clock/@offset")
+    timer_present = Keyed("clock/timer[@name='{}']/@present", YES_NO)
+    kvm_hint_dedicated = Prop("features/kvm/hint-dedicated/@state", ON_OFF)
+    kvm_poll_control = Prop("features/kvm/poll-control/@state", ON_OFF)
+    pmu = Prop("features/pmu/@state", ON_OFF)
+    hyperv_mode = Prop("features/hyperv/@mode")
+    hyperv_state = Keyed("features/hyperv/{}/@state", ON_OFF)
+    hyperv_spinlock_retries = Prop("features/hyperv/spinlocks/@retries", INT)
+    memory_kib = Size("memory", default=0)
+    current_memory_kib = Size("currentMemory", default=0)
 
     # -- counts and sizes ---------------------------------------------------------------------
     @property
@@ -172,31 +311,12 @@ class Domain(View):
         return _int(self.vcpu_text or "") or 1
 
     @property
-    def iothreads(self) -> int:
-        return _int(self.iothreads_text or "") or 0
-
-    def _memory(self, tag: str) -> int:
-        el = self.node.find(tag)
-        return 0 if el is None else units.to_kib(xmltext.text(el).strip() or 0, el.get("unit"))
-
-    @property
-    def memory_kib(self) -> int:
-        return self._memory("memory")
-
-    @property
-    def current_memory_kib(self) -> int:
-        return self._memory("currentMemory")
-
-    @property
     def has_max_memory(self) -> bool:
         return self.node.find("maxMemory") is not None
 
     @property
     def dimm_kib(self) -> int:
-        total = 0
-        for el in self.node.iterfind("devices/memory/target/size"):
-            total += units.to_kib(xmltext.text(el).strip() or 0, el.get("unit"))
-        return total
+        return sum(_kib(el) for el in self.node.iterfind("devices/memory/target/size"))
 
     @property
     def boot_memory_kib(self) -> int:
@@ -261,7 +381,7 @@ class Domain(View):
     @property
     def tagged_profile(self) -> str | None:
         tag = self.tag
-        return None if tag is None else (tag.get("profile") or None)
+        return None if tag is None else (Tag(tag).profile or None)
 
     @property
     def os_id(self) -> str | None:

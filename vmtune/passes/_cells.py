@@ -16,6 +16,7 @@ from lxml import etree
 
 from .. import cpuset, xmltext
 from ..edits import E, Set, clone, show
+from ..model import KIB, CellRef
 from . import _hmat
 from ._xml import comments
 
@@ -56,12 +57,12 @@ def follow(dom, mapping: dict[int, int]) -> list[Set]:
     """Point every ``<target><node>`` at the cell its old cell became."""
     edits = []
     for path in REFS:
-        for target in dom.iter(path):
-            node = target.find("node")
-            text = xmltext.text(node).strip() if node is not None else ""
-            if text.isdigit() and mapping.get(int(text), int(text)) != int(text):
-                new = mapping[int(text)]
-                edits.append(Set(target, "node", str(new), f"guest cell {text} is now part of cell {new}"))
+        for target in map(CellRef, dom.iter(path)):
+            old = target.cell
+            if old is not None and mapping.get(old, old) != old:
+                new = mapping[old]
+                why = f"guest cell {CellRef.cell.raw(target.node)} is now part of cell {new}"
+                edits.append(CellRef.cell.edit(target, new, why))
     return edits
 
 
@@ -114,7 +115,7 @@ def rebuild(dom, new_cells, mapping: dict[int, int]) -> tuple[etree._Element, li
     numa = E("numa", None, *lead)
     made = {}
     for cell in new_cells:
-        el = E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus), "memory": cell.memory_kib, "unit": "KiB",
+        el = E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus), "memory": cell.memory_kib, "unit": KIB,
                         **merged_attrs(old_cells, mapping, cell.id)})
         notes += _content(el, [c for c in old_cells if mapping.get(c.id) == cell.id], rows.get(cell.id))
         numa.append(el)

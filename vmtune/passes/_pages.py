@@ -45,5 +45,5 @@ def devices(host, dom, size: int, cells: frozenset[int]) -> tuple[list[Set], fro
             continue
         why = (f"the {what} is not a whole number of {size} KiB pages, which QEMU refuses for a memory "
                f"device: it takes {own} KiB pages of its own")
-        edits += [Set(dev.node, "source/pagesize", str(own), why), Set(dev.node, "source/pagesize/@unit", "KiB", why)]
+        edits += MemoryDevice.pagesize_kib.edits(dev, own, why)
     return edits, frozenset(normal), notes

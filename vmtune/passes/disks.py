@@ -1,12 +1,18 @@
 """Disks: virtio-blk with vdX names, cache='none' io='native'; emptied SCSI controllers go."""
 
-from ..edits import Remove, Set, Warn
-from ..model import Disk
+from ..edits import Remove, Warn
+from ..model import Controller, Disk
 
-NATIVE_IO_TYPES = ("file", "block", "volume")
+NATIVE_IO_TYPES = (Disk.TYPE_FILE, "block", "volume")
 # Target attributes and children that only emulated buses accept.
-EMULATED_ONLY_ATTRS = ("removable", "rotation_rate")
+EMULATED_ONLY_ATTRS = (Disk.removable, Disk.rotation_rate)
 EMULATED_ONLY_CHILDREN = ("wwn", "vendor", "product")
+# How many vdX names a moved disk may get: vda..vdzzz, the 26 + 26**2 + 26**3 names of one to
+# three letters. A bound so that the search for a free name always ends; far more names than
+# virtio disks a real domain has.
+VIRTIO_NAMES = 26 + 26**2 + 26**3
+# Disk types whose <driver> cache and io vmtune leaves alone.
+NO_DRIVER_TYPES = (Disk.TYPE_VHOSTUSER, Disk.TYPE_NVME)
 
 
 def _letters(i: int) -> str:
@@ -19,7 +25,7 @@ def _letters(i: int) -> str:
 
 
 def boot_disk(dom) -> Disk | None:
-    disks = [d for d in dom.disks if d.effective_device == "disk"]
+    disks = [d for d in dom.disks if d.effective_device == Disk.DEVICE_DISK]
     ordered = [d for d in disks if d.boot_order is not None]
     if ordered:
         return min(ordered, key=lambda d: d.boot_order)
@@ -33,7 +39,7 @@ def moving(ctx, dom) -> list[Disk]:
     keep = boot_disk(dom) if dom.is_windows and not ctx.force_virtio else None
     return [
         d for d in dom.disks
-        if d.effective_device == "disk" and d.bus in Disk.REMAP_BUSES
+        if d.effective_device == Disk.DEVICE_DISK and d.bus in Disk.REMAP_BUSES
         and (keep is None or d.node is not keep.node)
     ]
 
@@ -44,8 +50,8 @@ def _scsi_users(dom, moved: set) -> dict[int, int]:
         if el in moved:
             continue
         disk = Disk(el)
-        if disk.address_type == "drive" or (el.tag == "disk" and disk.bus == "scsi"):
-            if disk.bus == "scsi" or el.tag == "hostdev":
+        if disk.address_type == Disk.ADDRESS_DRIVE or (el.tag == "disk" and disk.bus == Disk.BUS_SCSI):
+            if disk.bus == Disk.BUS_SCSI or el.tag == "hostdev":
                 idx = disk.controller or 0
                 users[idx] = users.get(idx, 0) + 1
     return users
@@ -60,15 +66,15 @@ def run(ctx, dom):
             edits.append(Warn(f"Windows guest: boot disk {keep.dev} stays on {keep.bus} (the guest may lack "
                               "virtio drivers); install them and use --force-virtio"))
     used = {d.dev for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.dev}
-    names = (f"vd{_letters(i)}" for i in range(18278))
+    names = (f"vd{_letters(i)}" for i in range(VIRTIO_NAMES))
     for disk in move:
         name = next(n for n in names if n not in used)
         used.add(name)
         why = f"{disk.bus} is emulated; virtio-blk is the paravirtual disk"
-        edits.append(Set(disk.node, "target/@bus", Disk.BUS_VIRTIO, why))
-        edits.append(Set(disk.node, "target/@dev", name, f"virtio disks are named vdX ({disk.dev} -> {name})"))
-        for attr in EMULATED_ONLY_ATTRS:
-            edits.append(Set(disk.node, f"target/@{attr}", None, f"'{attr}' is for emulated buses only"))
+        edits.append(Disk.bus.edit(disk, Disk.BUS_VIRTIO, why))
+        edits.append(Disk.dev.edit(disk, name, f"virtio disks are named vdX ({disk.dev} -> {name})"))
+        for prop in EMULATED_ONLY_ATTRS:
+            edits.append(prop.edit(disk, None, f"'{prop.attr}' is for emulated buses only"))
         for child in EMULATED_ONLY_CHILDREN:
             el = disk.node.find(child)
             if el is not None:
@@ -82,25 +88,28 @@ def run(ctx, dom):
     before = _scsi_users(dom, set())
     for ctl in dom.controllers:
         idx = ctl.index or 0
-        if ctl.type == "scsi" and before.get(idx) and not users.get(idx):
+        if ctl.type == Controller.TYPE_SCSI and before.get(idx) and not users.get(idx):
             edits.append(Remove(ctl.node, f"SCSI controller {idx} has no devices left after the move to virtio"))
     return edits
 
 
 def _driver(ctx, dom):
+    """cache and io on every disk QEMU serves; a driver that gets either is named qemu's."""
     p = ctx.profile
     edits = []
     for disk in dom.disks:
-        if disk.effective_device != "disk" or disk.type in ("vhostuser", "nvme"):
+        if disk.effective_device != Disk.DEVICE_DISK or disk.type in NO_DRIVER_TYPES:
             continue
+        driver = []
         if p.devices_disk_cache != "keep":
-            edits.append(Set(disk.node, "driver/@cache", p.devices_disk_cache,
-                             "cache='none' bypasses the host page cache: no double caching, no host flush stalls"))
+            driver.append(Disk.cache.edit(disk, p.devices_disk_cache, "cache='none' bypasses the host page cache: "
+                                          "no double caching, no host flush stalls"))
         cache = p.devices_disk_cache if p.devices_disk_cache != "keep" else disk.cache
-        if p.devices_disk_io != "keep" and (disk.type or "file") in NATIVE_IO_TYPES:
-            if p.devices_disk_io != "native" or cache in ("none", "directsync"):
-                edits.append(Set(disk.node, "driver/@io", p.devices_disk_io,
-                                 "Linux native AIO submits guest I/O without a userspace thread pool"))
-        if disk.driver_name is None and edits and getattr(edits[-1], "anchor", None) is disk.node:
-            edits.append(Set(disk.node, "driver/@name", "qemu", "the disk driver is qemu's"))
+        if p.devices_disk_io != "keep" and (disk.type or Disk.TYPE_FILE) in NATIVE_IO_TYPES:
+            if p.devices_disk_io != Disk.IO_NATIVE or cache in (Disk.CACHE_NONE, Disk.CACHE_DIRECTSYNC):
+                driver.append(Disk.io.edit(disk, p.devices_disk_io,
+                                           "Linux native AIO submits guest I/O without a userspace thread pool"))
+        if driver and disk.driver_name is None:
+            driver.append(Disk.driver_name.edit(disk, Disk.DRIVER_NAME_QEMU, "the disk driver is qemu's"))
+        edits += driver
     return edits

@@ -1,7 +1,7 @@
 """IOThreads: at least one per guest NUMA cell, and every virtio disk assigned to one."""
 
-from ..edits import E, Put, Set, clone
-from ..model import Disk
+from ..edits import E, Put, clone
+from ..model import Disk, Domain
 
 
 def _valid(disk: Disk, ids: list[int]) -> bool:
@@ -10,7 +10,7 @@ def _valid(disk: Disk, ids: list[int]) -> bool:
 
 def wanted(ctx, dom) -> int:
     """How many iothreads the domain should have (0: leave them alone)."""
-    disks = [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type not in ("vhostuser",)]
+    disks = [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type != Disk.TYPE_VHOSTUSER]
     if not ctx.profile.devices_iothreads or not disks:
         return 0
     return max(1, len(ctx.placement.cells), dom.iothreads, len(dom.iothread_ids()) if dom.find("iothreadids") is not None else 0)
@@ -20,8 +20,8 @@ def run(ctx, dom):
     count = wanted(ctx, dom)
     if not count:
         return []
-    edits = [Set(dom.node, "iothreads", str(count),
-                 "a dedicated iothread per guest NUMA cell takes disk I/O off the vCPU and main loop threads")]
+    edits = [Domain.iothreads.edit(dom, count, "a dedicated iothread per guest NUMA cell takes disk I/O off the "
+                                   "vCPU and main loop threads")]
     listed = dom.find("iothreadids")
     ids = dom.iothread_ids() if listed is not None else list(range(1, count + 1))
     if listed is not None and len(ids) < count:
@@ -34,12 +34,12 @@ def run(ctx, dom):
             ids.append(nxt)
             nxt += 1
         edits.append(Put(dom.node, new, f"iothreadids must list all {count} iothreads"))
-    virtio = [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type not in ("vhostuser",)]
+    virtio = [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type != Disk.TYPE_VHOSTUSER]
     for i, disk in enumerate(virtio):
         if _valid(disk, ids):
             continue
-        edits.append(Set(disk.node, "driver/@iothread", str(ids[i % len(ids)]),
-                         "serve this disk from an iothread (every disk gets one; none is left idle)"))
+        edits.append(Disk.iothread.edit(disk, ids[i % len(ids)],
+                                        "serve this disk from an iothread (every disk gets one; none is left idle)"))
         if disk.driver_name is None:
-            edits.append(Set(disk.node, "driver/@name", "qemu", "the disk driver is qemu's"))
+            edits.append(Disk.driver_name.edit(disk, Disk.DRIVER_NAME_QEMU, "the disk driver is qemu's"))
     return edits

@@ -1,7 +1,8 @@
 """<memoryBacking> (hugepages, nosharepages, locked) and the balloon."""
 
 from .. import cpuset
-from ..edits import E, Put, Remove, Set, insert
+from ..edits import E, Put, Remove, insert
+from ..model import KIB, Domain
 from . import _pages
 from ._xml import comments, copy, put_under
 
@@ -21,7 +22,7 @@ def _hugepages(ctx, dom, new) -> tuple[list[str], list]:
     if cells and cells <= normal:
         return why, edits
     nodeset = cpuset.format(cells - normal) if cells else None
-    insert(new, E("hugepages", None, *kept, E("page", {"size": size, "unit": "KiB", "nodeset": nodeset})))
+    insert(new, E("hugepages", None, *kept, E("page", {"size": size, "unit": KIB, "nodeset": nodeset})))
     reasons = [f"{size} KiB hugepages: fewer TLB misses, memory that never swaps or moves"]
     reasons += [pl.hugepage_why] if pl.hugepage_why else []
     huge = [c for c in pl.cells if c.id not in normal]
@@ -55,6 +56,5 @@ def run(ctx, dom):
                                "no balloon: memory is fixed, no inflate/deflate stalls"))
         if dom.current_memory_kib and dom.current_memory_kib != dom.memory_kib:
             why = "without a balloon the guest always has all its memory"
-            edits += [Set(dom.node, "currentMemory", str(dom.memory_kib), why),
-                      Set(dom.node, "currentMemory/@unit", "KiB", why)]
+            edits += Domain.current_memory_kib.edits(dom, dom.memory_kib, why)
     return edits

@@ -1,6 +1,6 @@
 """NICs: virtio-net with vhost and one queue per vCPU (at most max_queues)."""
 
-from ..edits import Set, Warn
+from ..edits import Warn
 from ..model import Interface
 
 
@@ -14,18 +14,18 @@ def run(ctx, dom):
         if nic.type not in Interface.TUNED_TYPES:
             continue
         if dom.is_windows and not ctx.force_virtio:
-            if not (nic.model or "").startswith("virtio"):
+            if not (nic.model or "").startswith(Interface.MODEL_VIRTIO):
                 edits.append(Warn(f"Windows guest: NIC {nic.mac or ''} keeps model {nic.model or 'default'} "
                                   "(the guest may lack virtio drivers); use --force-virtio"))
                 continue
-        if not (nic.model or "").startswith("virtio"):
-            edits.append(Set(nic.node, "model/@type", "virtio",
-                             f"{nic.model or 'the default model'} is emulated; virtio-net is paravirtual"))
+        if not (nic.model or "").startswith(Interface.MODEL_VIRTIO):
+            why = f"{nic.model or 'the default model'} is emulated; virtio-net is paravirtual"
+            edits.append(Interface.model.edit(nic, Interface.MODEL_VIRTIO, why))
         if p.devices_vhost:
             why = "vhost-net moves packet processing into the host kernel"
             if not ctx.kvm:
                 why += " (libvirt uses it only for type='kvm'; under TCG packets stay in QEMU)"
-            edits.append(Set(nic.node, "driver/@name", "vhost", why))
-            edits.append(Set(nic.node, "driver/@queues", str(queues) if queues > 1 else None,
-                             f"multiqueue: one queue per vCPU (up to {p.devices_max_queues}) spreads packets over vCPUs"))
+            edits.append(Interface.driver_name.edit(nic, Interface.DRIVER_NAME_VHOST, why))
+            why = f"multiqueue: one queue per vCPU (up to {p.devices_max_queues}) spreads packets over vCPUs"
+            edits.append(Interface.queues.edit(nic, queues if queues > 1 else None, why))
     return edits

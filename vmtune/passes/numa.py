@@ -1,23 +1,27 @@
 """<numatune> and guest NUMA cells: memory bound to the nodes the vCPUs run on."""
 
 from .. import cpuset, xmltext
-from ..edits import E, Put, Remove, Set
+from ..edits import E, Put, Remove
+from ..model import Domain
 from . import _cells
 from ._xml import comments, copy, put_under
+
+STRICT = Domain.NUMA_MODE_STRICT
+AUTO = Domain.NUMA_PLACEMENT_AUTO
 
 
 def _memory(dom, total_kib: int, reason: str):
     if dom.memory_kib == total_kib:
         return []
-    return [Set(dom.node, "memory", str(total_kib), reason), Set(dom.node, "memory/@unit", "KiB", reason)]
+    return Domain.memory_kib.edits(dom, total_kib, reason)
 
 
 def dedicated(ctx, dom):
     pl = ctx.placement
     nodes = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": "strict", "nodeset": nodes}))
+    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": STRICT, "nodeset": nodes}))
     for cell in pl.cells:
-        new.append(E("memnode", {"cellid": cell.id, "mode": "strict", "nodeset": cell.node}))
+        new.append(E("memnode", {"cellid": cell.id, "mode": STRICT, "nodeset": cell.node}))
     where = "the vCPUs' node" if len(pl.nodes) == 1 else "each guest cell's host node"
     edits = [Put(dom.node, new, f"bind guest memory to {where} ({nodes}): no remote memory access")]
     old_cells = dom.cells
@@ -41,9 +45,9 @@ def dedicated(ctx, dom):
 def node(ctx, dom):
     pl = ctx.placement
     target = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": "strict", "nodeset": target}))
+    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": STRICT, "nodeset": target}))
     for cell in dom.cells:
-        new.append(E("memnode", {"cellid": cell.id, "mode": "strict", "nodeset": target}))
+        new.append(E("memnode", {"cellid": cell.id, "mode": STRICT, "nodeset": target}))
     return [Put(dom.node, new, f"keep memory on node {target}, where the vCPUs run")]
 
 
@@ -57,8 +61,9 @@ def clamp(ctx, dom):
     changed = False
     for el in xmltext.elements(new):  # a PI's pseudo-attributes are no nodeset
         if el.get("nodeset") is None:
-            if el.tag == "memory" and el.get("placement") is None and dom.vcpu_placement != "auto":
-                el.set("placement", "auto")  # it followed <vcpu placement='auto'>, which is static now
+            if (el.tag == "memory" and el.get("placement") is None
+                    and dom.vcpu_placement != Domain.VCPU_PLACEMENT_AUTO):
+                el.set("placement", AUTO)  # it followed <vcpu placement='auto'>, which is static now
                 changed = True
             continue
         nodes = cpuset.parse(el.get("nodeset"))

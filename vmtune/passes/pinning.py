@@ -3,7 +3,8 @@
 from lxml import etree
 
 from .. import cpuset, xmltext
-from ..edits import E, Put, Remove, Set, clone, insert
+from ..edits import E, Put, Remove, clone, insert
+from ..model import Domain
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
 
@@ -23,11 +24,12 @@ def _cputune(dom, drop: tuple[str, ...]) -> etree._Element:
     return new
 
 
-def _vcpu(dom, attrs: dict[str, str | None], reason: str) -> list:
-    """Set attributes of ``<vcpu>``; without one (libvirt's default: 1 vCPU), write it out whole,
-    count included, since libvirt refuses a ``<vcpu>`` without a count."""
+def _vcpu(dom, fields: dict, reason: str) -> list:
+    """Set fields of ``<vcpu>`` (Domain declarations -> values); without one (libvirt's default:
+    1 vCPU), write it out whole, count included, since libvirt refuses a ``<vcpu>`` without a count."""
     if dom.find("vcpu") is not None:
-        return [Set(dom.node, f"vcpu/@{name}", value, reason) for name, value in attrs.items()]
+        return [prop.edit(dom, value, reason) for prop, value in fields.items()]
+    attrs = {prop.attr: prop.text(value) for prop, value in fields.items()}
     return [Put(dom.node, E("vcpu", attrs, text=str(dom.vcpus)), f"no <vcpu>: libvirt's default of {dom.vcpus}, "
                 f"written out; {reason}")]
 
@@ -42,7 +44,7 @@ def _put_cputune(dom, new, reason):
 def dedicated(ctx, dom):
     pl = ctx.placement
     p = ctx.profile
-    edits = _vcpu(dom, {"placement": "static", "cpuset": None},
+    edits = _vcpu(dom, {Domain.vcpu_placement: Domain.VCPU_PLACEMENT_STATIC, Domain.vcpu_cpuset: None},
                   "every vCPU is pinned explicitly: per-vCPU pins replace the domain-wide cpuset")
     drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" else ())
     new = _cputune(dom, drop)
@@ -86,11 +88,12 @@ def shared(ctx, dom):
     else:
         target = None
     if target is not None:
-        value = None if target == online else cpuset.format(target)
+        value = None if target == online else target
         if value is not None or current:
-            edits += _vcpu(dom, {"cpuset": value}, why)
-        if dom.vcpu_placement == "auto":
-            edits += _vcpu(dom, {"placement": "static"}, "numad placement would ignore the cpuset")
+            edits += _vcpu(dom, {Domain.vcpu_cpuset: value}, why)
+        if dom.vcpu_placement == Domain.VCPU_PLACEMENT_AUTO:
+            edits += _vcpu(dom, {Domain.vcpu_placement: Domain.VCPU_PLACEMENT_STATIC},
+                           "numad placement would ignore the cpuset")
     old = dom.find("cputune")
     if old is not None:
         new = _cputune(dom, ())

@@ -2,15 +2,15 @@
 
 from lxml import etree
 
-from ..edits import Put, Set
-from ..model import NSMAP, TAG
+from ..edits import Put
+from ..model import NSMAP, TAG, Tag
 
 
 def run(ctx, dom):
     reason = f"tag the domain with the profile it was tuned for ({ctx.profile.name}); the hook reads it"
     tag = dom.tag
     if tag is not None:
-        return [Set(tag, "@profile", ctx.profile.name, reason)]
+        return [Tag.profile.edit(Tag(tag), ctx.profile.name, reason)]
     new = etree.Element(TAG, nsmap=NSMAP)
     new.set("profile", ctx.profile.name)
     metadata = dom.find("metadata")

@@ -1,6 +1,7 @@
 """The guest CPU topology, derived from the pins: threads='2' only when vCPU pairs are siblings."""
 
-from ..edits import E, Set, Warn
+from ..edits import E, Warn
+from ..model import Domain
 from ._xml import put_under
 
 
@@ -30,8 +31,6 @@ def run(ctx, dom):
     if pl.cells and sockets == 1 and len(pl.cells) > 1:
         edits.append(Warn("guest NUMA cells have unequal vCPU counts; the guest sees one socket"))
     if threads == 2 and (ctx.host.vendor or "").upper() == "AMD":
-        cpu = dom.find("cpu")
-        anchor = cpu if cpu is not None else dom.node
-        path = "feature[@name='topoext']/@policy" if cpu is not None else "cpu/feature[@name='topoext']/@policy"
-        edits.append(Set(anchor, path, "require", "AMD guests see SMT siblings only with topoext"))
+        edits.append(Domain.cpu_feature_policy.at(Domain.FEATURE_TOPOEXT).edit(
+            dom, Domain.POLICY_REQUIRE, "AMD guests see SMT siblings only with topoext"))
     return edits

@@ -1,0 +1,148 @@
+"""The XML declarations (vmtune/model.py): one declaration reads a field and gives the edit that writes it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from lxml import etree
+
+from vmtune import edits, model, profiles
+from vmtune.edits import Set
+from vmtune.model import CellRef, Controller, Disk, Domain, Interface, MemoryDevice, Tag
+from vmtune.passes import disks
+
+# each view, and the element it is a view of
+VIEWS = {Domain: "domain", Disk: "disk", Interface: "interface", Controller: "controller",
+         MemoryDevice: "memory", CellRef: "target", Tag: "tune"}
+VALUES = {
+    model.TEXT: st.text("abcxyz0189-_.:", min_size=1),
+    model.INT: st.integers(0, 1 << 40),
+    model.DIGITS: st.integers(0, 1 << 20),
+    model.CPUSET: st.frozensets(st.integers(0, 300), min_size=1),
+    model.YES_NO: st.booleans(),
+    model.ON_OFF: st.booleans(),
+}
+UNITS = ("KiB", "MiB", "GiB", "b", "k", "M", None)
+
+
+def declared(kind: type) -> list[tuple[type, str, object]]:
+    """(view, name, declaration) for every declaration of ``kind`` on the views."""
+    return [(view, name, decl) for view in VIEWS for name, decl in vars(view).items() if isinstance(decl, kind)]
+
+
+PROPS = [(view, name, prop) for view, name, prop in declared(model.Prop)]
+PROPS += [(view, f"{name}.at('x1')", keyed.at("x1")) for view, name, keyed in declared(model.Keyed)]
+SIZES = declared(model.Size)
+
+
+def fresh(view: type, inner: str = "") -> model.View:
+    tag = VIEWS[view]
+    return view(etree.fromstring(f"<root><{tag}>{inner}</{tag}></root>").find(tag))
+
+
+def nest(path: str, inner: str, attrs: str = "") -> str:
+    """``"a/b"`` -> ``<a><b attrs>inner</b></a>``."""
+    steps = path.split("/")
+    return ("".join(f"<{s}>" for s in steps[:-1]) + f"<{steps[-1]}{attrs}>" + inner
+            + "".join(f"</{s}>" for s in reversed(steps)))
+
+
+def ids(rows) -> list[str]:
+    return [f"{view.__name__}.{name}" for view, name, _ in rows]
+
+
+@pytest.mark.parametrize("view,name,prop", PROPS, ids=ids(PROPS))
+@given(data=st.data())
+def test_write_then_read(view, name, prop, data):
+    """What a declaration's edit writes, the declaration reads back, on a view without the field."""
+    value = data.draw(VALUES[prop.conv])
+    obj = fresh(view)
+    change = edits.apply(prop.edit(obj, value, "why"))
+    assert change is not None and change.after == prop.text(value)
+    assert prop.get(obj) == value
+    if "." not in name:
+        assert getattr(obj, name) == value
+
+
+ATTR_PROPS = [row for row in PROPS if row[2].attr is not None]
+TEXT_PROPS = [row for row in PROPS if row[2].attr is None]
+
+
+@pytest.mark.parametrize("view,name,prop", ATTR_PROPS, ids=ids(ATTR_PROPS))
+@given(data=st.data())
+def test_none_removes(view, name, prop, data):
+    """An edit to None removes the attribute: the declaration reads its default again."""
+    obj = fresh(view)
+    edits.apply(prop.edit(obj, data.draw(VALUES[prop.conv]), "why"))
+    edits.apply(prop.edit(obj, None, "why"))
+    assert prop.get(obj) == prop.default
+
+
+@pytest.mark.parametrize("view,name,prop", TEXT_PROPS, ids=ids(TEXT_PROPS))
+@given(data=st.data(), note=st.sampled_from(["<!-- c -->", "<?pi x?>"]), first=st.booleans())
+def test_text_written_around_comments(view, name, prop, data, note, first):
+    """A text value with a comment or PI in it is replaced whole, as libvirt reads it; the comment
+    or PI stays."""
+    value = data.draw(VALUES[prop.conv])
+    obj = fresh(view, nest(prop.elem_path, f"{note}7" if first else f"7{note}"))
+    edits.apply(prop.edit(obj, value, "why"))
+    assert prop.get(obj) == value
+    el = obj.node.find(prop.elem_path)
+    assert len(el) == 1 and not isinstance(el[0].tag, str)
+
+
+@pytest.mark.parametrize("view,name,size", SIZES, ids=ids(SIZES))
+@given(kib=st.integers(0, 1 << 40), old=st.integers(0, 1 << 20), unit=st.sampled_from(UNITS))
+def test_size_write_then_read(view, name, size, kib, old, unit):
+    """A size is written as the number and KiB, whatever unit it had: it reads back as written."""
+    obj = fresh(view, nest(size.path, str(old), f" unit='{unit}'" if unit else ""))
+    for edit in size.edits(obj, kib, "why"):
+        edits.apply(edit)
+    assert getattr(obj, name) == kib
+    assert obj.node.find(size.path).get("unit") == model.KIB
+
+
+def test_edit_is_the_set_the_passes_wrote():
+    """A declaration's edit is the Set a pass used to spell out, path and text as before."""
+    dom = Domain(etree.fromstring("<domain><devices><disk/><interface/></devices></domain>"))
+    disk, nic = dom.disks[0], dom.interfaces[0]
+    assert Disk.cache.edit(disk, "none", "r") == Set(disk.node, "driver/@cache", "none", "r")
+    assert Disk.iothread.edit(disk, 2, "r") == Set(disk.node, "driver/@iothread", "2", "r")
+    assert Interface.queues.edit(nic, None, "r") == Set(nic.node, "driver/@queues", None, "r")
+    assert Domain.vcpu_cpuset.edit(dom, frozenset({1, 2, 3, 8}), "r") == Set(dom.node, "vcpu/@cpuset", "1-3,8", "r")
+    assert Domain.timer_present.at("hpet").edit(dom, False, "r") == Set(
+        dom.node, "clock/timer[@name='hpet']/@present", "no", "r")
+    assert Domain.hyperv_state.at("relaxed").edit(dom, True, "r") == Set(
+        dom.node, "features/hyperv/relaxed/@state", "on", "r")
+    assert Domain.memory_kib.edits(dom, 2048, "r") == [Set(dom.node, "memory", "2048", "r"),
+                                                       Set(dom.node, "memory/@unit", "KiB", "r")]
+
+
+@pytest.mark.parametrize("text,value", [("yes", True), ("no", False), ("Yes", None), ("on", None), ("", None)])
+def test_yes_no_reads_only_yes_and_no(text, value):
+    """yes/no fields read True and False from libvirt's spelling only; anything else is no value."""
+    dom = Domain(etree.fromstring(f"<domain><clock><timer name='hpet' present='{text}'/></clock></domain>"))
+    assert Domain.timer_present.at("hpet").get(dom) is value
+
+
+DRIVER_DISKS = """<domain type='kvm'><devices>
+  <disk type='file' device='disk'><driver cache='none'/><source file='/a'/><target dev='vda' bus='virtio'/></disk>
+  <disk type='network' device='disk'><source protocol='nbd' name='b'/><target dev='vdb' bus='virtio'/></disk>
+  <disk type='block' device='disk'><driver cache='writeback'/><source dev='/dev/c'/><target dev='vdc' bus='virtio'/></disk>
+</devices></domain>"""
+
+
+def test_driver_named_only_with_a_driver_edit():
+    """A disk's driver is named qemu's when this disk gets a cache or io edit, and only then: not
+    because the disk before it got one."""
+    prof = replace(profiles.load("latency"), devices_disk_cache="keep", devices_disk_io="native")
+    ctx = SimpleNamespace(profile=prof, force_virtio=False)
+    dom = Domain(etree.fromstring(DRIVER_DISKS))
+    got = [(e.anchor.find("target").get("dev"), e.path, e.value) for e in disks.run(ctx, dom) if isinstance(e, Set)]
+    # vda: cache none, so io native, and a name; vdb: no native io over the network, nothing;
+    # vdc: writeback keeps the default io, nothing
+    assert got == [("vda", "driver/@io", "native"), ("vda", "driver/@name", "qemu")]
