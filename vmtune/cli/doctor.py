@@ -32,10 +32,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_doctor(args, cfg) -> int:
-    from .doctor import Roots, diagnose
+    from ..doctor import Roots, diagnose
 
     if args.prometheus:
-        from .doctor import prometheus
+        from ..doctor import prometheus
 
         prometheus.require()  # before the checks: a missing module is one line, not a wasted run
     report = diagnose(Roots.given(args.sysfs, args.proc, args.root), measure=not args.no_measure,
