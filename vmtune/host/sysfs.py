@@ -3,7 +3,8 @@
 Every reader takes the root it reads (a sysfs root such as ``/sys``, a proc root such as
 ``/proc``) or a path below one, so that tests (``$VMTUNE_SYSFS``, ``$VMTUNE_PROCFS``) and
 ``vmtune doctor --sysfs/--proc/--root`` can point it at a captured tree. A file that cannot be read
-gives None (or nothing), never an exception. The hook, the doctor and ``Host.from_sysfs`` read
+gives None (or nothing), not an exception, unless the caller names the errors that mean absent
+(``value(absent=...)``: the hook's knobs). The hook, the doctor and ``Host.from_sysfs`` read
 through these.
 
 ``load`` returns the fields of a Host as plain values (each cell and CPU a dict of its fields);
