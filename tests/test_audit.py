@@ -35,6 +35,7 @@ from vmtune.audit import (
     audit,
     holds_now,
     live_drift,
+    with_live_drift,
 )
 from vmtune.errors import DoesNotFit, InvalidInput
 from vmtune.host import Host
@@ -481,3 +482,21 @@ def test_live_drift_ignores_numad_placement():
     defined = dom("a", vcpus=1).replace("placement='static'", "placement='auto'")
     running = dom("a", vcpus=1, cpuset_="4-7", emulator="4-7").replace("placement='static'", "placement='auto'")
     assert live_drift(HOST, defined, running) is None
+
+
+def test_with_live_drift_adds_the_running_persistent_domains_problems_only():
+    """vmtune plan's report: a not-live problem for a running persistent domain that drifted, and
+    none for one that is stopped, transient or where it should be."""
+    from vmtune.live.domains import Defined
+
+    defined = dom("web", vcpus=2, pins=("2", "3"), emulator="0")
+    drifted = dom("web", vcpus=2)
+    every = [Defined("web", "u1", "running", True, defined, drifted),
+             Defined("db", "u2", "running", True, defined.replace("web", "db"), defined.replace("web", "db")),
+             Defined("off", "u3", "shut off", True, defined.replace("web", "off"), None),
+             Defined("tmp", "u4", "running", False, defined.replace("web", "tmp"), drifted.replace("web", "tmp"))]
+    report = audit(HOST, [(d.xml, d.state) for d in every])
+    merged = with_live_drift(report, HOST, every)
+    assert merged.problems[:len(report.problems)] == report.problems
+    assert [(p.kind, p.domains) for p in merged.problems[len(report.problems):]] == [(NOT_LIVE, ("web",))]
+    assert with_live_drift(report, HOST, every[1:]) is report

@@ -277,6 +277,16 @@ def test_overlapping_latency_domains_fail(tree, capsys):
     assert rc == 1 and "FAIL  domains" in out
 
 
+def test_status_file_states_are_virsh_words(tree):
+    """A status file's state word (libvirt's: blocked, shutdown, nostate) reads as virsh says it;
+    a word libvirt does not have is kept as it is."""
+    for i, word in enumerate(("blocked", "shutdown", "nostate", "paused", "odd")):
+        trees.running(tree, trees.domain(f"d{i}", [1 + i], hugepage_kib=None), state=word)
+    report = diagnose(tree.roots(), measure=False)
+    assert found(report, "domains", "d0 (latency, idle), d1 (latency, in shutdown), d2 (latency, no state), "
+                                    "d3 (latency, paused), d4 (latency, odd)", level="INFO")
+
+
 def test_hook_state_drift_and_stale_leases(tree):
     """The hook's baseline against live values: a governor changed behind its back, overlapping leases,
     and a lease whose domain no longer runs."""
@@ -433,6 +443,76 @@ def test_connect_without_libvirt_python(tree, monkeypatch):
     assert found(report, "domains", "libvirt-python is not installed", level="WARN")
     assert found(report, "memory", "domains unknown")
     assert found(report, "cpufreq", GOVERNORS, level="OK")
+
+
+class FakeLibvirt:
+    """libvirt-python as far as the doctor uses it: one read-only connection and its domains."""
+
+    VIR_ERR_NO_DOMAIN = 42
+
+    class libvirtError(Exception):  # noqa: N801 - libvirt's name
+        def get_error_code(self) -> int:
+            return 1
+
+    def __init__(self, states=(), refuse: str | None = None, fail: str | None = None):
+        self.states, self.refuse, self.fail, self.opened = states, refuse, fail, []
+
+    def registerErrorHandler(self, handler, ctx) -> None:  # noqa: N802 - libvirt's name
+        pass
+
+    def open(self, uri):
+        raise AssertionError("the doctor opens libvirt read-only")
+
+    def openReadOnly(self, uri):  # noqa: N802 - libvirt's name
+        if self.refuse:
+            raise self.libvirtError(self.refuse)
+        self.opened.append(uri)
+        return self
+
+    def listAllDomains(self, flags):  # noqa: N802 - libvirt's name
+        if self.fail:
+            raise self.libvirtError(self.fail)
+        return [FakeDomain(i, state) for i, state in enumerate(self.states)]
+
+    def isAlive(self):  # noqa: N802 - libvirt's name
+        return True
+
+    def close(self):
+        pass
+
+
+class FakeDomain:
+    def __init__(self, i: int, state: int):
+        self.i, self.code = i, state
+
+    def XMLDesc(self, flags):  # noqa: N802 - libvirt's name
+        return f"<domain type='kvm'><name>d{self.i}</name></domain>"
+
+    def state(self):
+        return [self.code, 0]
+
+
+def test_connect_reads_every_domain_with_virsh_state_words(monkeypatch):
+    """--connect opens libvirt read-only through vmtune.live.connect; a state libvirt has no word
+    for is "no state"."""
+    from vmtune.doctor import domains
+
+    fake = FakeLibvirt(states=(1, 5, 7, 99))
+    monkeypatch.setitem(sys.modules, "libvirt", fake)
+    found_, source = domains.from_libvirt("test:///x")
+    assert [state for _, state in found_] == ["running", "shut off", "pmsuspended", "no state"]
+    assert source == "libvirt test:///x" and fake.opened == ["test:///x"]
+
+
+@pytest.mark.parametrize("fake", [FakeLibvirt(refuse="no\n  socket"), FakeLibvirt(fail="no\n  socket")],
+                         ids=["refused", "list-fails"])
+def test_connect_failure_is_said_in_libvirts_words(fake, monkeypatch):
+    """A URI libvirt refuses, or a listing that fails: "cannot read the domains of URI: " and
+    libvirt's own message on one line."""
+    from vmtune.doctor import domains
+
+    monkeypatch.setitem(sys.modules, "libvirt", fake)
+    assert domains.from_libvirt("test:///x") == (None, "cannot read the domains of test:///x: no socket")
 
 
 def test_connect_to_nothing(tree, capsys):

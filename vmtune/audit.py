@@ -63,7 +63,7 @@ is left.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from lxml import etree
@@ -447,3 +447,12 @@ def live_drift(host: Host, persistent_xml: str | bytes, live_xml: str | bytes) -
     return Problem(NOT_LIVE, (name,), frozenset().union(*(want[k] for k in differ)), (),
                    f"{name} runs with other pins than its definition: {shown}{more}; "
                    f"`vmtune apply --live {name}` moves them now, or they change at its next start")
+
+
+def with_live_drift(report: Report, host: Host, domains) -> Report:
+    """``report`` and a ``live_drift`` problem for each running persistent domain of ``domains``
+    (vmtune.live.domains.Defined: ``persistent``, ``xml``, ``live_xml``) whose threads run elsewhere
+    than its definition pins them."""
+    drift = [live_drift(host, d.xml, d.live_xml) for d in domains if d.persistent and d.live_xml]
+    found = tuple(p for p in drift if p)
+    return replace(report, problems=report.problems + found) if found else report

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 
 from .. import cpuset
-from .findings import Context, Finding, cpulist, grouped, maker, on_cpus
+from ..host.sysfs import cpu_list
+from .findings import Context, Finding, grouped, maker, on_cpus
 
 new = maker("cpufreq")
 CPU = "devices/system/cpu"
@@ -26,7 +27,7 @@ def policies(ctx: Context) -> dict[str, frozenset[int]]:
     out = {}
     for rel in ctx.glob("sysfs", f"{CPU}/cpufreq/policy[0-9]*"):
         name = rel.rsplit("/", 1)[1]
-        out[name] = cpulist(ctx.read("sysfs", f"{rel}/affected_cpus") or ctx.read("sysfs", f"{rel}/related_cpus"))
+        out[name] = cpu_list(ctx.read("sysfs", f"{rel}/affected_cpus") or ctx.read("sysfs", f"{rel}/related_cpus"))
     return out
 
 
@@ -118,7 +119,7 @@ def _one_per_core(ctx: Context) -> list[int]:
         if cpu in seen:
             continue
         siblings = ctx.read("sysfs", f"{CPU}/cpu{cpu}/topology/thread_siblings_list")
-        seen |= cpulist(siblings) | {cpu}
+        seen |= cpu_list(siblings) | {cpu}
         out.append(cpu)
     return out
 

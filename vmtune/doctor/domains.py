@@ -16,15 +16,14 @@ import os
 from lxml import etree
 
 from .. import xmlsafe
-from ..errors import VmtuneError
-from ..live.domains import STATES
+from ..errors import Unavailable, VmtuneError
+from ..live import connect
+from ..live.domains import state_text, word_text
 from ..model import Domain
 from .findings import Context, Finding, maker
 
 new = maker("domains")
 STATUS_DIR = "run/libvirt/qemu"
-# libvirt's virDomainState as virsh prints it, by number (the API) and by status-file word
-STATUS_WORDS = {"nostate": "no state", "blocked": "idle", "shutdown": "in shutdown", "shutoff": "shut off"}
 FAIL_KINDS = ("cpu-overlap", "core-overlap")
 FIXES = {"cpu-overlap": "vmtune apply --all (one plan for the whole host)",
          "core-overlap": "vmtune apply --all (one plan for the whole host)",
@@ -43,20 +42,16 @@ def identity(xml: str) -> tuple[str | None, str | None]:
 
 
 def from_libvirt(uri: str) -> tuple[list[tuple[str, str]] | None, str]:
+    """Every domain of ``uri`` (a read-only connection) with its state; None and why when it cannot."""
     try:
-        import libvirt
-    except ImportError:
+        connect.libvirt()
+    except Unavailable:
         return None, "libvirt-python is not installed (pip install 'vmtune[libvirt]')"
-    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # its default prints every error to stderr
     try:
-        conn = libvirt.openReadOnly(uri)
-        try:
-            out = [(d.XMLDesc(0), STATES[d.state()[0]] if d.state()[0] < len(STATES) else "no state")
-                   for d in conn.listAllDomains(0)]
-        finally:
-            conn.close()
-    except libvirt.libvirtError as exc:
-        return None, f"cannot read the domains of {uri}: {' '.join(str(exc).split())}"
+        with connect.connection(uri, read_only=True) as conn:
+            out = [(d.XMLDesc(0), state_text(d.state()[0], "no state")) for d in conn.listAllDomains(0)]
+    except VmtuneError as exc:
+        return None, f"cannot read the domains of {uri}: {getattr(exc, 'reason', exc)}"
     return out, f"libvirt {uri}"
 
 
@@ -81,7 +76,7 @@ def from_status_files(ctx: Context) -> tuple[list[tuple[str, str]] | None, str]:
         if dom is None:
             continue
         word = root.get("state", "running")
-        out.append((etree.tostring(dom, encoding="unicode"), STATUS_WORDS.get(word, word)))
+        out.append((etree.tostring(dom, encoding="unicode"), word_text(word)))
     return out, f"{folder}/*.xml"
 
 

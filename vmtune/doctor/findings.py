@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from .. import cpuset
 from ..config import Config
 from ..errors import InvalidInput
+from ..host import sysfs as files
 
 LEVELS = ("OK", "INFO", "SKIP", "WARN", "FAIL")
 SEVERITY = {level: i for i, level in enumerate(LEVELS)}
@@ -131,13 +132,7 @@ class Context:
 
     def read(self, where: str, rel: str) -> str | None:
         """The file's text, stripped; None when the tree is not given or the file is missing or unreadable."""
-        if not self.has(where):
-            return None
-        try:
-            with open(self.path(where, rel), encoding="utf-8", errors="replace") as fh:
-                return fh.read().strip()
-        except OSError:
-            return None
+        return files.value(self.path(where, rel)) if self.has(where) else None
 
     def exists(self, where: str, rel: str) -> bool:
         return self.has(where) and os.path.lexists(self.path(where, rel))
@@ -152,25 +147,11 @@ class Context:
 
     def cpuinfo(self) -> list[dict[str, str]]:
         """/proc/cpuinfo as one dict per processor (empty when there is no proc tree)."""
-        text = self.read("proc", "cpuinfo") or ""
-        out: list[dict[str, str]] = []
-        for block in text.split("\n\n"):
-            entry = {}
-            for line in block.splitlines():
-                key, sep, value = line.partition(":")
-                if sep:
-                    entry[key.strip()] = value.strip()
-            if entry:
-                out.append(entry)
-        return out
+        return files.cpuinfo(self.roots.proc) if self.has("proc") else []
 
     def cpus(self) -> list[int]:
         """The online CPUs (``devices/system/cpu/online``, else every ``cpuN`` directory)."""
-        online = cpulist(self.read("sysfs", "devices/system/cpu/online"))
-        if online:
-            return sorted(online)
-        names = self.glob("sysfs", "devices/system/cpu/cpu[0-9]*")
-        return sorted(int(n.rsplit("cpu", 1)[1]) for n in names if n.rsplit("cpu", 1)[1].isdigit())
+        return files.online_cpus(self.roots.sysfs) if self.has("sysfs") else []
 
     def cmdline(self) -> list[str]:
         """The kernel's parameters (what follows ``--`` goes to init, not the kernel)."""
@@ -185,14 +166,6 @@ class Context:
             if key == name:
                 value = val
         return value
-
-
-def cpulist(text: str | None) -> frozenset[int]:
-    """A sysfs CPU list (``0-3,8`` or ``0 1 2 3``); empty for a missing or garbled one."""
-    try:
-        return cpuset.parse((text or "").replace(" ", ","))
-    except InvalidInput:
-        return frozenset()
 
 
 def grouped(values: dict[int, str]) -> dict[str, frozenset[int]]:

@@ -25,6 +25,8 @@ import struct
 import time
 from dataclasses import dataclass
 
+from ..host import sysfs as files
+
 SECONDS = 0.2
 SYSCALL_NR = {"x86_64": 298, "aarch64": 241, "ppc64le": 319, "ppc64": 319, "s390x": 331, "i686": 336,
               "riscv64": 241, "loongarch64": 241}
@@ -81,13 +83,7 @@ def spin(seconds: float) -> int:
 
 
 def _cpuinfo_mhz(proc: str, cpu: int) -> float | None:
-    try:
-        with open(os.path.join(proc, "cpuinfo"), encoding="utf-8", errors="replace") as fh:
-            blocks = fh.read().split("\n\n")
-    except OSError:
-        return None
-    for block in blocks:
-        fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines())}
+    for fields in files.cpuinfo(proc):
         if fields.get("processor") == str(cpu):
             if "aperfmperf" not in fields.get("flags", "").split():
                 return None
@@ -99,11 +95,8 @@ def _cpuinfo_mhz(proc: str, cpu: int) -> float | None:
 
 
 def _cur_freq_mhz(sysfs: str, cpu: int) -> float | None:
-    try:
-        with open(os.path.join(sysfs, f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq")) as fh:
-            return int(fh.read()) / 1000
-    except (OSError, ValueError):
-        return None
+    khz = files.number(os.path.join(sysfs, files.CPU_DIR, f"cpu{cpu}/cpufreq/scaling_cur_freq"))
+    return None if khz is None else khz / 1000
 
 
 def effective_mhz(cpu: int, sysfs: str = "/sys", proc: str = "/proc", seconds: float = SECONDS,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from .. import cpuset
-from .findings import Context, Finding, cpulist, maker
+from ..host.sysfs import cpu_list
+from .findings import Context, Finding, maker
 
 new = maker("virt")
 KVM_MODULES = ("kvm_intel", "kvm_amd", "kvm_pvm", "kvm_arm", "kvm_hv", "kvm_pr")
@@ -56,8 +57,8 @@ def _clocksource(ctx: Context) -> Finding:
 
 
 def _isolation(ctx: Context) -> Finding:
-    isolated = cpulist(ctx.read("sysfs", "devices/system/cpu/isolated"))
-    nohz = cpulist(ctx.read("sysfs", "devices/system/cpu/nohz_full"))
+    isolated = cpu_list(ctx.read("sysfs", "devices/system/cpu/isolated"))
+    nohz = cpu_list(ctx.read("sysfs", "devices/system/cpu/nohz_full"))
     source = ctx.path("sysfs", "devices/system/cpu/isolated")
     if not isolated and not nohz:
         return new("INFO", source, "no isolcpus, no nohz_full: vmtune keeps the first core of each node "

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import cpuset
+from ..host import sysfs as files
+from ..host.sysfs import CPU_DIR, online_cpus
 from .state import KnobRecord, Lease
 
 log = logging.getLogger("vmtune.hook")
 
-CPU_DIR = "devices/system/cpu"
 KSM_RUN = "kernel/mm/ksm/run"
 PERFORMANCE = "performance"
 DEFAULT_MAX_CSTATE_LATENCY_US = 10
@@ -43,12 +44,8 @@ class Knob:
 
 
 def read(sysfs: str, path: str) -> str | None:
-    """The knob's live value, stripped; None if the file does not exist."""
-    try:
-        with open(os.path.join(sysfs, path), encoding="ascii", errors="replace") as fh:
-            return fh.read().strip()
-    except FileNotFoundError:
-        return None
+    """The knob's live value, stripped; None if the file does not exist (any other error is raised)."""
+    return files.value(os.path.join(sysfs, path), absent=FileNotFoundError)
 
 
 def write(sysfs: str, path: str, value: str) -> None:
@@ -59,23 +56,10 @@ def write(sysfs: str, path: str, value: str) -> None:
 def cpu_limit(sysfs: str, default: int = cpuset.MAX_HOST_CPUS) -> int:
     """One past the highest CPU id the kernel may ever use (``possible``, ``present``, ``online``
     and the ``cpuN`` directories), so a CPU list from outside can be bounded by the host."""
-    ids: set[int] = set()
-    for name in ("possible", "present", "online"):
-        try:
-            ids |= cpuset.parse(read(sysfs, f"{CPU_DIR}/{name}") or "")
-        except Exception:  # noqa: BLE001,S112 - a garbled file: the others still count
-            continue
-    ids |= {int(m.group(1)) for p in Path(sysfs, CPU_DIR).glob("cpu*") if (m := re.fullmatch(r"cpu(\d+)", p.name))}
+    ids = set(files.cpu_dirs(sysfs))
+    for name in ("possible", "present", "online"):  # a garbled file: the others still count
+        ids |= files.cpu_list(files.text(os.path.join(sysfs, CPU_DIR, name)))
     return max(ids) + 1 if ids else default
-
-
-def online_cpus(sysfs: str) -> list[int]:
-    """The online CPUs (``devices/system/cpu/online``, else every ``cpuN`` directory)."""
-    text = read(sysfs, f"{CPU_DIR}/online")
-    if text is not None:
-        return sorted(cpuset.parse(text))
-    found = [m.group(1) for p in Path(sysfs, CPU_DIR).glob("cpu*") if (m := re.fullmatch(r"cpu(\d+)", p.name))]
-    return sorted(int(n) for n in found)
 
 
 def _cpufreq_knobs(sysfs: str, cpu: int) -> list[Knob]:

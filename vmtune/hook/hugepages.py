@@ -34,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from .. import cpuset, units
+from ..host import sysfs as files
 from ..model import MemoryDevice
 from . import hoststate
 from .bounds import NODE_LIMIT
@@ -76,20 +77,8 @@ def describe(k: str) -> str:
 
 def default_size(sysfs: str) -> int:
     """The kernel's default hugepage size: ``Hugepagesize`` in meminfo, else the smallest size."""
-    try:
-        with open(os.path.join(procfs_root(sysfs), "meminfo"), encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                words = line.split()
-                if words[:1] == ["Hugepagesize:"] and len(words) > 1 and words[1].isdigit():
-                    return int(words[1])
-    except OSError:
-        pass
-    try:
-        sizes = [int(n[10:-2]) for n in os.listdir(os.path.join(sysfs, "kernel/mm/hugepages"))
-                 if n.startswith("hugepages-") and n.endswith("kB") and n[10:-2].isdigit()]
-    except OSError:
-        sizes = []
-    return min(sizes) if sizes else DEFAULT_SIZE_KIB
+    found = files.default_page_kib(sysfs, procfs_root(sysfs))
+    return DEFAULT_SIZE_KIB if found is None else found
 
 
 def _split(kib: int, nodes: list[int]) -> dict[int, int]:

@@ -6,6 +6,9 @@ failure is a ``VmtuneError`` with a one-line message:
 - the module is missing, the URI cannot be reached, or the connection drops: ``Unavailable`` (4);
 - a domain name libvirt does not know: ``InvalidInput`` (1);
 - anything else libvirt refuses: ``VmtuneError`` (1), with libvirt's own message.
+
+An error that libvirt raised keeps libvirt's own message, on one line, as ``reason`` (the doctor
+words a failure its own way).
 """
 
 from __future__ import annotations
@@ -39,13 +42,20 @@ def message(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def _failed(kind: type[VmtuneError], text: str, exc: BaseException) -> VmtuneError:
+    """``kind(text)``, with libvirt's message as its ``reason``."""
+    error = kind(text)
+    error.reason = message(exc)
+    return error
+
+
 def open_connection(uri: str = DEFAULT_URI, read_only: bool = False):
     """A ``virConnect`` to ``uri``; Unavailable when it cannot be reached."""
     lv = libvirt()
     try:
         conn = lv.openReadOnly(uri) if read_only else lv.open(uri)
     except lv.libvirtError as exc:
-        raise Unavailable(f"cannot connect to libvirt at {uri}: {message(exc)}") from None
+        raise _failed(Unavailable, f"cannot connect to libvirt at {uri}: {message(exc)}", exc) from None
     if conn is None:  # old bindings returned None instead of raising
         raise Unavailable(f"cannot connect to libvirt at {uri}")
     return conn
@@ -74,10 +84,10 @@ def failures(conn, uri: str, what: str = "") -> Iterator[None]:
     except lv.libvirtError as exc:
         prefix = f"{what}: " if what else ""
         if exc.get_error_code() == lv.VIR_ERR_NO_DOMAIN:
-            raise InvalidInput(f"{prefix}{message(exc)}") from None
+            raise _failed(InvalidInput, f"{prefix}{message(exc)}", exc) from None
         if not _alive(conn):
-            raise Unavailable(f"{prefix}lost the connection to libvirt at {uri}: {message(exc)}") from None
-        raise VmtuneError(f"{prefix}libvirt: {message(exc)}") from None
+            raise _failed(Unavailable, f"{prefix}lost the connection to libvirt at {uri}: {message(exc)}", exc) from None
+        raise _failed(VmtuneError, f"{prefix}libvirt: {message(exc)}", exc) from None
 
 
 def _alive(conn) -> bool:

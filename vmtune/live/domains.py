@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from ..errors import InvalidInput
 from . import connect
 
-# virDomainState -> the words virsh prints
+# virDomainState -> the words virsh prints; and libvirt's own words (virDomainStateTypeToString, the
+# ``state`` of a status file in /run/libvirt/qemu)
 STATES = ("no state", "running", "idle", "paused", "in shutdown", "shut off", "crashed", "pmsuspended")
+WORDS = ("nostate", "running", "blocked", "paused", "shutdown", "shutoff", "crashed", "pmsuspended")
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,16 @@ class Defined:
         return self.live_xml is not None
 
 
-def state_text(code: int) -> str:
-    return STATES[code] if 0 <= code < len(STATES) else f"state {code}"
+def state_text(code: int, unknown: str | None = None) -> str:
+    """virsh's word for a virDomainState; ``unknown`` (default ``state N``) for a code it lacks."""
+    if 0 <= code < len(STATES):
+        return STATES[code]
+    return f"state {code}" if unknown is None else unknown
+
+
+def word_text(word: str) -> str:
+    """virsh's word for libvirt's own state word; the word itself when it is not one."""
+    return STATES[WORDS.index(word)] if word in WORDS else word
 
 
 def lookup(conn, name: str, uri: str):

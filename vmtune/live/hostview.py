@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import cpuset
-from ..errors import InvalidInput
 from ..host import Host
+from ..host import sysfs as files
 from . import connect
 
 ISOLATED = "/sys/devices/system/cpu/isolated"
@@ -41,11 +40,5 @@ def host(conn) -> Host:
     caps = Host.from_capabilities(conn.getCapabilities())
     free = free_pages(conn, caps)
     cells = tuple(dataclasses.replace(c, pages={**c.pages, **free.get(c.id, {})}) for c in caps.cells)
-    isolated = frozenset()
-    if connect.is_local(conn):
-        try:
-            with open(ISOLATED, encoding="ascii") as fh:
-                isolated = cpuset.parse(fh.read()) & frozenset(caps.cpus)
-        except (OSError, InvalidInput):
-            pass
+    isolated = files.cpu_list(files.text(ISOLATED)) & frozenset(caps.cpus) if connect.is_local(conn) else frozenset()
     return dataclasses.replace(caps, cells=cells, isolated=isolated)

@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from ... import cpuset
-from ..hoststate import online_cpus
+from ...host.sysfs import online_cpus
 from ..state import Isolation
 from . import finders, tasks
 from .items import CGROUP, GONE, UNIT, Item

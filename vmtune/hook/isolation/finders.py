@@ -16,9 +16,10 @@ import os
 from collections.abc import Iterator
 
 from ... import cpuset
+from ...host import sysfs as files
 from . import items, tasks
 from .items import CGROUP, GONE, IRQ, MASK, SYSTEMD_UNITS, UNIT, Gone, Item, drop_in, key_of, name_of, printable, \
-    read_text, valid
+    valid
 
 log = logging.getLogger("vmtune.hook")
 
@@ -29,12 +30,12 @@ DEFAULT_IRQ = "irq/default_smp_affinity"
 
 def _irq(proc: str, n: str) -> Item | None:
     path = os.path.join(proc, IRQ_DIR, n, "smp_affinity_list")
-    raw = read_text(path)
+    raw = files.value(path)
     return None if raw is None else valid(Item(f"irq:{n}", IRQ, path, raw, f"IRQ {n}"))
 
 
 def _file(key: str, kind, path: str, label: str) -> Item | None:
-    raw = read_text(path)
+    raw = files.value(path)
     return None if raw is None else valid(Item(key, kind, path, raw, label))
 
 
@@ -59,7 +60,7 @@ def workqueue(sysfs: str) -> Iterator[Item]:
 
 def cgroup_v2_cpuset(cgroupfs: str) -> bool:
     """Whether ``cgroupfs`` is a cgroup v2 root with the cpuset controller."""
-    return "cpuset" in (read_text(os.path.join(cgroupfs, "cgroup.controllers")) or "").split()
+    return "cpuset" in (files.value(os.path.join(cgroupfs, "cgroup.controllers")) or "").split()
 
 
 def is_machine_group(name: str) -> bool:
@@ -68,7 +69,7 @@ def is_machine_group(name: str) -> bool:
 
 
 def _group_full(cgroupfs: str, online: frozenset[int]) -> frozenset[int]:
-    root_cpus = read_text(os.path.join(cgroupfs, "cpuset.cpus.effective"))
+    root_cpus = files.value(os.path.join(cgroupfs, "cpuset.cpus.effective"))
     return cpuset.parse(root_cpus) if root_cpus else online
 
 
@@ -77,7 +78,7 @@ def _group(cgroupfs: str, name: str, full: frozenset[int]) -> Item | None:
     folder = os.path.join(cgroupfs, name)
     if is_machine_group(name) or os.path.islink(folder) or not os.path.isdir(folder):
         return None
-    raw = read_text(os.path.join(folder, "cpuset.cpus"))
+    raw = files.value(os.path.join(folder, "cpuset.cpus"))
     if raw is None:
         return None
     item = valid(Item(key_of("cgroup", name), CGROUP, os.path.join(folder, "cpuset.cpus"), raw,

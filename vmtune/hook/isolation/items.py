@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from dataclasses import dataclass
 
 from ... import cpuset
 from ...errors import InvalidInput
+from ...host import sysfs as files
 
 log = logging.getLogger("vmtune.hook")
 
@@ -78,7 +78,7 @@ class Kind:
 
     def read(self, item: Item) -> str | None:
         """The live value, read again (after a write: what the kernel made of it); None: unreadable."""
-        return read_text(item.where)
+        return files.value(item.where)
 
 
 class MaskFile(Kind):
@@ -172,14 +172,6 @@ class Gone:
 GONE = Gone()
 
 
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 def valid(item: Item) -> Item | None:
     try:
         item.kind.parse(item.raw, item)
@@ -191,6 +183,8 @@ def valid(item: Item) -> Item | None:
 
 def systemctl(*args: str) -> str:
     """Run ``systemctl ARGS`` (from PATH); its stdout. OSError when it fails."""
+    import subprocess  # here: the hook loads this module at every release, and only isolation runs systemctl
+
     try:
         done = subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S,
                               check=False)
@@ -212,7 +206,7 @@ def unit_of(path: str) -> str:
 
 def remove_drop_in(path: str) -> None:
     """Remove a runtime drop-in that sets nothing but ``AllowedCPUs`` (and its folder, when empty)."""
-    text = read_text(path)
+    text = files.value(path)
     if text is None:
         return
     lines = [x.strip() for x in text.splitlines() if x.strip() and not x.lstrip().startswith(("#", ";", "["))]

@@ -28,6 +28,7 @@ import re
 from collections.abc import Collection, Iterator
 
 from ... import cpuset
+from ...host import sysfs as files
 from .items import GONE, Gone, Item, Kind
 
 PF_NO_SETAFFINITY = 0x04000000
@@ -49,18 +50,10 @@ class Task(Kind):
         setaffinity(int(item.key.partition(":")[2]), cpuset.parse(raw))
 
     def read(self, item: Item) -> str | None:
-        return affinity(_read(item.where) or "")
+        return affinity(files.text(item.where) or "")
 
 
 TASK = Task()
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
 def libvirt_pids(rundir: str) -> frozenset[int]:
@@ -73,7 +66,7 @@ def libvirt_pids(rundir: str) -> frozenset[int]:
         return frozenset()
     for name in names:
         if name.endswith(".pid") and name[:-4] + ".xml" in names:
-            text = (_read(os.path.join(rundir, name)) or "").strip()
+            text = (files.text(os.path.join(rundir, name)) or "").strip()
             if text.isdigit():
                 out.add(int(text))
     return frozenset(out)
@@ -82,7 +75,7 @@ def libvirt_pids(rundir: str) -> frozenset[int]:
 def _groups(proc: str, pid: str) -> tuple[bool, str]:
     """(whether the process is in one of libvirt's cgroups, its cgroup v2 top-level group)."""
     libvirt, top = False, ""
-    for line in (_read(os.path.join(proc, pid, "cgroup")) or "").splitlines():
+    for line in (files.text(os.path.join(proc, pid, "cgroup")) or "").splitlines():
         hier, _, path = line.partition(":")[2].partition(":")
         if LIBVIRT_GROUP.search(path):
             libvirt = True
@@ -115,7 +108,7 @@ def named(proc: str, comm: str) -> list[int]:
         pids = sorted((p for p in os.listdir(proc) if p.isdigit()), key=int)
     except OSError:
         return []
-    return [int(p) for p in pids if (_read(os.path.join(proc, p, "comm")) or "").strip() == comm]
+    return [int(p) for p in pids if (files.text(os.path.join(proc, p, "comm")) or "").strip() == comm]
 
 
 def scan(proc: str, rundir: str, covered: Collection[str] = (), only: Collection[int] | None = None,
@@ -153,9 +146,9 @@ KTHREAD = Item("", TASK, "", "", "")  # a thread the kernel keeps where it is
 
 def _thread(base: str, tid: str, top: str) -> Item | None:
     """The thread at ``base`` (``/proc/P/task/T``); None when it exited while we looked."""
-    stat = _read(os.path.join(base, "stat"))
+    stat = files.text(os.path.join(base, "stat"))
     fields = stat_fields(stat or "")
-    mask = affinity(_read(os.path.join(base, "status")) or "")
+    mask = affinity(files.text(os.path.join(base, "status")) or "")
     if not fields or len(fields) < 20 or mask is None:
         return None
     try:

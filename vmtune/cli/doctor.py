@@ -32,11 +32,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_doctor(args, cfg) -> int:
-    from .doctor import Roots, diagnose
-    from .hook import escape
+    from ..doctor import Roots, diagnose
+    from ..hook import escape
 
     if args.prometheus:
-        from .doctor import prometheus
+        from ..doctor import prometheus
 
         prometheus.require()  # before the checks: a missing module is one line, not a wasted run
     report = diagnose(Roots.given(args.sysfs, args.proc, args.root), measure=not args.no_measure,

@@ -1,7 +1,7 @@
 """The commands over a live libvirt: tag, untag, apply, revert, plan (a thin adapter).
 
 ``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg) -> int``.
-The work is in vmtune/live/ and vmtune/audit.py. Exit codes as in vmtune/cli.py: 0 done; 1 invalid
+The work is in vmtune/live/ and vmtune/audit.py. Exit codes as in vmtune/cli/__init__.py: 0 done; 1 invalid
 input (an unknown domain, libvirt refusing an XML) or, for ``plan``, a problem found; 2 usage; 3 a
 domain does not fit; 4 libvirt-python is missing or libvirt cannot be reached.
 """
@@ -9,17 +9,14 @@ domain does not fit; 4 libvirt-python is missing or libvirt cannot be reached.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import difflib
 import json
 import sys
 
-from . import cpuset, units
-
+from . import format as fmt
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    from .live.connect import DEFAULT_URI
+    from ..live.connect import DEFAULT_URI
 
     p.add_argument("-c", "--connect", metavar="URI", default=DEFAULT_URI, help=f"libvirt URI (default {DEFAULT_URI})")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -69,7 +66,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 # -- tag, untag -----------------------------------------------------------------------------------------
 def cmd_tag(args, cfg) -> int:
-    from .live import connect, domains, tagging
+    from ..live import connect, domains, tagging
 
     with connect.connection(args.connect) as conn:
         dom = domains.lookup(conn, args.name, args.connect)
@@ -85,7 +82,7 @@ def cmd_tag(args, cfg) -> int:
 
 
 def cmd_untag(args, cfg) -> int:
-    from .live import connect, domains, tagging
+    from ..live import connect, domains, tagging
 
     with connect.connection(args.connect) as conn:
         dom = domains.lookup(conn, args.name, args.connect)
@@ -102,8 +99,8 @@ def cmd_untag(args, cfg) -> int:
 
 # -- apply, revert --------------------------------------------------------------------------------------
 def cmd_apply(args, cfg) -> int:
-    from .live import apply as apply_mod
-    from .live import connect
+    from ..live import apply as apply_mod
+    from ..live import connect
 
     if args.all and args.names:
         args.usage_error("name domains or give --all, not both")
@@ -116,37 +113,43 @@ def cmd_apply(args, cfg) -> int:
             conn, args.connect, None if args.all else args.names, match=args.match, profile=args.profile,
             live=args.live, dry_run=args.dry_run, config=cfg, force_virtio=args.force_virtio)
     if args.json:
-        rows = []
-        for o in outcomes:
-            row = o.to_dict()
-            # both XMLs, for orchestration code that shows its own diff (the Ansible collection)
-            row["before"] = _libvirt_xml(o) if o.step.result else None
-            row["xml"] = o.step.result.xml if o.step.result else None
-            if args.dry_run:
-                row["diff"] = _diff(o) if o.step.changed else ""
-            rows.append(row)
-        print(json.dumps({"dry_run": args.dry_run, "domains": rows}, indent=2))
+        print(json.dumps({"dry_run": args.dry_run, "domains": [_apply_row(o, args.dry_run) for o in outcomes]},
+                         indent=2))
         return 0
     for o in outcomes:
-        step = o.step
-        for warning in step.result.warnings if step.result else ():
-            print(f"vmtune: warning: {o.name}: {warning}", file=sys.stderr)
-        if step.error is not None:
-            print(f"{o.name}: skipped: {step.error}")
-        elif args.dry_run:
-            if step.changed:
-                sys.stdout.write(_diff(o))
-            print(f"{o.name}: {step.profile}: {_count(step)}; dry run, nothing defined", file=sys.stderr)
-        else:
-            what = f"{_count(step)}, defined" if o.defined else "unchanged"
-            print(f"{o.name}: {step.profile}: {what}")
-        if o.live:
-            vcpus = " ".join(f"{v}->{c}" for v, c in o.live["vcpus"].items())
-            iothreads = " ".join(f"{i}->{c}" for i, c in o.live["iothreads"].items())
-            print(f"{o.name}: live: vCPUs {vcpus or '-'}; emulator {o.live['emulator']}; iothreads {iothreads or '-'}")
-        for note in o.notes:
-            print(f"{o.name}: {o.state}: {note}")
+        _print_outcome(o, args.dry_run)
     return 0
+
+
+def _apply_row(o, dry_run: bool) -> dict:
+    row = o.to_dict()
+    # both XMLs, for orchestration code that shows its own diff (the Ansible collection)
+    row["before"] = _libvirt_xml(o) if o.step.result else None
+    row["xml"] = o.step.result.xml if o.step.result else None
+    if dry_run:
+        row["diff"] = _diff(o) if o.step.changed else ""
+    return row
+
+
+def _print_outcome(o, dry_run: bool) -> None:
+    step = o.step
+    for warning in step.result.warnings if step.result else ():
+        print(f"vmtune: warning: {o.name}: {warning}", file=sys.stderr)
+    if step.error is not None:
+        print(f"{o.name}: skipped: {step.error}")
+    elif dry_run:
+        if step.changed:
+            sys.stdout.write(_diff(o))
+        print(f"{o.name}: {step.profile}: {_count(step)}; dry run, nothing defined", file=sys.stderr)
+    else:
+        what = f"{_count(step)}, defined" if o.defined else "unchanged"
+        print(f"{o.name}: {step.profile}: {what}")
+    if o.live:
+        vcpus = " ".join(f"{v}->{c}" for v, c in o.live["vcpus"].items())
+        iothreads = " ".join(f"{i}->{c}" for i, c in o.live["iothreads"].items())
+        print(f"{o.name}: live: vCPUs {vcpus or '-'}; emulator {o.live['emulator']}; iothreads {iothreads or '-'}")
+    for note in o.notes:
+        print(f"{o.name}: {o.state}: {note}")
 
 
 def _count(step) -> str:
@@ -156,21 +159,19 @@ def _count(step) -> str:
 
 def _libvirt_xml(o) -> str:
     """libvirt's XML through the rewriter's serializer, so that a diff shows only what changed."""
-    from . import xmlsafe
-    from .driver import serialize
+    from .. import xmlsafe
+    from ..driver import serialize
 
     return serialize(xmlsafe.parse(o.before, "domain XML"))
 
 
 def _diff(o) -> str:
-    return "".join(difflib.unified_diff(
-        _libvirt_xml(o).splitlines(keepends=True), o.step.result.xml.splitlines(keepends=True),
-        fromfile=f"{o.name} (libvirt)", tofile=f"{o.name} (vmtune {o.step.profile})"))
+    return fmt.diff(_libvirt_xml(o), o.step.result.xml, f"{o.name} (libvirt)", f"{o.name} (vmtune {o.step.profile})")
 
 
 def cmd_revert(args, cfg) -> int:
-    from .live import apply as apply_mod
-    from .live import connect
+    from ..live import apply as apply_mod
+    from ..live import connect
 
     with connect.connection(args.connect) as conn:
         if args.dry_run:
@@ -197,63 +198,18 @@ def _revert_dry_run(args, found) -> int:
 
 # -- plan -----------------------------------------------------------------------------------------------
 def cmd_plan(args, cfg) -> int:
-    from .audit import audit, live_drift
-    from .live import connect, domains, hostview
+    from ..audit import audit, with_live_drift
+    from ..live import connect, domains, hostview
 
     with connect.connection(args.connect) as conn:
         host = hostview.host(conn)
         every = domains.every(conn)
-    report = audit(host, [(d.xml, d.state) for d in every], config=cfg)
-    drift = [live_drift(host, d.xml, d.live_xml) for d in every if d.persistent and d.live_xml]
-    if any(drift):
-        report = dataclasses.replace(report, problems=report.problems + tuple(p for p in drift if p))
+    report = with_live_drift(audit(host, [(d.xml, d.state) for d in every], config=cfg), host, every)
     if args.json:
-        data = report.to_dict()
-        data["uri"] = args.connect
-        print(json.dumps(data, indent=2))
+        print(json.dumps({**report.to_dict(), "uri": args.connect}, indent=2))
     else:
-        _print_plan(report)
+        print("\n".join(fmt.plan(report)))
     return 0 if report.ok else 1
-
-
-
-
-def _table(rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
-
-
-def _print_plan(report) -> None:
-    rows = [["DOMAIN", "PROFILE", "STATE", "VCPUS", "PINNED", "NODES", "HUGEPAGES"]]
-    for r in report.rows:
-        pages = ("-" if not r.hugepage_kib else
-                 " ".join(f"{n}:{c}x{units.page(r.hugepage_kib)}" for n, c in sorted(r.hugepages.items()))
-                 or f"{units.page(r.hugepage_kib)} (any node)")
-        rows.append([r.name, r.profile or "-", r.state, str(r.vcpus), cpuset.format(r.pinned) or "-",
-                     cpuset.format(r.nodes) or "-", pages])
-    if report.rows:
-        _table(rows)
-    else:
-        print("no domains")
-    print()
-    nodes = [["NODE", "CPUS", "RESERVED", "DEDICATED", "FREE FOR DEDICATED", "MEMORY MiB", "FREE MiB",
-              "HUGEPAGES FREE/NEEDED"]]
-    for n in report.nodes:
-        pages = " ".join(f"{units.page(size)}:{free}/{need}" for size, (free, need) in sorted(n.hugepages.items())) or "-"
-        nodes.append([str(n.node), cpuset.format(n.cpus) or "-", cpuset.format(n.reserved) or "-",
-                      cpuset.format(n.dedicated) or "-", cpuset.format(n.free_dedicated) or "-",
-                      str(n.memory_kib // 1024) if n.memory_kib else "?",
-                      "?" if n.free_kib is None else str(n.free_kib // 1024), pages])
-    _table(nodes)
-    print()
-    if report.ok:
-        print("no problems")
-        return
-    print(f"{len(report.problems)} problem{'s' if len(report.problems) != 1 else ''}:")
-    width = max(len(p.kind) for p in report.problems)
-    for p in report.problems:
-        print(f"  {p.kind.ljust(width)}  {p.message}")
 
 
 COMMANDS = {"tag": cmd_tag, "untag": cmd_untag, "apply": cmd_apply, "revert": cmd_revert, "plan": cmd_plan}

@@ -1,26 +1,23 @@
-"""The command line: a thin adapter over the library.
+"""The commands that need no libvirt: rewrite, topology, profiles, hook install|uninstall|reap.
 
-Exit codes: 0 done; 1 invalid input (``plan``: a problem found); 2 usage; 3 the domain does not fit
-on the host; 4 libvirt-python is not installed or libvirt cannot be reached (the live commands).
+``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg) -> int``.
+Exit codes as in vmtune/cli/__init__.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
 
-from . import cli_doctor, cli_live
-from . import config as config_mod
-from . import cpuset, profiles, units, xmlsafe
-from .atomic import write_atomic  # moved to the library; vmtune.cli.write_atomic still works
-from .errors import InvalidInput, VmtuneError
-from .hook import escape
-from .host import Host
-from .driver import rewrite
-
+from .. import cpuset, profiles, xmlsafe
+from ..atomic import write_atomic
+from ..driver import rewrite
+from ..errors import InvalidInput
+from ..hook import escape
+from ..host import Host
+from . import format as fmt
 
 
 def _read(path: str, what: str) -> str:
@@ -55,13 +52,7 @@ def _add_host_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
 
 
-def _parser() -> argparse.ArgumentParser:
-    from . import __version__
-
-    parser = argparse.ArgumentParser(prog="vmtune", description="Make KVM guests fast.")
-    parser.add_argument("--version", action="version", version=f"vmtune {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     rw = sub.add_parser("rewrite", help="tune a domain XML for this host",
                         description="Rewrite a libvirt domain XML for the host's topology.")
     rw.add_argument("domain", metavar="DOMAIN.xml", help="domain XML file, or - for stdin")
@@ -90,9 +81,6 @@ def _parser() -> argparse.ArgumentParser:
     hook = sub.add_parser("hook", help="install or remove the libvirt hook, or reap its stale leases")
     hook.add_argument("action", choices=("install", "uninstall", "reap"))
     hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks)")
-    cli_live.add_parsers(sub)    # tag, untag, apply, revert, plan: domains libvirt already knows
-    cli_doctor.add_parsers(sub)  # doctor: what is wrong with this host
-    return parser
 
 
 def cmd_rewrite(args, cfg) -> int:
@@ -112,13 +100,9 @@ def cmd_rewrite(args, cfg) -> int:
         print(f"vmtune: warning: {warning}", file=sys.stderr)
     if args.diff:
         name = "stdin" if args.domain == "-" else args.domain
-        sys.stdout.writelines(difflib.unified_diff(
-            source.splitlines(keepends=True), result.xml.splitlines(keepends=True),
-            fromfile=name, tofile=f"{name} (vmtune {result.profile})"))
+        sys.stdout.write(fmt.diff(source, result.xml, name, f"{name} (vmtune {result.profile})"))
     elif args.explain:
-        print(f"profile {result.profile}: {len(result.changes)} change(s)")
-        for change in result.changes:
-            print(f"{change.element}: {change.before or '(none)'} -> {change.after or '(removed)'}  # {change.reason}")
+        print("\n".join(fmt.explain(result)))
     elif not target:
         sys.stdout.write(result.xml)
     return 0
@@ -128,18 +112,9 @@ def cmd_topology(args, cfg) -> int:
     host = _host(args)
     reserved = host.reserved(cfg)
     if args.json:
-        data = host.to_dict()
-        data["reserved"] = cpuset.format(reserved)
-        print(json.dumps(data, indent=2))
-        return 0
-    print(f"arch {host.arch}  vendor {host.vendor or 'unknown'}  smt {'on' if host.smt else 'off'}  "
-          f"isolated {cpuset.format(host.isolated) or '-'}  reserved {cpuset.format(reserved) or '-'}")
-    print(f"{'node':>4}  {'cpus':<16} {'memory MiB':>10}  {'free hugepages':<22} cores (sibling threads)")
-    for cell in host.cells:
-        pages = " ".join(f"{units.page(size)}:{count}"
-                         for size, count in sorted(cell.pages.items())) or "-"
-        cores = " ".join("(" + ",".join(map(str, core)) + ")" for core in host.cores(cell.id)) or "-"
-        print(f"{cell.id:>4}  {cpuset.format(cell.cpus) or '-':<16} {cell.memory_kib // 1024:>10}  {pages:<22} {cores}")
+        print(json.dumps({**host.to_dict(), "reserved": cpuset.format(reserved)}, indent=2))
+    else:
+        print("\n".join(fmt.topology(host, reserved)))
     return 0
 
 
@@ -163,7 +138,7 @@ def cmd_profiles(args, cfg) -> int:
 
 
 def cmd_hook(args, cfg) -> int:
-    from .hook import install
+    from ..hook import install
 
     if args.action == "reap":
         return _reap(cfg)
@@ -178,8 +153,8 @@ def cmd_hook(args, cfg) -> int:
 
 def _reap(cfg) -> int:
     """``vmtune hook reap``: what the hook does at every start and stop, for an operator."""
-    from .hook import leases, setup_logging
-    from .hook.lifecycle import Hook
+    from ..hook import leases, setup_logging
+    from ..hook.lifecycle import Hook
 
     setup_logging()  # the hook's own lines (a lease reaped, a value left alone) on stderr
     try:
@@ -193,24 +168,4 @@ def _reap(cfg) -> int:
     return 0
 
 
-COMMANDS = {"rewrite": cmd_rewrite, "topology": cmd_topology, "profiles": cmd_profiles, "hook": cmd_hook,
-            **cli_live.COMMANDS, **cli_doctor.COMMANDS}
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        cfg = config_mod.load(getattr(args, "config", None))
-        return COMMANDS[args.command](args, cfg)
-    except VmtuneError as exc:
-        # one line, whatever the message quotes (file names, attribute values with &#10;)
-        print(f"vmtune: error: {escape(str(exc))}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMANDS = {"rewrite": cmd_rewrite, "topology": cmd_topology, "profiles": cmd_profiles, "hook": cmd_hook}

@@ -1,8 +1,9 @@
 """The host's NUMA topology: nodes, their CPUs, cores, memory and free hugepages.
 
 Two loaders fill the same model and must agree for the same machine:
-``Host.from_capabilities`` reads ``virsh capabilities`` XML, ``Host.from_sysfs``
-reads the Linux sysfs layout (``Host.probe()`` is this machine).
+``Host.from_capabilities`` reads ``virsh capabilities`` XML (capabilities.py), ``Host.from_sysfs``
+reads the Linux sysfs layout (sysfs.py; ``Host.probe()`` is this machine). The loaders return plain
+fields and this module builds the Host, so neither loader imports this module.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import cpuset
+from .. import cpuset
+from . import sysfs
 
 
 @dataclass(frozen=True)
@@ -121,19 +123,25 @@ class Host:
             ],
         }
 
-    # -- loaders (implemented in vmtune/_hostload.py) -----------------------------------------
+    # -- loaders ------------------------------------------------------------------------------
     @classmethod
-    def from_capabilities(cls, xml: str | bytes) -> "Host":
-        from ._hostload import from_capabilities
+    def from_capabilities(cls, xml: str | bytes) -> Host:
+        from . import capabilities  # on first use: the hook never reads capabilities
 
-        return from_capabilities(xml)
-
-    @classmethod
-    def from_sysfs(cls, root: str = "/sys", proc: str | None = None, arch: str | None = None) -> "Host":
-        from ._hostload import from_sysfs
-
-        return from_sysfs(root, proc=proc, arch=arch)
+        return cls.build(capabilities.load(xml))
 
     @classmethod
-    def probe(cls) -> "Host":
+    def from_sysfs(cls, root: str = "/sys", proc: str | None = None, arch: str | None = None) -> Host:
+        return cls.build(sysfs.load(root, proc=proc, arch=arch))
+
+    @classmethod
+    def probe(cls) -> Host:
         return cls.from_sysfs("/sys")
+
+    @classmethod
+    def build(cls, fields: Mapping) -> Host:
+        """The Host of a loader's fields: ``cells`` and ``cpus`` are lists of the fields of each
+        Cell and Cpu (as dicts), the CPUs in ascending order."""
+        cells = tuple(Cell(**cell) for cell in fields["cells"])
+        cpus = {cpu["id"]: Cpu(**cpu) for cpu in fields["cpus"]}
+        return cls(**{**fields, "cells": cells, "cpus": cpus})

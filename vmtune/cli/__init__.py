@@ -1,0 +1,51 @@
+"""The command line: a thin adapter over the library.
+
+Exit codes: 0 done; 1 invalid input (``plan``: a problem found); 2 usage; 3 the domain does not fit
+on the host; 4 libvirt-python is not installed or libvirt cannot be reached (the live commands).
+
+    offline.py  rewrite, topology, profiles, hook install|uninstall|reap: no libvirt needed
+    live.py     tag, untag, apply, revert, plan: the domains libvirt already knows
+    doctor.py   doctor: what is wrong with this host
+    format.py   the tables and lines printed for people
+"""
+
+from __future__ import annotations
+
+import argparse
+import os  # noqa: F401 - vmtune.cli.os: tests reach the os module through it
+import sys
+
+from .. import config as config_mod
+from ..atomic import write_atomic  # noqa: F401 - moved to the library; vmtune.cli.write_atomic still works
+from ..errors import VmtuneError
+from ..hook import escape
+from . import doctor, live, offline
+
+COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS}
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(prog="vmtune", description="Make KVM guests fast.")
+    parser.add_argument("--version", action="version", version=f"vmtune {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    offline.add_parsers(sub)  # rewrite, topology, profiles, hook
+    live.add_parsers(sub)     # tag, untag, apply, revert, plan: domains libvirt already knows
+    doctor.add_parsers(sub)   # doctor: what is wrong with this host
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        cfg = config_mod.load(getattr(args, "config", None))
+        return COMMANDS[args.command](args, cfg)
+    except VmtuneError as exc:
+        # one line, whatever the message quotes (file names, attribute values with &#10;)
+        print(f"vmtune: error: {escape(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,195 @@
+"""The sysfs and proc readers vmtune shares, and the Host loader of a sysfs tree.
+
+Every reader takes the root it reads (a sysfs root such as ``/sys``, a proc root such as
+``/proc``) or a path below one, so that tests (``$VMTUNE_SYSFS``, ``$VMTUNE_PROCFS``) and
+``vmtune doctor --sysfs/--proc/--root`` can point it at a captured tree. A file that cannot be read
+gives None (or nothing), not an exception, unless the caller names the errors that mean absent
+(``value(absent=...)``: the hook's knobs). The hook, the doctor and ``Host.from_sysfs`` read
+through these.
+
+``load`` returns the fields of a Host as plain values (each cell and CPU a dict of its fields);
+``Host.from_sysfs`` builds the Host of them, so this module does not import the topology.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .. import cpuset
+from ..errors import InvalidInput
+
+CPU_DIR = "devices/system/cpu"
+NODE_DIR = "devices/system/node"
+POOLS_DIR = "kernel/mm/hugepages"  # the hugepage pools of a kernel without NUMA (and the sizes)
+POOL = re.compile(r"hugepages-(\d+)kB")
+VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
+
+
+# -- files ----------------------------------------------------------------------------------------
+def text(path: str) -> str | None:
+    """The file's text; None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def value(path: str, absent: type[OSError] = OSError) -> str | None:
+    """The file's text, stripped; None when reading it raises ``absent`` (the others propagate)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except absent:
+        return None
+
+
+def number(path: str) -> int | None:
+    """The file's integer; None when it cannot be read or holds something else."""
+    found = text(path)
+    try:
+        return int(found.strip()) if found is not None else None
+    except ValueError:
+        return None
+
+
+def cpu_list(found: str | None) -> frozenset[int]:
+    """A CPU list file's CPUs (``0-3,8`` or ``0 1 2 3``); empty for a missing or garbled one."""
+    try:
+        return cpuset.parse((found or "").replace(" ", ","))
+    except InvalidInput:
+        return frozenset()
+
+
+# -- CPUs, memory, hugepages ----------------------------------------------------------------------
+def cpu_dirs(sysfs: str) -> list[int]:
+    """The CPUs that have a ``devices/system/cpu/cpuN`` directory, ascending."""
+    try:
+        names = os.listdir(os.path.join(sysfs, CPU_DIR))
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for n in names if (m := re.fullmatch(r"cpu(\d+)", n)))
+
+
+def online_cpus(sysfs: str) -> list[int]:
+    """The online CPUs (``devices/system/cpu/online``, else every ``cpuN`` directory), ascending."""
+    online = cpu_list(text(os.path.join(sysfs, CPU_DIR, "online")))
+    return sorted(online) if online else cpu_dirs(sysfs)
+
+
+def meminfo_kib(path: str, key: str = "MemTotal:") -> int | None:
+    """``key``'s value in a meminfo file: ``MemTotal:  123 kB`` (proc) or ``Node 0 MemTotal:  123 kB``
+    (nodeN/meminfo), in KiB (the kernel's "kB"); None when the file or the key is missing."""
+    for line in (text(path) or "").splitlines():
+        words = line.split()
+        if key in words:
+            rest = words[words.index(key) + 1:]
+            if rest and rest[0].isdigit():
+                return int(rest[0])
+    return None
+
+
+def cpuinfo(proc: str) -> list[dict[str, str]]:
+    """``proc/cpuinfo`` as one dict per processor (empty when it cannot be read)."""
+    out: list[dict[str, str]] = []
+    for block in (text(os.path.join(proc, "cpuinfo")) or "").strip().split("\n\n"):
+        entry = {}
+        for line in block.splitlines():
+            key, sep, val = line.partition(":")
+            if sep:
+                entry[key.strip()] = val.strip()
+        if entry:
+            out.append(entry)
+    return out
+
+
+def vendor(proc: str) -> str | None:
+    """"Intel" or "AMD" from the first ``vendor_id`` in ``proc/cpuinfo``; None for any other."""
+    for entry in cpuinfo(proc):
+        if "vendor_id" in entry:
+            return VENDORS.get(entry["vendor_id"])
+    return None
+
+
+def pools(directory: str, leaf: str = "free_hugepages") -> dict[int, int]:
+    """The ``hugepages-<size>kB/<leaf>`` counts under ``directory``: size KiB -> pages (a pool
+    whose file cannot be read is left out)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        m = POOL.fullmatch(name)
+        count = number(os.path.join(directory, name, leaf)) if m else None
+        if count is not None:
+            out[int(m.group(1))] = count
+    return out
+
+
+def default_page_kib(sysfs: str, proc: str) -> int | None:
+    """The kernel's default hugepage size: ``Hugepagesize`` in meminfo, else the smallest pool size;
+    None when neither is there."""
+    size = meminfo_kib(os.path.join(proc, "meminfo"), "Hugepagesize:")
+    if size is not None:
+        return size
+    try:
+        sizes = [int(m.group(1)) for n in os.listdir(os.path.join(sysfs, POOLS_DIR)) if (m := POOL.fullmatch(n))]
+    except OSError:
+        sizes = []
+    return min(sizes) if sizes else None
+
+
+# -- the Host loader ------------------------------------------------------------------------------
+def _cpu(cpu_dir: str, cid: int, node: int) -> dict:
+    topo = os.path.join(cpu_dir, f"cpu{cid}", "topology")
+    siblings = cpuset.parse(text(os.path.join(topo, "thread_siblings_list")))
+    return {"id": cid, "node": node, "socket": number(os.path.join(topo, "physical_package_id")),
+            "die": number(os.path.join(topo, "die_id")), "core": number(os.path.join(topo, "core_id")),
+            "siblings": siblings | {cid}}
+
+
+def _node_ids(node_dir: str) -> list[int]:
+    online = text(os.path.join(node_dir, "online"))
+    if online is not None:
+        return sorted(cpuset.parse(online))
+    return sorted(int(n[4:]) for n in os.listdir(node_dir) if re.fullmatch(r"node\d+", n))
+
+
+def _numa(root: str, online: frozenset[int]) -> tuple[list[dict], list[dict]]:
+    """The cells and the CPUs under ``devices/system/node``."""
+    cpu_dir, node_dir = os.path.join(root, CPU_DIR), os.path.join(root, NODE_DIR)
+    nodes, cells, cpus, seen = _node_ids(node_dir), [], [], set()
+    for node in nodes:
+        path = os.path.join(node_dir, f"node{node}")
+        ids = sorted(cpuset.parse(text(os.path.join(path, "cpulist"))) & online - seen)
+        seen.update(ids)
+        cpus += [_cpu(cpu_dir, c, node) for c in ids]
+        row = (text(os.path.join(path, "distance")) or "").split()
+        ok = len(row) == len(nodes) and all(d.isdigit() for d in row)
+        cells.append({"id": node, "cpus": tuple(ids), "memory_kib": meminfo_kib(os.path.join(path, "meminfo")) or 0,
+                      "pages": pools(os.path.join(path, "hugepages")),
+                      "distances": dict(zip(nodes, map(int, row))) if ok else {}})
+    return cells, cpus
+
+
+def load(root: str = "/sys", proc: str | None = None, arch: str | None = None) -> dict:
+    """The fields of the Host under the sysfs ``root`` (``proc``: the proc root, else ``proc`` beside
+    ``root``); InvalidInput when ``root`` is no sysfs tree."""
+    if proc is None:
+        proc = os.path.join(os.path.dirname(root.rstrip("/")), "proc")
+    cpu_dir = os.path.join(root, CPU_DIR)
+    online_text = text(os.path.join(cpu_dir, "online"))
+    if online_text is None:
+        raise InvalidInput(f"{root} does not look like sysfs: no devices/system/cpu/online")
+    online = cpuset.parse(online_text)
+    if os.path.isdir(os.path.join(root, NODE_DIR)):
+        cells, cpus = _numa(root, online)
+    else:  # a kernel without NUMA: one node with everything
+        cpus = [_cpu(cpu_dir, c, 0) for c in sorted(online)]
+        cells = [{"id": 0, "cpus": tuple(sorted(online)),
+                  "memory_kib": meminfo_kib(os.path.join(proc, "meminfo")) or 0,
+                  "pages": pools(os.path.join(root, POOLS_DIR)), "distances": {}}]
+    return {"arch": arch or os.uname().machine, "cells": cells, "cpus": sorted(cpus, key=lambda c: c["id"]),
+            "isolated": cpuset.parse(text(os.path.join(cpu_dir, "isolated"))), "vendor": vendor(proc)}
