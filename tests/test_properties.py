@@ -185,6 +185,29 @@ def test_spread_across_nodes_not_packed():
 DOCUMENTS = sorted((CORPUS / "domains").glob("*.xml")) + sorted((EXAMPLES / "hosts").glob("*.xml"))
 
 
+@given(st.sampled_from(DOCUMENTS), st.integers(0, 10_000), st.integers(0, 10_000))
+def test_indenting_keeps_text_beside_elements(path, pick, where):
+    """Text beside element children (mixed content, as in foreign metadata) keeps every element's
+    value byte for byte: before the first child, between two, or after the last."""
+    root = etree.fromstring(path.read_bytes())
+    parents = [e for e in root.iter(etree.Element) if len(xmltext.elements(e)) > 0]
+    parent = parents[pick % len(parents)]
+    kids = xmltext.elements(parent)
+    slot = where % (len(kids) + 1)
+    if slot == 0:
+        parent.text = "note"
+    else:
+        kids[slot - 1].tail = "note"
+
+    def values() -> dict[str, str]:
+        return {root.getroottree().getpath(e): xmltext.text(e) for e in root.iter(etree.Element)
+                if (e.text or "").strip() or any((k.tail or "").strip() for k in e)}
+
+    before = values()
+    xmltext.indent(root)
+    assert values() == before
+
+
 @given(st.sampled_from(DOCUMENTS), st.integers(0, 10_000), st.booleans())
 def test_indenting_never_changes_a_value(path, pick, pi):
     """Indenting leaves every text value as it was, with a comment or PI in it or not, and is

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from dataclasses import dataclass, fields
@@ -86,17 +87,26 @@ def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tupl
     raise InvalidInput(f"unknown profile {name!r} (built-in: {', '.join(BUILTIN)}; yours go in {USER_DIR})")
 
 
+@functools.lru_cache(maxsize=64)
+def _parse(text: str, where: str) -> dict:
+    """The checked TOML of a profile. The file is read at every load (an edit shows at once); the
+    parse and the schema check are remembered by its text, for they cost about a tenth of a
+    rewrite. Callers never change what it returns."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
+    schema.check(data, "profile.schema.json", text, where)
+    return data
+
+
 def _raw(name: str, user_dir: str | None, seen: tuple[tuple[str, str], ...] = (),
          builtin_only: bool = False) -> dict:
     text, where = _source(name, user_dir, builtin_only)
     chain = tuple(n for n, _ in seen) + (name,)
     if where in (w for _, w in seen):
         raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(chain)})")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput(f"{where}: {exc}") from None
-    schema.check(data, "profile.schema.json", text, where)
+    data = _parse(text, where)
     flat = _flatten(data)
     parent = data.get("inherit")
     if not parent:

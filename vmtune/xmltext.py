@@ -63,11 +63,17 @@ _LXML_WOULD_CHANGE = etree.XPath(
     " | descendant-or-self::*[comment() or processing-instruction()][not(*)])")
 
 
+# A cheaper test that holds wherever _LXML_WOULD_CHANGE does (a comment or PI anywhere, or text
+# beside element children): most domains have neither, and skip the exact test
+_MAYBE_MIXED = etree.XPath("boolean(.//comment() | .//processing-instruction()"
+                           " | descendant-or-self::*[*]/text()[normalize-space()])")
+
+
 def indent(root: etree._Element, space: str = "  ") -> None:
     """Indent like ``etree.indent``, but only where an element holds elements and whitespace:
     mixed content (a value with a comment in it) keeps its text byte for byte, and an element
     without element children (``<memory>``, ``<name>``, ...) is never given whitespace."""
-    if not _LXML_WOULD_CHANGE(root):
+    if not _MAYBE_MIXED(root) or not _LXML_WOULD_CHANGE(root):
         etree.indent(root, space=space)  # the same result where nothing is mixed, and in C
     elif _element_only(root):
         _indent(root, 1, space)
