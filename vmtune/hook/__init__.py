@@ -152,7 +152,7 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
     """The domain as the hook sees it. Every CPU and node list of its XML is checked against the host
     first (bounds.py: an id past the last possible CPU is an error, found before any range is
     expanded), so one domain's XML can never make the hook do more work than the host has CPUs."""
-    from .. import cpuset, model, xmlsafe
+    from .. import facts, model, xmlsafe
     from ..errors import InvalidInput
     from . import bounds, hoststate
 
@@ -164,9 +164,8 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
     need: dict[str, int] = {}
     error = None
     try:
-        bounds.check(root, limit)
-        for pin in dom.iter("cputune/vcpupin"):
-            cpus |= cpuset.parse(pin.get("cpuset"), limit=limit)
+        bounds.check(root, limit)  # first: every list below is bounded by the host
+        cpus = facts.pinned(dom)
         if pages:
             from . import hugepages
 

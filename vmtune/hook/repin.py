@@ -22,7 +22,7 @@ import re
 
 from lxml import etree
 
-from .. import cpuset, xmltext
+from .. import cpuset, facts, xmltext
 from ..claims import Claim, Ledger
 from ..errors import DoesNotFit
 from ..host import Host
@@ -50,10 +50,9 @@ def _problems(dom: Domain, host: Host, ledger: Ledger) -> list[str]:
 
     out = []
     online = frozenset(host.cpus)
-    pins = dom.vcpupins()
-    if len(pins) < dom.vcpus:
+    if len(dom.vcpupins()) < dom.vcpus:
         out.append("not every vCPU is pinned")
-    vcpu_cpus = frozenset().union(*pins.values()) if pins else frozenset()
+    vcpu_cpus = facts.pinned(dom)
     if not vcpu_cpus <= online:
         out.append(f"CPUs {cpuset.format(vcpu_cpus - online)} are not online here")
     taken = taken_cores(host, ledger.dedicated)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from .. import claims as claims_mod
 from .. import config as config_mod
-from .. import cpuset, xmlsafe
+from .. import cpuset, facts, xmlsafe
 from ..errors import InvalidInput, VmtuneError
 from ..host import Host
 from ..model import Domain
@@ -114,30 +114,20 @@ def cpumap(cpus: frozenset[int], ncpus: int) -> tuple[bool, ...]:
 
 def move_live(conn, dom, new_xml: str, host: Host) -> dict:
     """Pin a running domain's vCPUs, emulator and iothreads as ``new_xml`` says, now
-    (VIR_DOMAIN_AFFECT_LIVE). Threads without a pin of their own go on the ``<vcpu cpuset>``, else on
-    every host CPU, as libvirt would start them."""
-    lv = connect.libvirt()
-    live = lv.VIR_DOMAIN_AFFECT_LIVE
+    (VIR_DOMAIN_AFFECT_LIVE). Threads without a pin of their own go where libvirt would start them
+    (facts.reach: the ``<vcpu cpuset>``, else every host CPU)."""
+    live = connect.libvirt().VIR_DOMAIN_AFFECT_LIVE
     ncpus = conn.getCPUMap()[0]
-    new = Domain(xmlsafe.parse(new_xml, "domain XML"))
-    everywhere = frozenset(c for c in host.cpus if c < ncpus)
-    default = new.vcpu_cpuset if new.vcpu_cpuset and new.vcpu_placement != "auto" else everywhere
-    pins = new.vcpupins()
+    reach = facts.reach(Domain(xmlsafe.parse(new_xml, "domain XML")), frozenset(c for c in host.cpus if c < ncpus))
     moved: dict = {"vcpus": {}, "emulator": None, "iothreads": {}}
     for vcpu in sorted(info[0] for info in dom.vcpus()[0]):
-        cpus = pins.get(vcpu, default)
+        cpus = reach.vcpu(vcpu)
         dom.pinVcpuFlags(vcpu, cpumap(cpus, ncpus), live)
         moved["vcpus"][str(vcpu)] = cpuset.format(cpus)
-    el = new.find("cputune/emulatorpin")
-    emulator = cpuset.parse(el.get("cpuset")) if el is not None and el.get("cpuset") else default
-    dom.pinEmulator(cpumap(emulator, ncpus), live)
-    moved["emulator"] = cpuset.format(emulator)
-    io_pins = {}
-    for el in new.iter("cputune/iothreadpin"):
-        if (el.get("iothread") or "").isdigit():
-            io_pins[int(el.get("iothread"))] = cpuset.parse(el.get("cpuset"))
+    dom.pinEmulator(cpumap(reach.emulator, ncpus), live)
+    moved["emulator"] = cpuset.format(reach.emulator)
     for iothread in sorted(info[0] for info in dom.ioThreadInfo(live)):
-        cpus = io_pins.get(iothread, default)
+        cpus = reach.iothread(iothread)
         dom.pinIOThread(iothread, cpumap(cpus, ncpus), live)
         moved["iothreads"][str(iothread)] = cpuset.format(cpus)
     return moved
