@@ -6,7 +6,8 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
   domain (no ``https://vmtune.dev/xmlns/1`` in the XML bytes), any op: exit 0, silent. Both are
   decided before anything heavy is imported, and ``hooks/qemu`` makes the same two checks before
   importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it);
-- ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``): take a lease
+- ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``:
+  ``profiles.tunes_host``): take a lease
   with the host CPUs its vCPUs pin (lifecycle.py). vCPU pins that overlap another lease refuse the
   start (exit 1, one stderr line) unless the config's ``[hook] on_conflict = "warn"``. Hugepage
   pools on the domain's nodes that are short get topped up (hugepages.py; too few after compaction:
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 MARK = b"https://vmtune.dev/xmlns/1"
 log = logging.getLogger("vmtune.hook")
 
-__all__ = ["HANDLED_OPS", "MARK", "escape", "main", "setup_logging", "wants_host_tuning"]
+__all__ = ["HANDLED_OPS", "MARK", "escape", "main", "setup_logging"]
 
 
 def escape(text: str) -> str:
@@ -176,17 +177,8 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
                   profile=dom.tagged_profile, cpus=cpus, pages=need, error=error)
 
 
-def wants_host_tuning(profile: str | None, cfg) -> bool:
-    """Whether a domain tagged with ``profile`` is a latency domain (its profile has ``host_tuning``)."""
-    if not profile:
-        return False
-    from .. import profiles
-
-    return profiles.load(profile, cfg.profiles_dir).host_tuning
-
-
 def _run(argv: list[str], data: bytes) -> int:
-    from .. import config as config_mod
+    from .. import config as config_mod, profiles
 
     name = argv[0] if argv else "?"
     op = (argv[1] if len(argv) > 1 else "", argv[2] if len(argv) > 2 else "")
@@ -214,7 +206,7 @@ def _run(argv: list[str], data: bytes) -> int:
     try:
         dom = _domain(name, data)
         cfg = config_mod.load()
-        latency = wants_host_tuning(dom.profile, cfg)
+        latency = profiles.tunes_host(dom.profile, cfg.profiles_dir)
     except Exception as exc:  # noqa: BLE001 - we cannot tell it is ours: log, let it start
         log.error("%s: %s %s: ignoring the domain: %s", name, *op, exc)
         return 0

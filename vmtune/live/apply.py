@@ -66,7 +66,7 @@ class Outcome:
         }
 
 
-def _with_held_pages(host: Host, every: Sequence[domains.Defined]) -> Host:
+def with_held_pages(host: Host, every: Sequence[domains.Defined]) -> Host:
     """``host`` with the hugepages that running domains hold added back to the free counts."""
     held: dict[tuple[int, int], int] = defaultdict(int)
     for d in every:
@@ -156,7 +156,7 @@ def apply(
     if not chosen:
         raise InvalidInput("no defined domain matches " + " ".join(repr(g) for g in match) if match
                            else "there is no defined domain to apply")
-    host = _with_held_pages(hostview.host(conn), every)
+    host = with_held_pages(hostview.host(conn), every)
     by_uuid = {d.uuid: d for d in chosen}
     targets = [planner.Target(d.uuid, d.xml, profile) for d in chosen]
     others = [d.xml for d in every if d.uuid not in by_uuid]
