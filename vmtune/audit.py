@@ -330,8 +330,6 @@ def _cpus(cpus) -> str:
     return f"CPU{'s' if len(cpus) > 1 else ''} {cpuset.format(cpus)}"
 
 
-
-
 def _hugepages(host: Host, doms: list[_Dom]) -> tuple[list[Problem], dict[tuple[int, int], int]]:
     need: dict[tuple[int, int], int] = defaultdict(int)
     who: dict[tuple[int, int], list[str]] = defaultdict(list)

@@ -231,7 +231,6 @@ class Reverted:
     name: str
     uuid: str
     state: str
-    original: str
 
     def to_dict(self) -> dict:
         return {"name": self.name, "uuid": self.uuid, "state": self.state, "reverted": True}
@@ -274,4 +273,4 @@ def revert(conn, uri: str, name: str) -> Reverted:
                            "it, or it was reverted already)")
     conn.defineXML(found.original)
     originals.remove(found.uuid)
-    return Reverted(found.name, found.uuid, found.state, found.original)
+    return Reverted(found.name, found.uuid, found.state)
