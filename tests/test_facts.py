@@ -24,7 +24,8 @@ def dom(xml: str) -> Domain:
 
 
 def domain(body: str, memory: str = "<memory unit='GiB'>2</memory>") -> str:
-    return f"<domain type='kvm'><name>d</name>{memory}<vcpu>2</vcpu>{body}<os><type arch='x86_64'>hvm</type></os></domain>"
+    return (f"<domain type='kvm'><name>d</name>{memory}<vcpu>2</vcpu>{body}"
+            "<os><type arch='x86_64'>hvm</type></os></domain>")
 
 
 def cells(*mib: int, devices: str = "") -> str:
@@ -158,7 +159,8 @@ def test_memory_devices_take_their_own_page_size_and_nodes():
     devices = (dimm("<pagesize unit='GiB'>1</pagesize><nodemask>1</nodemask>") + dimm("<nodemask>2</nodemask>")
                + "<memory model='nvdimm'><source><path>/nv</path></source><target><size unit='GiB'>1</size>"
                "<node>0</node></target></memory>")
-    xml = domain("<numatune><memory nodeset='0'/></numatune>" + cells(1024, devices=devices), "<memory unit='GiB'>4</memory>")
+    xml = domain("<numatune><memory nodeset='0'/></numatune>" + cells(1024, devices=devices),
+                 "<memory unit='GiB'>4</memory>")
     assert memory(xml) == facts.Memory({0: GIB, 2: GIB}, {(1, GIB): 1}, {})
 
 

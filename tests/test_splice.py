@@ -56,8 +56,9 @@ def test_a_missing_element_is_added_last_in_its_parent():
 
 def test_a_nested_element_is_found_by_its_path():
     """hugepages inside memoryBacking, not a <hugepages> elsewhere."""
-    text = doc(before="<metadata><hugepages xmlns='urn:x'/></metadata><other><hugepages/></other>\n  <memoryBacking>\n    <hugepages>\n"
-               "      <page size='2048'/>\n    </hugepages>\n    <locked/>\n  </memoryBacking>")
+    text = doc(before="<metadata><hugepages xmlns='urn:x'/></metadata><other><hugepages/></other>\n"
+               "  <memoryBacking>\n    <hugepages>\n      <page size='2048'/>\n    </hugepages>\n    <locked/>\n"
+               "  </memoryBacking>")
     new = etree.fromstring("<hugepages><page size='2048' nodeset='0'/></hugepages>")
     out = splice.put(text, "memoryBacking/hugepages", new)
     assert out == text.replace("<hugepages>\n      <page size='2048'/>\n    </hugepages>",

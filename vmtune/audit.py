@@ -30,14 +30,15 @@ Raises ``InvalidInput`` (one line, naming the domain's position) when an XML is 
 
 What counts
 -----------
-Every fact about one domain comes from vmtune/facts.py, the rules the rewriter's ledger and the
-hook use too. A domain is *dedicated* when it holds host CPUs for itself: tagged latency/realtime
-with pins, or every vCPU pinned to one CPU. A thread *can run* on: its
+Every fact about one domain comes from vmtune/facts.py, the rules the rewriter's ledger and the hook
+use too. A domain is *dedicated* when it holds host CPUs for itself: tagged latency/realtime with
+pins, or every vCPU pinned to one CPU. A thread *can run* on: its
 ``<vcpupin>``/``<emulatorpin>``/``<iothreadpin>`` cpuset, else the ``<vcpu cpuset>``, else every
-host CPU. Its hugepages are taken per host node and size as libvirt backs each guest cell and
-memory device (``Row.pages``; node ``None``: numatune names no node, any node will do). Cores count as the placement counts them: a thread on the
-sibling of a dedicated CPU shares its core. One ledger for the whole host: a shut-off domain still
-holds its CPUs and memory (it gets them back when it starts).
+host CPU. Its hugepages are taken per host node and size as libvirt backs each guest cell and memory
+device (``Row.pages``; node ``None``: numatune names no node, any node will do). Cores count as the
+placement counts them: a thread on the sibling of a dedicated CPU shares its core. One ledger for
+the whole host: a shut-off domain still holds its CPUs and memory (it gets them back when it
+starts).
 
 Problem kinds (``Problem.kind``; consumers should show kinds they do not know as they are):
 

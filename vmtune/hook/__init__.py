@@ -7,13 +7,13 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
   decided before anything heavy is imported, and ``hooks/qemu`` makes the same two checks before
   importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it);
 - ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``:
-  ``profiles.tunes_host``): take a lease
-  with the host CPUs its vCPUs pin (lifecycle.py). vCPU pins that overlap another lease refuse the
-  start (exit 1, one stderr line) unless the config's ``[hook] on_conflict = "warn"``. Hugepage
-  pools on the domain's nodes that are short get topped up (hugepages.py; too few after compaction:
-  exit 1, one line, pools and state as before). The first lease saves the host state and tunes the
-  host (hoststate.py); with ``cstate_scope = "pinned"`` only the leases' pinned CPUs get their deep
-  C-states disabled. Every prepare and reconnect completes whatever any lease lacks (a crash);
+  ``profiles.tunes_host``): take a lease with the host CPUs its vCPUs pin (lifecycle.py). vCPU pins
+  that overlap another lease refuse the start (exit 1, one stderr line) unless the config's
+  ``[hook] on_conflict = "warn"``. Hugepage pools on the domain's nodes that are short get topped up
+  (hugepages.py; too few after compaction: exit 1, one line, pools and state as before). The first
+  lease saves the host state and tunes the host (hoststate.py); with ``cstate_scope = "pinned"``
+  only the leases' pinned CPUs get their deep C-states disabled. Every prepare and reconnect
+  completes whatever any lease lacks (a crash);
 - ``release end ANY``: drop the lease (a domain with a UUID is matched by it only; a release whose
   XML has no UUID or cannot be read drops only a lease kept by name); give back the hugepages it added while they are free; restore
   its CPUs' C-states unless another lease pins them (scope pinned); the last lease restores the
