@@ -41,6 +41,20 @@ GUESTS_QUICK = {"reps": 1, "sched_reps": 1, "disk_ops": 200, "net_ops": 200, "ti
                 "sched_ops": 300, "warmup": 20, "timeout_s": 300}
 
 
+def _part(what: str, records: list, log, unavailable: type[Exception], errors: tuple, run) -> dict:
+    """Run one optional part, adding its records: ``{"ran": True}``, or why it was skipped
+    (``unavailable``) or failed (``errors``)."""
+    try:
+        records += run()
+    except unavailable as exc:
+        log(f"{what} skipped: {exc}")
+        return {"ran": False, "skipped": str(exc)}
+    except errors as exc:
+        log(f"{what} FAILED: {exc}")
+        return {"ran": False, "failed": str(exc)}
+    return {"ran": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/run", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="every part, short (about 15 s here)")
@@ -73,28 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         records += costs.rewrite_throughput(cfg["rewrite_runs"], cfg["rewrite_inner"], log)
         records += costs.placement(cfg["sizes"], cfg["placement_runs"], cfg["place_inner"], args.virt_type, log)
         records += hook_cost.run(args.quick, log)  # FULL/QUICK sizes in bench/hook_cost.py
-    part1 = {"ran": False}
+    part1, isolation = {"ran": False}, {"ran": False}
     if args.part is None or args.part == "1":
-        try:
-            records += guests.run(GUESTS_QUICK if args.quick else GUESTS_FULL, args.virt_type, log)
-            part1 = {"ran": True}
-        except guests.Unavailable as exc:
-            part1 = {"ran": False, "skipped": str(exc)}
-            log(f"part 1 (what a guest gains) skipped: {exc}")
-        except (guests.GuestError, guests.guestimage.BuildError) as exc:
-            part1 = {"ran": False, "failed": str(exc)}
-            log(f"part 1 (what a guest gains) FAILED: {exc}")
-    isolation = {"ran": False}
+        part1 = _part("part 1 (what a guest gains)", records, log, guests.Unavailable,
+                      (guests.GuestError, guests.guestimage.BuildError),
+                      lambda: guests.run(GUESTS_QUICK if args.quick else GUESTS_FULL, args.virt_type, log))
     if args.part in ISOLATION_PARTS:
-        try:
-            records += host_isolation.run(args.quick, log)  # FULL/QUICK sizes in bench/host_isolation.py
-            isolation = {"ran": True}
-        except host_isolation.Unavailable as exc:
-            isolation = {"ran": False, "skipped": str(exc)}
-            log(f"host-isolation skipped: {exc}")
-        except (host_isolation.IsolationError, guests.guestimage.BuildError) as exc:
-            isolation = {"ran": False, "failed": str(exc)}
-            log(f"host-isolation FAILED: {exc}")
+        isolation = _part("host-isolation", records, log, host_isolation.Unavailable,
+                          (host_isolation.IsolationError, guests.guestimage.BuildError),
+                          lambda: host_isolation.run(args.quick, log))  # FULL/QUICK sizes in bench/host_isolation.py
     # how part 1 ran its tuned guests: the hook's setup and teardown (every part-1 record has it too)
     part1_hook = next((r["setup"]["hook"] for r in records if r["case"].startswith("guest-")
                        and "hook" in r.get("setup", {})), None)

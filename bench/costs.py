@@ -39,22 +39,29 @@ NODE_MEMORY_KIB = 512 * 1024 * 1024  # 512 GiB per node
 NODE_PAGES = {2048: 32768, 1048576: 128}  # 64 GiB of 2M and 128 GiB of 1G hugepages per node
 
 
-def big_host() -> vmtune.Host:
-    """8 nodes x 32 cores x 2 threads = 512 CPUs, Intel numbering (thread t of core c is c + 256 t)."""
-    total_cores = NODES * CORES_PER_NODE
-    cpus = {}
-    cells = []
-    for node in range(NODES):
+def grid_host(nodes: int, cores: int, threads: int, memory_kib: int, pages: dict[int, int],
+              distance=lambda a, b: 10 if a == b else 21, vendor: str | None = "Intel",
+              isolated: frozenset[int] = frozenset()) -> vmtune.Host:
+    """``nodes`` x ``cores`` x ``threads``, Intel numbering: thread t of core k on node n is CPU
+    n*cores + k + t*nodes*cores; every node has ``memory_kib`` and ``pages`` free hugepages."""
+    total = nodes * cores
+    cpus, cells = {}, []
+    for node in range(nodes):
         ids = []
-        for k in range(CORES_PER_NODE):
-            core = node * CORES_PER_NODE + k
-            threads = frozenset(core + t * total_cores for t in range(THREADS))
-            for cpu in threads:
-                cpus[cpu] = vmtune.Cpu(cpu, node, socket=node, die=0, core=k, siblings=threads)
+        for k in range(cores):
+            siblings = frozenset(node * cores + k + t * total for t in range(threads))
+            for cpu in siblings:
+                cpus[cpu] = vmtune.Cpu(cpu, node, socket=node, die=0, core=k, siblings=siblings)
                 ids.append(cpu)
-        distances = {n: 10 if n == node else (16 if n // 4 == node // 4 else 32) for n in range(NODES)}
-        cells.append(vmtune.Cell(node, tuple(sorted(ids)), NODE_MEMORY_KIB, dict(NODE_PAGES), distances))
-    return vmtune.Host("x86_64", tuple(cells), cpus, frozenset(), "Intel")
+        cells.append(vmtune.Cell(node, tuple(sorted(ids)), memory_kib, dict(pages),
+                                 {n: distance(node, n) for n in range(nodes)}))
+    return vmtune.Host("x86_64", tuple(cells), cpus, frozenset(isolated), vendor)
+
+
+def big_host() -> vmtune.Host:
+    """8 nodes x 32 cores x 2 threads = 512 CPUs (thread t of core c is c + 256 t)."""
+    return grid_host(NODES, CORES_PER_NODE, THREADS, NODE_MEMORY_KIB, NODE_PAGES,
+                     lambda a, b: 10 if a == b else (16 if a // 4 == b // 4 else 32))
 
 
 # The claimed domains cycle through this mix (profile, vCPUs, GiB). At N=300 the latency ones

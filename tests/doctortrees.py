@@ -13,8 +13,10 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from hosttrees import write_sysfs
 
+import vmtune.config
 from vmtune.doctor import Roots
 from vmtune.host import Cell, Cpu, Host
 
@@ -202,3 +204,20 @@ def running(tree: Tree, xml: str, state: str = "running") -> None:
 
 def hook_state(tree: Tree, leases: dict, baseline: list | None) -> None:
     tree.write("run/vmtune/state.json", json.dumps({"version": 1, "leases": leases, "baseline": baseline}))
+
+
+# -- the fixtures of the doctor's test files ------------------------------------------------------
+@pytest.fixture(autouse=True)
+def isolated(tmp_path_factory, monkeypatch):
+    """No /etc/vmtune, $VMTUNE_* or user profiles of the machine leak into a test."""
+    empty = tmp_path_factory.mktemp("no-config")
+    for var in ("VMTUNE_CONFIG", "VMTUNE_STATE_DIR", "VMTUNE_SYSFS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(vmtune.config, "DEFAULT_PATH", str(empty / "no-such-vmtune.toml"))
+    monkeypatch.setenv("VMTUNE_PROFILES", str(empty))
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A healthy host tree (``healthy``) under the test's temporary folder."""
+    return healthy(tmp_path / "host")

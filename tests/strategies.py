@@ -78,3 +78,115 @@ def domains(draw, max_vcpus: int = 8, virt_types=("kvm", "qemu"), windows: bool 
         parts.append("<memballoon model='virtio'/>")
     parts.append("</devices></domain>")
     return "".join(parts)
+
+
+PAGE_SIZES = (("2048", "KiB"), ("1", "GiB"), ("1048576", None), ("4", "KiB"), ("2", "M"), (None, None))
+NUMA_MODES = (None, "strict", "preferred", "interleave", "restrictive")
+HOST_NODESETS = ("0", "1", "0-1", "0,2", "1-3", "^1,0-2")
+CELL_NODESETS = ("0", "1", "0-1", "2", "0,2")
+
+
+def _mode(mode: str | None) -> str:
+    return f" mode='{mode}'" if mode else ""
+
+
+@st.composite
+def _memory_devices(draw, cells: int) -> tuple[list[str], int]:
+    """DIMM, virtio-mem and nvdimm devices, some with their own page size and host nodes."""
+    devices, total = [], 0
+    for _ in range(draw(st.integers(0, 3)) if cells else 0):
+        model = draw(st.sampled_from(["dimm", "virtio-mem", "nvdimm"]))
+        kib = draw(st.sampled_from([524288, 1048576, 1000000]))
+        total += kib
+        source = ""
+        size = draw(st.sampled_from(PAGE_SIZES[:5] + (None,)))
+        if size:
+            source += f"<pagesize unit='{size[1] or 'KiB'}'>{size[0]}</pagesize>"
+        if draw(st.booleans()):
+            source += f"<nodemask>{draw(st.sampled_from(HOST_NODESETS))}</nodemask>"
+        source += "<path>/var/lib/nv</path>" if model == "nvdimm" else ""
+        node = f"<node>{draw(st.integers(0, cells - 1))}</node>" if draw(st.integers(0, 9)) else ""
+        block = "<block unit='KiB'>2048</block>" if model == "virtio-mem" else ""
+        devices.append(f"<memory model='{model}'>{f'<source>{source}</source>' if source else ''}"
+                       f"<target><size unit='KiB'>{kib}</size>{node}{block}</target></memory>")
+    return devices, total
+
+
+@st.composite
+def _numatune(draw, cells: int) -> str:
+    """<numatune>: a <memory> in any mode (a nodeset or numad's placement) and memnodes in any mode."""
+    inner = ""
+    auto = False
+    if draw(st.integers(0, 4)):
+        mode = _mode(draw(st.sampled_from(NUMA_MODES)))
+        auto = not draw(st.integers(0, 4))
+        inner = f"<memory{mode} placement='auto'/>" if auto else \
+            f"<memory{mode} nodeset='{draw(st.sampled_from(HOST_NODESETS))}'/>"
+    for cell in range(0 if auto else cells):
+        if draw(st.booleans()):
+            inner += (f"<memnode cellid='{cell}'{_mode(draw(st.sampled_from(NUMA_MODES)))} "
+                      f"nodeset='{draw(st.sampled_from(HOST_NODESETS))}'/>")
+    return f"<numatune>{inner}</numatune>"
+
+
+@st.composite
+def memory_domains(draw) -> str:
+    """A domain whose memory is the point: guest cells (ids given or implied) of odd sizes, hugepage
+    <page>s of several sizes (the base page too) for some guest cells, numatune <memory> and
+    <memnode>s in every mode, DIMM, virtio-mem and nvdimm devices with their own page size and host
+    nodes."""
+    cells = draw(st.integers(0, 3))
+    explicit = draw(st.booleans())
+    sizes = [draw(st.sampled_from([524288, 1048576, 1049600, 3145735, 1000000])) for _ in range(cells)]
+    numa = "".join(f"<cell{f' id={chr(39)}{c}{chr(39)}' if explicit else ''} cpus='{c}' memory='{kib}' unit='KiB'/>"
+                   for c, kib in enumerate(sizes))
+    devices, dimm_kib = draw(_memory_devices(cells))
+    memory = sum(sizes) + dimm_kib if cells else draw(st.sampled_from([1048576, 2097152, 1000001]))
+    backing = ""
+    if draw(st.integers(0, 3)):
+        pages = ""
+        for _ in range(draw(st.integers(0, 3))):
+            size, unit = draw(st.sampled_from(PAGE_SIZES))
+            attrs = f" size='{size}'" + (f" unit='{unit}'" if unit else "") if size else ""
+            if cells and draw(st.booleans()):
+                attrs += f" nodeset='{draw(st.sampled_from(CELL_NODESETS))}'"
+            pages += f"<page{attrs}/>"
+        backing = f"<memoryBacking><hugepages>{pages}</hugepages></memoryBacking>"
+    numatune = draw(_numatune(cells)) if draw(st.integers(0, 4)) else ""
+    tag = draw(st.sampled_from([None, "latency", "balanced"]))
+    meta = f"<metadata><vmtune:tune xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='{tag}'/></metadata>" if tag else ""
+    return (f"<domain type='kvm'><name>mem</name><uuid>00000000-0000-4000-8000-000000000002</uuid>{meta}"
+            f"<memory unit='KiB'>{memory}</memory>{backing}<vcpu placement='static'>{max(cells, 1)}</vcpu>"
+            f"{numatune}<os><type arch='x86_64' machine='q35'>hvm</type></os>"
+            f"<cpu mode='host-passthrough'>{f'<numa>{numa}</numa>' if cells else ''}</cpu>"
+            f"<devices>{''.join(devices)}</devices></domain>")
+
+
+@st.composite
+def thread_domains(draw) -> str:
+    """A domain whose threads are the point: a <vcpu cpuset> (absent, empty, a list, numad's),
+    vCPU pins (some empty or without a cpuset), an emulator pin, iothreads listed or counted, and
+    iothread pins whose ids are spelled oddly."""
+    vcpus = draw(st.integers(1, 6))
+    cpus = st.sampled_from(["0", "1", "2-3", "1,5", "", None])
+    placement = draw(st.sampled_from(["static", "static", "auto"]))
+    given = draw(st.sampled_from([None, "", "0-3", "2,6"]))
+    vcpu = f"<vcpu placement='{placement}'{'' if given is None else f' cpuset={chr(39)}{given}{chr(39)}'}>{vcpus}</vcpu>"
+    pins = ""
+    for v in range(vcpus):
+        if draw(st.booleans()):
+            c = draw(cpus)
+            pins += f"<vcpupin vcpu='{v}'{'' if c is None else f' cpuset={chr(39)}{c}{chr(39)}'}/>"
+    emulator = draw(cpus)
+    if emulator is not None and draw(st.booleans()):
+        pins += f"<emulatorpin cpuset='{emulator}'/>"
+    count = draw(st.integers(0, 3))
+    ids = draw(st.lists(st.integers(1, 6), min_size=count, max_size=count, unique=True)) if count else []
+    threads = f"<iothreads>{count}</iothreads>" if count else ""
+    if ids and draw(st.booleans()):
+        threads += "<iothreadids>" + "".join(f"<iothread id='{i}'/>" for i in ids) + "</iothreadids>"
+    for _ in range(draw(st.integers(0, 3))):
+        ident = draw(st.sampled_from(["1", "2", " 3", "03", "x", "4"]))
+        pins += f"<iothreadpin iothread='{ident}' cpuset='{draw(cpus) or ''}'/>"
+    return (f"<domain type='kvm'><name>threads</name><memory unit='MiB'>1024</memory>{vcpu}{threads}"
+            f"{f'<cputune>{pins}</cputune>' if pins else ''}<os><type arch='x86_64'>hvm</type></os></domain>")

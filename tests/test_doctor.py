@@ -12,30 +12,15 @@ import os
 import sys
 
 import doctortrees as trees
+from doctortrees import isolated, tree  # noqa: F401 - the fixtures both doctor test files use
 import pytest
 
-import vmtune.config
 from vmtune import cli
 from vmtune.doctor import Measurement, Roots, diagnose, measure
 from vmtune.doctor.findings import LEVELS
 
 GOVERNOR = "devices/system/cpu/cpufreq/policy0/scaling_governor"
 GOVERNORS = "devices/system/cpu/cpufreq/policy*/scaling_governor"  # the source of a finding over every policy
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path_factory, monkeypatch):
-    """No /etc/vmtune, $VMTUNE_* or user profiles of the machine leak into a test."""
-    empty = tmp_path_factory.mktemp("no-config")
-    for var in ("VMTUNE_CONFIG", "VMTUNE_STATE_DIR", "VMTUNE_SYSFS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(vmtune.config, "DEFAULT_PATH", str(empty / "no-such-vmtune.toml"))
-    monkeypatch.setenv("VMTUNE_PROFILES", str(empty))
-
-
-@pytest.fixture
-def tree(tmp_path):
-    return trees.healthy(tmp_path / "host")
 
 
 def at(mhz: float):

@@ -7,28 +7,13 @@ import sys
 from collections import Counter
 
 import doctortrees as trees
+from doctortrees import isolated, tree  # noqa: F401 - the fixtures both doctor test files use
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import vmtune.config
 from vmtune import cli
 from vmtune.audit import KINDS
 from vmtune.doctor import diagnose, prometheus
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path_factory, monkeypatch):
-    """No /etc/vmtune, $VMTUNE_* or user profiles of the machine leak into a test."""
-    empty = tmp_path_factory.mktemp("no-config")
-    for var in ("VMTUNE_CONFIG", "VMTUNE_STATE_DIR", "VMTUNE_SYSFS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(vmtune.config, "DEFAULT_PATH", str(empty / "no-such-vmtune.toml"))
-    monkeypatch.setenv("VMTUNE_PROFILES", str(empty))
-
-
-@pytest.fixture
-def tree(tmp_path):
-    return trees.healthy(tmp_path / "host")
 
 
 def samples(text: str) -> dict[str, dict[tuple, float]]:

@@ -173,8 +173,8 @@ def test_running_domains_hugepages_are_added_back_once():
         "<numatune><memory mode='strict' nodeset='0'/></numatune>"))
     running = domains.Defined("r", "u1", "running", True, backed, backed)
     stopped = domains.Defined("s", "u2", "shut off", True, backed, None)
-    assert apply._with_held_pages(host, [running, stopped]).cell(0).pages == {2048: 128}
-    assert apply._with_held_pages(host, [stopped]) is host
+    assert apply.with_held_pages(host, [running, stopped]).cell(0).pages == {2048: 128}
+    assert apply.with_held_pages(host, [stopped]) is host
 
 
 def test_hostview_is_this_machine(doms):

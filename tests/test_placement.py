@@ -6,28 +6,17 @@ import pytest
 from lxml import etree
 
 import vmtune
+from bench.costs import grid_host
 from vmtune import Config, cpuset
 from vmtune.errors import DoesNotFit
-from vmtune.host import Cell, Cpu, Host
+from vmtune.host import Cell, Host
 
 GIB = 1024 * 1024
 
 
 def make_host(nodes=2, cores=4, threads=2, mem_gib=16, pages=None, vendor="Intel", isolated=()):
     """``nodes`` x ``cores`` x ``threads``; thread t of core k on node n is n*cores + k + t*nodes*cores."""
-    total = nodes * cores
-    cpus, cells = {}, []
-    for n in range(nodes):
-        ids = []
-        for k in range(cores):
-            first = n * cores + k
-            threads_of = frozenset(first + t * total for t in range(threads))
-            for t in threads_of:
-                cpus[t] = Cpu(t, n, n, 0, k, threads_of)
-                ids.append(t)
-        cells.append(Cell(n, tuple(sorted(ids)), mem_gib * GIB, dict(pages or {}),
-                          {m: 10 if m == n else 21 for m in range(nodes)}))
-    return Host("x86_64", tuple(cells), cpus, frozenset(isolated), vendor)
+    return grid_host(nodes, cores, threads, mem_gib * GIB, pages or {}, vendor=vendor, isolated=frozenset(isolated))
 
 
 def domain(vcpus=4, mib=4096, virt="kvm", extra=""):

@@ -30,12 +30,15 @@ Raises ``InvalidInput`` (one line, naming the domain's position) when an XML is 
 
 What counts
 -----------
-A domain is *dedicated* when it holds host CPUs for itself, by the same rule the rewriter's ledger
-uses (vmtune/claims.py): tagged latency/realtime with pins, or every vCPU pinned to one CPU. A
-thread *can run* on: its ``<vcpupin>``/``<emulatorpin>``/``<iothreadpin>`` cpuset, else the
-``<vcpu cpuset>``, else every host CPU. Cores count as the placement counts them: a thread on the
-sibling of a dedicated CPU shares its core. One ledger for the whole host: a shut-off domain still
-holds its CPUs and memory (it gets them back when it starts).
+Every fact about one domain comes from vmtune/facts.py, the rules the rewriter's ledger and the hook
+use too. A domain is *dedicated* when it holds host CPUs for itself: tagged latency/realtime with
+pins, or every vCPU pinned to one CPU. A thread *can run* on: its
+``<vcpupin>``/``<emulatorpin>``/``<iothreadpin>`` cpuset, else the ``<vcpu cpuset>``, else every
+host CPU. Its hugepages are taken per host node and size as libvirt backs each guest cell and memory
+device (``Row.pages``; node ``None``: numatune names no node, any node will do). Cores count as the
+placement counts them: a thread on the sibling of a dedicated CPU shares its core. One ledger for
+the whole host: a shut-off domain still holds its CPUs and memory (it gets them back when it
+starts).
 
 Problem kinds (``Problem.kind``; consumers should show kinds they do not know as they are):
 
@@ -70,7 +73,7 @@ from lxml import etree
 
 from . import claims as claims_mod
 from . import config as config_mod
-from . import cpuset, profiles, units, xmlsafe
+from . import cpuset, facts, profiles, units, xmlsafe
 from .errors import InvalidInput
 from .host import Host
 from .model import Domain
@@ -105,8 +108,9 @@ class Row:
     dedicated: frozenset[int]  # the host CPUs it holds for itself (empty: it floats)
     cpuset: frozenset[int] | None  # <vcpu cpuset>, None when absent
     nodes: tuple[int, ...]  # nodes its memory is bound to and its pinned CPUs are on
-    hugepage_kib: int | None  # hugepage size backing its memory, None without hugepages
-    hugepages: dict[int, int] = field(default_factory=dict)  # node -> pages it binds there
+    hugepage_kib: int | None  # the hugepage size backing most of its memory, None without hugepages
+    hugepages: dict[int, int] = field(default_factory=dict)  # node -> pages of hugepage_kib it takes there
+    pages: dict[tuple[int | None, int], int] = field(default_factory=dict)  # (node, None: any; size) -> pages
 
     def to_dict(self) -> dict:
         return {
@@ -116,6 +120,8 @@ class Row:
             "cpuset": None if self.cpuset is None else cpuset.format(self.cpuset),
             "nodes": list(self.nodes), "hugepage_kib": self.hugepage_kib,
             "hugepages": {str(n): c for n, c in sorted(self.hugepages.items())},
+            "pages": {f"{'any' if n is None else n}:{s}": c
+                      for (n, s), c in sorted(self.pages.items(), key=lambda kv: (kv[0][0] is None, kv[0]))},
         }
 
 
@@ -184,7 +190,6 @@ class _Dom:
     vcpu_reach: frozenset[int]  # where its vCPUs without a pin of their own can run
     pinned_reach: frozenset[int]  # where its pinned vCPUs can run
     other_reach: dict[str, frozenset[int]]  # "emulator" / "iothreads" -> where they can run
-    unbound_pages: tuple[int, int] | None  # (size, pages) of hugepages bound to no node
     holds: bool
     all_single: bool  # every vCPU pinned to exactly one CPU
 
@@ -202,48 +207,28 @@ def _domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
     return text, Domain(root)
 
 
-def _pin_shape(dom: Domain, everywhere: frozenset[int]) -> dict[str, frozenset[int]]:
-    """Where each thread of ``dom`` may run: ``vcpuN``, ``emulator``, ``iothreadN`` (ids as declared)."""
-    default = everywhere if dom.vcpu_placement == "auto" or dom.vcpu_cpuset is None else dom.vcpu_cpuset
-    pins = dom.vcpupins()
-    shape = {f"vcpu{v}": pins.get(v, default) for v in range(dom.vcpus)}
-    emulator = dom.find("cputune/emulatorpin")
-    shape["emulator"] = cpuset.parse(emulator.get("cpuset")) if emulator is not None and emulator.get("cpuset") else default
-    io_pins = {}
-    for el in dom.iter("cputune/iothreadpin"):
-        try:
-            io_pins[int(el.get("iothread", ""))] = cpuset.parse(el.get("cpuset"))
-        except ValueError:
-            continue
-    for iothread in dom.iothread_ids():
-        shape[f"iothread{iothread}"] = io_pins.get(iothread, default)
-    return shape
-
-
 def _reach(dom: Domain, everywhere: frozenset[int]):
-    shape = _pin_shape(dom, everywhere)
-    pins = dom.vcpupins()
-    unpinned = [v for v in range(dom.vcpus) if v not in pins]
-    vcpu_reach = frozenset().union(*(shape[f"vcpu{v}"] for v in unpinned))
-    pinned_reach = frozenset().union(*pins.values()) if pins else frozenset()
-    io_reach = frozenset().union(*(shape[f"iothread{i}"] for i in dom.iothread_ids()))
-    other = {"emulator": shape["emulator"]}
+    """(where its vCPUs without a pin of their own can run, where its pinned vCPUs can, where its
+    emulator and iothreads can) by facts.reach."""
+    r = facts.reach(dom, everywhere)
+    vcpu_reach = r.default if any(v not in r.vcpus for v in range(dom.vcpus)) else frozenset()
+    io_reach = frozenset().union(*(r.iothread(i) for i in dom.iothread_ids()))
+    other = {"emulator": r.emulator}
     if io_reach:
         other["iothreads"] = io_reach
-    return vcpu_reach, pinned_reach, other, dom.every_vcpu_pinned_alone
+    return vcpu_reach, facts.pinned(dom), other
 
 
 def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
     text, dom = _domain_of(xml, index)
     claim = claims_mod.read(text, host)
-    everywhere = frozenset(host.cpus)
-    vcpu_reach, pinned_reach, other, all_single = _reach(dom, everywhere)
-    size = claims_mod.hugepage_size(dom, host)
-    hugepages = {node: pages for (node, _), pages in claim.hugepages.items()}
-    unbound = None
-    if size and not claim.hugepages:
-        unbound = (size, -(-dom.memory_kib // size))
-    memory_nodes = set(claim.memory) | set(hugepages)
+    vcpu_reach, pinned_reach, other = _reach(dom, frozenset(host.cpus))
+    pages = {**claim.hugepages, **{(None, size): count for size, count in claim.unbound_pages.items()}}
+    held: dict[int, int] = defaultdict(int)  # size -> KiB in pages of that size
+    for (_, s), count in pages.items():
+        held[s] += s * count
+    size = max(held, key=lambda s: (held[s], s)) if held else None
+    hugepages = {node: count for (node, s), count in claim.hugepages.items() if s == size}
     cpu_nodes = {host.cpus[c].node for c in pinned_reach if c in host.cpus}
     row = Row(
         name=dom.name or dom.uuid or f"#{index + 1}",
@@ -255,11 +240,12 @@ def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
         pinned=pinned_reach,
         dedicated=claim.dedicated,
         cpuset=dom.vcpu_cpuset,
-        nodes=tuple(sorted(memory_nodes | cpu_nodes)),
+        nodes=tuple(sorted(set(claim.memory) | {n for n, _ in claim.hugepages} | cpu_nodes)),
         hugepage_kib=size,
         hugepages=hugepages,
+        pages=pages,
     )
-    return _Dom(row, claim, vcpu_reach, pinned_reach, other, unbound, holds_now(state), all_single)
+    return _Dom(row, claim, vcpu_reach, pinned_reach, other, holds_now(state), facts.pinned_alone(dom))
 
 
 # -- the checks -------------------------------------------------------------------------------------
@@ -345,8 +331,6 @@ def _cpus(cpus) -> str:
     return f"CPU{'s' if len(cpus) > 1 else ''} {cpuset.format(cpus)}"
 
 
-
-
 def _hugepages(host: Host, doms: list[_Dom]) -> tuple[list[Problem], dict[tuple[int, int], int]]:
     need: dict[tuple[int, int], int] = defaultdict(int)
     who: dict[tuple[int, int], list[str]] = defaultdict(list)
@@ -358,8 +342,7 @@ def _hugepages(host: Host, doms: list[_Dom]) -> tuple[list[Problem], dict[tuple[
         for key, pages in d.claim.hugepages.items():
             need[key] += pages
             who[key].append(d.row.name)
-        if d.unbound_pages:
-            size, pages = d.unbound_pages
+        for size, pages in d.claim.unbound_pages.items():
             unbound[size] += pages
             unbound_who[size].append(d.row.name)
     out = []
@@ -436,7 +419,7 @@ def live_drift(host: Host, persistent_xml: str | bytes, live_xml: str | bytes) -
     if "auto" in (persistent.vcpu_placement, live.vcpu_placement):
         return None
     everywhere = frozenset(host.cpus)
-    want, have = _pin_shape(persistent, everywhere), _pin_shape(live, everywhere)
+    want, have = facts.shape(persistent, everywhere), facts.shape(live, everywhere)
     differ = sorted((k for k in want.keys() & have.keys() if want[k] != have[k]),
                     key=lambda k: (k.rstrip("0123456789"), int(k[len(k.rstrip("0123456789")):] or 0)))
     if not differ:

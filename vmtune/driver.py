@@ -108,23 +108,36 @@ def serialize(root: etree._Element) -> str:
     return "\n".join(parts) + "\n"
 
 
+@dataclass(frozen=True)
+class Tuned:
+    """A domain placed and tuned: its tree, what placed it, and what the passes did."""
+
+    root: etree._Element
+    ctx: Context
+    changes: tuple[Change, ...]
+    warnings: tuple[str, ...]
+
+
 def prepare(
     xml: str | bytes,
     host: Host,
     profile: str | None = None,
     claims: Iterable[str | bytes] = (),
     *,
+    ledger: claims_mod.Ledger | None = None,
     force_virtio: bool = False,
     config: config_mod.Config | None = None,
 ) -> tuple[etree._Element, Context]:
-    """Parse and check the domain, load the profile, add up the claims and place the domain."""
+    """Parse and check the domain, load the profile, add up the claims (or take ``ledger``: what
+    the others hold, known another way) and place the domain."""
     config = config or config_mod.Config()
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
     virt = check_domain(dom, host)
     name = profile or dom.tagged_profile or profiles.DEFAULT
     prof = profiles.load(name, config.profiles_dir)
-    ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
+    if ledger is None:
+        ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
     reserved = host.reserved(config)
     placement = placement_for(prof, host, ledger, reserved, dom, config)
     return root, Context(host, prof, placement, ledger, reserved, virt, force_virtio)
@@ -145,6 +158,25 @@ def run_passes(root: etree._Element, ctx: Context, passes=ORDER) -> tuple[list[C
     return changes, warnings
 
 
+def tune(
+    xml: str | bytes,
+    host: Host,
+    profile: str | None = None,
+    claims: Iterable[str | bytes] = (),
+    *,
+    ledger: claims_mod.Ledger | None = None,
+    passes=ORDER,
+    force_virtio: bool = False,
+    config: config_mod.Config | None = None,
+) -> Tuned:
+    """Place domain ``xml`` on ``host`` and run ``passes`` (default: all, in order) on it: the one
+    entry of ``rewrite`` (and so of the planner) and of the hook's migrate/restore re-pin (the
+    placement passes, with a ledger from its leases). Raises as ``rewrite`` does."""
+    root, ctx = prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio, config=config)
+    changes, warnings = run_passes(root, ctx, passes)
+    return Tuned(root, ctx, tuple(changes), tuple(warnings))
+
+
 def rewrite(
     xml: str | bytes,
     host: Host,
@@ -159,6 +191,6 @@ def rewrite(
     ``claims`` are the XMLs of the other domains on the host. Raises InvalidInput or Unsupported
     for input vmtune cannot tune and DoesNotFit when the domain cannot be placed.
     """
-    root, ctx = prepare(xml, host, profile, claims, force_virtio=force_virtio, config=config)
-    changes, warnings = run_passes(root, ctx)
-    return Result(serialize(root), ctx.profile.name, tuple(changes), ctx.placement.to_dict(), tuple(warnings))
+    done = tune(xml, host, profile, claims, force_virtio=force_virtio, config=config)
+    return Result(serialize(done.root), done.ctx.profile.name, done.changes, done.ctx.placement.to_dict(),
+                  done.warnings)

@@ -352,13 +352,6 @@ class Domain(View):
         ids = [i for i in ids if i is not None]
         return sorted(ids) if ids else list(range(1, self.iothreads + 1))
 
-    @property
-    def every_vcpu_pinned_alone(self) -> bool:
-        """Every vCPU pinned to exactly one host CPU: the rule that makes a domain's pins
-        dedicated (claims), a "pinned" domain in a plan (planner), and a fully applied one (audit)."""
-        pins = self.vcpupins()
-        return bool(pins) and all(len(pins.get(v, ())) == 1 for v in range(self.vcpus))
-
     def vcpupins(self) -> dict[int, frozenset[int]]:
         out: dict[int, frozenset[int]] = {}
         for e in self.node.iterfind("cputune/vcpupin"):

@@ -123,6 +123,12 @@ def load(name: str, user_dir: str | None = None) -> Profile:
     return Profile(name=name, **_raw(name, user_dir))
 
 
+def tunes_host(name: str | None, user_dir: str | None = None) -> bool:
+    """Whether a domain tagged ``name`` is a latency domain: its profile has ``host_tuning`` (the
+    hook's leases, top-up and re-pin are for those only). Untagged: False."""
+    return bool(name) and load(name, user_dir).host_tuning
+
+
 def names(user_dir: str | None = None) -> list[str]:
     found = set(BUILTIN)
     folder = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR))

@@ -45,9 +45,8 @@ def table(rows: list[list[str]]) -> list[str]:
 def _domains(report) -> list[str]:
     rows = [["DOMAIN", "PROFILE", "STATE", "VCPUS", "PINNED", "NODES", "HUGEPAGES"]]
     for r in report.rows:
-        pages = ("-" if not r.hugepage_kib else
-                 " ".join(f"{n}:{c}x{units.page(r.hugepage_kib)}" for n, c in sorted(r.hugepages.items()))
-                 or f"{units.page(r.hugepage_kib)} (any node)")
+        pages = " ".join(f"{units.page(s)} (any node)" if n is None else f"{n}:{c}x{units.page(s)}"
+                         for (n, s), c in sorted(r.pages.items(), key=lambda kv: (kv[0][0] is None, kv[0]))) or "-"
         rows.append([r.name, r.profile or "-", r.state, str(r.vcpus), cpuset.format(r.pinned) or "-",
                      cpuset.format(r.nodes) or "-", pages])
     return table(rows) if report.rows else ["no domains"]

@@ -56,10 +56,6 @@ class Finding:
         return text
 
 
-def worst(findings: list[Finding]) -> str:
-    return max((f.level for f in findings), key=SEVERITY.__getitem__, default="OK")
-
-
 def maker(area: str) -> Callable[..., Finding]:
     """``new(level, source, found, want="", fix="")`` for one area."""
 

@@ -1,8 +1,8 @@
 """Memory: transparent hugepages, KSM, hugepage pools per node against what the domains need,
 and automatic NUMA balancing.
 
-A domain backed by hugepages (``<memoryBacking><hugepages>``) needs ceil(memory / page size)
-pages: on the nodes its memory is strictly bound to, else anywhere. A running domain already holds
+A domain backed by hugepages (``<memoryBacking><hugepages>``) needs its pages on the host nodes
+its numatune names, else anywhere (vmtune.audit's rows, by the rules of vmtune/facts.py). A running domain already holds
 its pages, so the pool must not be smaller than what running domains hold (or they cannot start
 again); a defined domain that is not running needs its pages free.
 """
@@ -72,21 +72,15 @@ def pools(ctx: Context) -> dict[tuple[int | None, int], tuple[int, int]]:
 
 def demand(rows) -> dict[tuple[int | None, int], dict]:
     """(node, or None for any node; page size KiB) -> {"running": pages, "stopped": pages, "names": [...]}
-    from the audit's rows (vmtune.audit.Row: hugepage_kib, hugepages per node, memory_kib, state)."""
+    from the audit's rows (vmtune.audit.Row: pages, state)."""
     from ..audit import holds_now
 
     out: dict = defaultdict(lambda: {"running": 0, "stopped": 0, "names": []})
     for row in rows:
-        if not row.hugepage_kib:
-            continue
-        needs = {(node, row.hugepage_kib): pages for node, pages in row.hugepages.items()} or \
-            {(None, row.hugepage_kib): -(-row.memory_kib // row.hugepage_kib)}
-        for where, pages in needs.items():
+        for where, pages in row.pages.items():
             out[where]["running" if holds_now(row.state) else "stopped"] += pages
             out[where]["names"].append(row.name)
     return dict(out)
-
-
 
 
 def _hugepages(ctx: Context) -> list[Finding]:

@@ -6,13 +6,14 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
   domain (no ``https://vmtune.dev/xmlns/1`` in the XML bytes), any op: exit 0, silent. Both are
   decided before anything heavy is imported, and ``hooks/qemu`` makes the same two checks before
   importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it);
-- ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``): take a lease
-  with the host CPUs its vCPUs pin (lifecycle.py). vCPU pins that overlap another lease refuse the
-  start (exit 1, one stderr line) unless the config's ``[hook] on_conflict = "warn"``. Hugepage
-  pools on the domain's nodes that are short get topped up (hugepages.py; too few after compaction:
-  exit 1, one line, pools and state as before). The first lease saves the host state and tunes the
-  host (hoststate.py); with ``cstate_scope = "pinned"`` only the leases' pinned CPUs get their deep
-  C-states disabled. Every prepare and reconnect completes whatever any lease lacks (a crash);
+- ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``:
+  ``profiles.tunes_host``): take a lease with the host CPUs its vCPUs pin (lifecycle.py). vCPU pins
+  that overlap another lease refuse the start (exit 1, one stderr line) unless the config's
+  ``[hook] on_conflict = "warn"``. Hugepage pools on the domain's nodes that are short get topped up
+  (hugepages.py; too few after compaction: exit 1, one line, pools and state as before). The first
+  lease saves the host state and tunes the host (hoststate.py); with ``cstate_scope = "pinned"``
+  only the leases' pinned CPUs get their deep C-states disabled. Every prepare and reconnect
+  completes whatever any lease lacks (a crash);
 - ``release end ANY``: drop the lease (a domain with a UUID is matched by it only; a release whose
   XML has no UUID or cannot be read drops only a lease kept by name); give back the hugepages it added while they are free; restore
   its CPUs' C-states unless another lease pins them (scope pinned); the last lease restores the
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 MARK = b"https://vmtune.dev/xmlns/1"
 log = logging.getLogger("vmtune.hook")
 
-__all__ = ["HANDLED_OPS", "MARK", "escape", "main", "setup_logging", "wants_host_tuning"]
+__all__ = ["HANDLED_OPS", "MARK", "escape", "main", "setup_logging"]
 
 
 def escape(text: str) -> str:
@@ -152,7 +153,7 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
     """The domain as the hook sees it. Every CPU and node list of its XML is checked against the host
     first (bounds.py: an id past the last possible CPU is an error, found before any range is
     expanded), so one domain's XML can never make the hook do more work than the host has CPUs."""
-    from .. import cpuset, model, xmlsafe
+    from .. import facts, model, xmlsafe
     from ..errors import InvalidInput
     from . import bounds, hoststate
 
@@ -164,9 +165,8 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
     need: dict[str, int] = {}
     error = None
     try:
-        bounds.check(root, limit)
-        for pin in dom.iter("cputune/vcpupin"):
-            cpus |= cpuset.parse(pin.get("cpuset"), limit=limit)
+        bounds.check(root, limit)  # first: every list below is bounded by the host
+        cpus = facts.pinned(dom)
         if pages:
             from . import hugepages
 
@@ -177,17 +177,8 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
                   profile=dom.tagged_profile, cpus=cpus, pages=need, error=error)
 
 
-def wants_host_tuning(profile: str | None, cfg) -> bool:
-    """Whether a domain tagged with ``profile`` is a latency domain (its profile has ``host_tuning``)."""
-    if not profile:
-        return False
-    from .. import profiles
-
-    return profiles.load(profile, cfg.profiles_dir).host_tuning
-
-
 def _run(argv: list[str], data: bytes) -> int:
-    from .. import config as config_mod
+    from .. import config as config_mod, profiles
 
     name = argv[0] if argv else "?"
     op = (argv[1] if len(argv) > 1 else "", argv[2] if len(argv) > 2 else "")
@@ -215,7 +206,7 @@ def _run(argv: list[str], data: bytes) -> int:
     try:
         dom = _domain(name, data)
         cfg = config_mod.load()
-        latency = wants_host_tuning(dom.profile, cfg)
+        latency = profiles.tunes_host(dom.profile, cfg.profiles_dir)
     except Exception as exc:  # noqa: BLE001 - we cannot tell it is ours: log, let it start
         log.error("%s: %s %s: ignoring the domain: %s", name, *op, exc)
         return 0

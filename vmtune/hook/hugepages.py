@@ -1,14 +1,10 @@
 """Hugepages for a latency domain: the top-up at ``prepare begin`` and the give-back at ``release end``.
 
-What a domain needs (``needs``): ``<memoryBacking><hugepages>``, as libvirt reads it. A ``<page>``'s
-``nodeset`` names *guest* NUMA cells (libvirt's meaning; vmtune's rewriter writes it that way): each
-cell takes the size of the first page whose nodeset holds it, else of the page without a nodeset,
-else (no page at all) the default hugepage size; a cell no page covers gets ordinary pages. The
-host nodes come from ``<numatune>``: a cell's ``<memnode nodeset>``, else ``<memory nodeset>``,
-split evenly over the nodes as claims.py does. Without guest cells the whole ``<memory>`` is one
-cell 0. A DIMM or virtio-mem device counts in its target cell, with its own ``<source><pagesize>``
-and ``<nodemask>`` when it has them (libvirt's order). Memory that ``numatune`` does not bind (no
-nodeset, ``placement='auto'``) is left to the kernel: it is neither counted nor topped up.
+What a domain needs (``needs``): the hugepages it takes from each host node's pool, by the rules
+of facts.py (libvirt's: a page size per guest cell, DIMM and virtio-mem device; the host nodes of its
+memnode, ``<memory>`` or the device's own nodemask, in every numatune mode). Memory that
+``numatune`` does not bind to nodes (no nodeset, ``placement='auto'``) is left to the kernel: it is
+neither counted nor topped up.
 
 Pools are ``devices/system/node/nodeN/hugepages/hugepages-<size>kB/{nr,free}_hugepages`` under
 the sysfs root, keyed ``"N:size"`` (size in KiB, as claims.py prints them).
@@ -30,12 +26,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from .. import cpuset, units
+from .. import facts
 from ..host import sysfs as files
-from ..model import MemoryDevice
 from . import hoststate
 from .bounds import NODE_LIMIT
 from .state import Lease
@@ -81,66 +75,11 @@ def default_size(sysfs: str) -> int:
     return DEFAULT_SIZE_KIB if found is None else found
 
 
-def _split(kib: int, nodes: list[int]) -> dict[int, int]:
-    share, rest = divmod(kib, len(nodes))
-    return {n: share + (rest if i == 0 else 0) for i, n in enumerate(nodes)}
-
-
 def needs(dom, default: Callable[[], int]) -> dict[str, int]:
-    """Pages per pool (``"node:size"``) that ``dom`` (a model.Domain) takes from bound host nodes."""
-    hp = dom.find("memoryBacking/hugepages")
-    if hp is None:
-        return {}
-    pages = []
-    for page in hp.findall("page"):
-        size = units.to_kib(page.get("size"), page.get("unit")) if page.get("size") else None
-        pages.append((size, cpuset.parse(page.get("nodeset"), NODE_LIMIT) if page.get("nodeset") else None))
-
-    def size_of(cell: int) -> int | None:
-        if not pages:
-            return default()
-        for size, cells in pages:
-            if cells is not None and cell in cells:
-                return size or default()
-        for size, cells in pages:
-            if cells is None:
-                return size or default()
-        return None
-
-    memory = dom.find("numatune/memory")
-    bound = sorted(cpuset.parse(memory.get("nodeset"), NODE_LIMIT)) if memory is not None and memory.get("nodeset") else []
-    memnodes = {e.get("cellid"): sorted(cpuset.parse(e.get("nodeset"), NODE_LIMIT))
-                for e in dom.iter("numatune/memnode") if e.get("nodeset")}
-    out: dict[str, int] = defaultdict(int)
-    for cell, kib, own, mask in _backends(dom):
-        size = own or size_of(cell)
-        nodes = sorted(cpuset.parse(mask, NODE_LIMIT)) if mask else memnodes.get(str(cell)) or bound
-        if not size or size == _base_page() or not nodes or kib <= 0:
-            continue  # ordinary pages (libvirt reads a page size of the base page so), or not bound
-        for node, part in _split(kib, nodes).items():
-            if part:
-                out[key(node, size)] += -(-part // size)
-    return dict(out)
-
-
-def _base_page() -> int:
-    try:
-        return os.sysconf("SC_PAGESIZE") // 1024
-    except (ValueError, OSError):
-        return 4
-
-
-def _backends(dom) -> list[tuple[int, int, int | None, str | None]]:
-    """(guest cell, KiB, own page size, own host nodes) of each memory backend: each cell (without
-    cells, the whole memory as cell 0), then each DIMM and virtio-mem device, with its own
-    ``<source><pagesize>`` and ``<nodemask>`` when it has them, as libvirt reads them. nvdimm,
-    virtio-pmem and sgx-epc devices are backed by a file or EPC, never by hugepages."""
-    out = [(c.id, c.memory_kib, None, None) for c in dom.cells] or [(0, dom.memory_kib, None, None)]
-    if dom.cells:
-        for dev in dom.memory_devices:
-            if dev.model in MemoryDevice.RAM_MODELS:
-                out.append((dev.target_node or 0, dev.size_kib, dev.pagesize_kib, dev.nodemask_text))
-    return out
+    """Pages per pool (``"node:size"``) that ``dom`` (a model.Domain) takes from host nodes its
+    numatune names (facts.memory: the one rule, the rewriter's ledger uses it too)."""
+    pages = facts.memory(dom, default, NODE_LIMIT).hugepages
+    return {key(node, size): count for (node, size), count in pages.items()}
 
 
 def read_pool(sysfs: str, k: str) -> tuple[int, int] | None:

@@ -5,9 +5,10 @@ libvirt reads the hook's stdout as the new domain XML for these two ops (empty s
 here (or not latency-tagged), and raises DoesNotFit when it cannot be placed here.
 
 Only ABI-neutral parts change: the ``cpuset`` of ``cputune``'s vcpupin/emulatorpin/iothreadpin,
-``numatune``'s memory and memnode ``nodeset``, and hugepage ``page`` nodesets. Those elements are
-spliced into the incoming text, so every other byte (devices, CPU model and topology, memory sizes,
-guest NUMA cells) is what came in. A placement that would need different guest NUMA cells is
+``numatune``'s memory and memnode ``nodeset``, and hugepage ``page`` nodesets. The placement is
+the rewriter's (``driver.tune`` with the placement passes); those elements are spliced into the
+incoming text (vmtune/splice.py says why), so every other byte (devices, CPU model and topology,
+memory sizes, guest NUMA cells) is what came in. A placement that would need different guest NUMA cells is
 refused rather than applied.
 
 The host comes from sysfs (``$VMTUNE_SYSFS``), the other domains' dedicated CPUs from the leases:
@@ -17,12 +18,12 @@ the hook never calls libvirt.
 from __future__ import annotations
 
 import copy
+import logging
 import os
-import re
 
 from lxml import etree
 
-from .. import cpuset, xmltext
+from .. import cpuset, facts, profiles, splice
 from ..claims import Claim, Ledger
 from ..errors import DoesNotFit
 from ..host import Host
@@ -30,6 +31,7 @@ from ..model import Domain
 from .state import Lease
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
+log = logging.getLogger("vmtune.hook")  # the hook's logger (hook/__init__.py sets its handlers)
 
 
 def ledger_from_leases(leases: dict[str, Lease], skip_uuid: str | None, skip_name: str | None) -> Ledger:
@@ -50,10 +52,9 @@ def _problems(dom: Domain, host: Host, ledger: Ledger) -> list[str]:
 
     out = []
     online = frozenset(host.cpus)
-    pins = dom.vcpupins()
-    if len(pins) < dom.vcpus:
+    if len(dom.vcpupins()) < dom.vcpus:
         out.append("not every vCPU is pinned")
-    vcpu_cpus = frozenset().union(*pins.values()) if pins else frozenset()
+    vcpu_cpus = facts.pinned(dom)
     if not vcpu_cpus <= online:
         out.append(f"CPUs {cpuset.format(vcpu_cpus - online)} are not online here")
     taken = taken_cores(host, ledger.dedicated)
@@ -81,52 +82,10 @@ def _cells(dom: Domain) -> list[tuple[int, frozenset[int]]]:
 
 def _place(xml: bytes, host: Host, ledger: Ledger, cfg) -> etree._Element:
     """The domain as the rewriter's placement passes leave it on ``host`` (a new tree)."""
-    from .. import driver, profiles
-    from ..context import Context
-    from ..passes import memory, numa, pinning
-    from .. import xmlsafe
+    from .. import driver
+    from ..passes import PLACEMENT
 
-    root = xmlsafe.parse(xml, "domain XML")
-    dom = Domain(root)
-    virt = driver.check_domain(dom, host)
-    prof = profiles.load(dom.tagged_profile, cfg.profiles_dir)
-    reserved = host.reserved(cfg)
-    placement = driver.placement_for(prof, host, ledger, reserved, dom, cfg)
-    ctx = Context(host, prof, placement, ledger, reserved, virt)
-    driver.run_passes(root, ctx, passes=(pinning, numa, memory))
-    return root
-
-
-def _indent_of(text: str, start: int) -> str:
-    line_start = text.rfind("\n", 0, start) + 1
-    prefix = text[line_start:start]
-    return prefix if prefix.strip() == "" else "  "
-
-
-def _serialize(el: etree._Element, indent: str) -> str:
-    el = copy.deepcopy(el)
-    el.tail = None
-    xmltext.indent(el)
-    lines = etree.tostring(el, encoding="unicode").split("\n")
-    return "\n".join([lines[0]] + [indent + line for line in lines[1:]])
-
-
-def _span(text: str, tag: str, within: tuple[int, int] | None = None) -> tuple[int, int] | None:
-    """The character span of the first ``<tag ...>...</tag>`` or ``<tag .../>`` (outside comments)."""
-    lo, hi = within or (0, len(text))
-    clean = re.sub(r"<!--.*?-->", lambda m: " " * len(m.group(0)), text[lo:hi], flags=re.S)
-    m = re.search(rf"<{tag}(\s[^>]*?)?(/>|>.*?</{tag}\s*>)", clean, flags=re.S)
-    return (lo + m.start(), lo + m.end()) if m else None
-
-
-def _splice(text: str, tag: str, new: etree._Element, within: tuple[int, int] | None = None) -> str:
-    span = _span(text, tag, within)
-    if span is None:  # no such element yet: add it just before </domain>
-        end = text.rfind("</domain>")
-        indent = _indent_of(text, end) + "  "
-        return text[:end] + "  " + _serialize(new, indent) + "\n" + text[end:]
-    start, end = span
-    return text[:start] + _serialize(new, _indent_of(text, start)) + text[end:]
+    return driver.tune(xml, host, ledger=ledger, passes=PLACEMENT, config=cfg).root
 
 
 def _new_cputune(old: etree._Element | None, placed: etree._Element | None) -> etree._Element:
@@ -172,11 +131,11 @@ def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg, limit: int
     pins of a bigger source host are what the filter re-pins."""
     from .. import xmlsafe
     from ..errors import InvalidInput
-    from . import bounds, wants_host_tuning
+    from . import bounds
 
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
-    if not wants_host_tuning(dom.tagged_profile, cfg):
+    if not profiles.tunes_host(dom.tagged_profile, cfg.profiles_dir):
         return None
     try:
         bounds.check(root, max(limit, cpuset.MAX_HOST_CPUS), "the last CPU of any host")
@@ -195,11 +154,11 @@ def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg, limit: int
     text = xml.decode("utf-8")
     old_ct, new_ct = dom.find("cputune"), _new_cputune(dom.find("cputune"), placed.find("cputune"))
     if _sig(old_ct, "cpuset") != _sig(new_ct, "cpuset"):
-        text = _splice(text, "cputune", new_ct)
+        text = splice.put(text, "cputune", new_ct)
     old_nt = dom.find("numatune")
     new_nt = _new_numatune(old_nt, placed.find("numatune"))
     if new_nt is not None and _sig(old_nt, "nodeset") != _sig(new_nt, "nodeset"):
-        text = _splice(text, "numatune", new_nt)
+        text = splice.put(text, "numatune", new_nt)
     old_hp, new_hp = dom.find("memoryBacking/hugepages"), placed.find("memoryBacking/hugepages")
     if old_hp is not None and new_hp is not None:
         hp = copy.deepcopy(old_hp)
@@ -208,13 +167,13 @@ def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg, limit: int
             if fresh.get(page.get("size")) is not None:
                 page.set("nodeset", fresh[page.get("size")])
         if _sig(old_hp, "nodeset") != _sig(hp, "nodeset"):
-            text = _splice(text, "hugepages", hp, within=_span(text, "memoryBacking"))
+            text = splice.put(text, "memoryBacking/hugepages", hp)
     return None if text == xml.decode("utf-8") else text
 
 
 def run(name: str, data: bytes, cfg, out) -> int:
     """The hook op: print the re-pinned XML to ``out`` (or nothing); 1 when it cannot be placed."""
-    from . import leases as leases_mod, log
+    from . import leases as leases_mod
     from .hoststate import cpu_limit
 
     sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from .. import claims as claims_mod
 from .. import config as config_mod
-from .. import cpuset, xmlsafe
+from .. import cpuset, facts, xmlsafe
 from ..errors import InvalidInput, VmtuneError
 from ..host import Host
 from ..model import Domain
@@ -66,7 +66,7 @@ class Outcome:
         }
 
 
-def _with_held_pages(host: Host, every: Sequence[domains.Defined]) -> Host:
+def with_held_pages(host: Host, every: Sequence[domains.Defined]) -> Host:
     """``host`` with the hugepages that running domains hold added back to the free counts."""
     held: dict[tuple[int, int], int] = defaultdict(int)
     for d in every:
@@ -114,30 +114,20 @@ def cpumap(cpus: frozenset[int], ncpus: int) -> tuple[bool, ...]:
 
 def move_live(conn, dom, new_xml: str, host: Host) -> dict:
     """Pin a running domain's vCPUs, emulator and iothreads as ``new_xml`` says, now
-    (VIR_DOMAIN_AFFECT_LIVE). Threads without a pin of their own go on the ``<vcpu cpuset>``, else on
-    every host CPU, as libvirt would start them."""
-    lv = connect.libvirt()
-    live = lv.VIR_DOMAIN_AFFECT_LIVE
+    (VIR_DOMAIN_AFFECT_LIVE). Threads without a pin of their own go where libvirt would start them
+    (facts.reach: the ``<vcpu cpuset>``, else every host CPU)."""
+    live = connect.libvirt().VIR_DOMAIN_AFFECT_LIVE
     ncpus = conn.getCPUMap()[0]
-    new = Domain(xmlsafe.parse(new_xml, "domain XML"))
-    everywhere = frozenset(c for c in host.cpus if c < ncpus)
-    default = new.vcpu_cpuset if new.vcpu_cpuset and new.vcpu_placement != "auto" else everywhere
-    pins = new.vcpupins()
+    reach = facts.reach(Domain(xmlsafe.parse(new_xml, "domain XML")), frozenset(c for c in host.cpus if c < ncpus))
     moved: dict = {"vcpus": {}, "emulator": None, "iothreads": {}}
     for vcpu in sorted(info[0] for info in dom.vcpus()[0]):
-        cpus = pins.get(vcpu, default)
+        cpus = reach.vcpu(vcpu)
         dom.pinVcpuFlags(vcpu, cpumap(cpus, ncpus), live)
         moved["vcpus"][str(vcpu)] = cpuset.format(cpus)
-    el = new.find("cputune/emulatorpin")
-    emulator = cpuset.parse(el.get("cpuset")) if el is not None and el.get("cpuset") else default
-    dom.pinEmulator(cpumap(emulator, ncpus), live)
-    moved["emulator"] = cpuset.format(emulator)
-    io_pins = {}
-    for el in new.iter("cputune/iothreadpin"):
-        if (el.get("iothread") or "").isdigit():
-            io_pins[int(el.get("iothread"))] = cpuset.parse(el.get("cpuset"))
+    dom.pinEmulator(cpumap(reach.emulator, ncpus), live)
+    moved["emulator"] = cpuset.format(reach.emulator)
     for iothread in sorted(info[0] for info in dom.ioThreadInfo(live)):
-        cpus = io_pins.get(iothread, default)
+        cpus = reach.iothread(iothread)
         dom.pinIOThread(iothread, cpumap(cpus, ncpus), live)
         moved["iothreads"][str(iothread)] = cpuset.format(cpus)
     return moved
@@ -166,7 +156,7 @@ def apply(
     if not chosen:
         raise InvalidInput("no defined domain matches " + " ".join(repr(g) for g in match) if match
                            else "there is no defined domain to apply")
-    host = _with_held_pages(hostview.host(conn), every)
+    host = with_held_pages(hostview.host(conn), every)
     by_uuid = {d.uuid: d for d in chosen}
     targets = [planner.Target(d.uuid, d.xml, profile) for d in chosen]
     others = [d.xml for d in every if d.uuid not in by_uuid]
@@ -241,7 +231,6 @@ class Reverted:
     name: str
     uuid: str
     state: str
-    original: str
 
     def to_dict(self) -> dict:
         return {"name": self.name, "uuid": self.uuid, "state": self.state, "reverted": True}
@@ -284,4 +273,4 @@ def revert(conn, uri: str, name: str) -> Reverted:
                            "it, or it was reverted already)")
     conn.defineXML(found.original)
     originals.remove(found.uuid)
-    return Reverted(found.name, found.uuid, found.state, found.original)
+    return Reverted(found.name, found.uuid, found.state)

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .. import config as config_mod
-from .. import driver, profiles, xmlsafe
+from .. import driver, facts, profiles, xmlsafe
 from ..driver import Result, rewrite
 from ..errors import InvalidInput, Unsupported, VmtuneError
 from ..host import Host
@@ -68,7 +68,7 @@ def rank(target: Target, host: Host, config: config_mod.Config) -> tuple:
     except InvalidInput:
         pinning = "float"  # its rewrite will say what is wrong
     group = pinning if pinning in ("dedicated", "node") else "float"
-    if group != "dedicated" and dom.every_vcpu_pinned_alone:
+    if group != "dedicated" and facts.pinned_alone(dom):
         group = "pinned"
     return (RANKS[group], dom.name or "", dom.uuid or "", target.key)
 

@@ -9,5 +9,8 @@ them, iothreads exist before they are pinned, pins exist before the topology is 
 from . import clock, cpu_mode, disks, features, iothreads, memory, nics, numa, pinning, tag, topology
 
 ORDER = (tag, cpu_mode, disks, iothreads, pinning, numa, topology, memory, nics, clock, features)
+# The passes that say where the domain runs (pins, memory nodes, hugepage nodesets): the hook's
+# migrate/restore re-pin runs only these.
+PLACEMENT = (pinning, numa, memory)
 
-__all__ = ["ORDER"]
+__all__ = ["ORDER", "PLACEMENT"]
