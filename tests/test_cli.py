@@ -627,3 +627,24 @@ def test_library_api_survives_importing_the_cli():
     assert set(vmtune.__all__) <= set(dir(vmtune))
     for name in vmtune.__all__:
         assert getattr(vmtune, name) is not None
+
+
+def test_no_virtio_disk_name_left_is_one_line(tmp_path, capsys):
+    """More disks to move than vda..vdzzz can name: one line, exit 1, no traceback."""
+    taken = "".join(f"<disk type='file' device='disk'><source file='/v{i}'/><target dev='vd{d}' bus='virtio'/></disk>"
+                    for i, d in enumerate(_names()))
+    xml = (f"<domain type='kvm'><name>many</name><memory unit='MiB'>256</memory><vcpu>1</vcpu>"
+           f"<os><type arch='x86_64' machine='pc'>hvm</type></os><devices>{taken}"
+           "<disk type='file' device='disk'><source file='/ide'/><target dev='hda' bus='ide'/></disk></devices></domain>")
+    path = tmp_path / "many.xml"
+    path.write_text(xml)
+    code = cli.main(["rewrite", str(path), "--profile", "balanced", "--host", str(EXAMPLES / "hosts" / "2node-smt.xml")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "no virtio disk name is left for hda" in err, err
+
+
+def _names():
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    yield from letters
+    yield from (a + b for a in letters for b in letters)
+    yield from (a + b + c for a in letters for b in letters for c in letters)

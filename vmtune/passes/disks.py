@@ -1,6 +1,7 @@
 """Disks: virtio-blk with vdX names, cache='none' io='native'; emptied SCSI controllers go."""
 
 from ..edits import Remove, Warn
+from ..errors import Unsupported
 from ..model import Controller, Disk
 
 NATIVE_IO_TYPES = (Disk.TYPE_FILE, "block", "volume")
@@ -68,7 +69,10 @@ def run(ctx, dom):
     used = {d.dev for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.dev}
     names = (f"vd{_letters(i)}" for i in range(VIRTIO_NAMES))
     for disk in move:
-        name = next(n for n in names if n not in used)
+        name = next((n for n in names if n not in used), None)
+        if name is None:
+            raise Unsupported(f"no virtio disk name is left for {disk.dev or 'a disk'}: vda to vdzzz "
+                              f"({VIRTIO_NAMES} names) are all taken")
         used.add(name)
         why = f"{disk.bus} is emulated; virtio-blk is the paravirtual disk"
         edits.append(Disk.bus.edit(disk, Disk.BUS_VIRTIO, why))
