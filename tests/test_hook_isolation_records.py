@@ -355,3 +355,20 @@ def test_a_journal_record_with_a_key_of_an_older_vmtune_still_reads(host):
                           "records": {"cgroup:system.slice": {"before": "", "after": "0-1,3", "label": "x"}}}}
     assert items.key_of("cgroup", "system.slice") == "cgroup:system.slice"
     assert decode(data, 8).isolation.records["cgroup:system.slice"].after == "0-1,3"
+
+
+def test_only_these_tasks_touches_nothing_else(host, kernel):
+    """``reconcile(..., only=pids)`` (the tests that use the real /proc on their own processes)
+    moves those tasks and nothing else: no IRQ, no IRQ mask, no workqueue mask, no group. It once
+    narrowed the host's real IRQ and workqueue masks and, with the record dropped, left them so."""
+    pid = task(host, FAKE_PID, "0-3")
+    other = task(host, FAKE_PID + 1, "0-3")
+    before = {k: v for k, v in tree(host).items() if f"/{pid}/" not in k}
+    roots = isolation.Roots(str(host / "sys"), str(host / "proc"), str(host / "sys" / "fs" / "cgroup"),
+                            str(host / "run"), str(host / "lv"))
+    record = isolation.reconcile(None, frozenset({2}), roots, lambda j: None, only={pid})
+    assert affinity(host, pid) == "0-1,3" and affinity(host, other) == "0-3"
+    assert {k: v for k, v in tree(host).items() if f"/{pid}/" not in k} == before
+    assert set(record.records) == {f"task:{pid}"}
+    assert isolation.reconcile(record, frozenset(), roots, lambda j: None, only={pid}) is None
+    assert affinity(host, pid) == "0-3"

@@ -111,15 +111,17 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots: Roots, co
     """Make the host match the isolated set ``cpus``; return the new isolation record (None: none).
 
     ``previous`` is the last record (from the state file); ``commit(journal)`` is called with the
-    records before the first write. ``only`` limits the tasks to these pids (tests).
+    records before the first write. ``only`` limits the pass to these pids' tasks and nothing else
+    (no IRQ, mask or group): tests that use the real ``/proc`` on their own processes.
     """
     if not cpus and (previous is None or (not previous.records and not previous.pairs)):
         return None
     previous = previous or Isolation()
     online = frozenset(online_cpus(roots.sysfs))
-    found = groups(roots, online)
+    found = groups(roots, online) if only is None else []
     covered = {g.top for g in found}
-    found += list(finders.irqs(roots.proc)) + list(finders.workqueue(roots.sysfs))
+    if only is None:
+        found += list(finders.irqs(roots.proc)) + list(finders.workqueue(roots.sysfs))
     # the IRQs that existed when the isolation began: any other one got default_smp_affinity since
     irqs = (previous.irqs if previous.cpus or previous.pairs
             else frozenset(int(i.key.split(":", 1)[1]) for i in found if i.kind.name == "irq"))
