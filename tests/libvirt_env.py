@@ -12,6 +12,8 @@ uuid); ``undefine(name)`` destroys and undefines it. ``boot(xml)`` adds the test
 cmdline and a file serial console, starts the guest, waits for the guest's DONE line (or for it
 to stop), always cleans up, and returns the console text (``guest.parse_console`` reads it).
 ``started(xml, hold=N)`` is the context manager behind it, for looking at a running domain.
+``private_bridge()`` makes a bridge of this test's own (no dnsmasq, no firewall, unlike libvirt's
+'default' network, which a host may not be able to start) and removes it after.
 ``minimal_domain()`` builds a diskless type='qemu' domain to start from. virsh failures raise
 VirshError whose message is virsh's stderr. Domains this process defined are removed at session
 end regardless.
@@ -166,6 +168,21 @@ def started(xml: str, hold: int = 0) -> Iterator[Guest]:
         undefine(g.name)
         g.console_log.unlink(missing_ok=True)
         (LOG_DIR / f"{g.name}.log").unlink(missing_ok=True)
+
+
+@contextmanager
+def private_bridge() -> Iterator[str]:
+    """A Linux bridge of this test's own, up, with no address: ``<interface type='bridge'>`` on it
+    starts without libvirt's network driver. Removed on exit."""
+    name = f"vmtt{uuid.uuid4().hex[:8]}"
+    try:
+        for cmd in (["ip", "link", "add", name, "type", "bridge"], ["ip", "link", "set", name, "up"]):
+            run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if run.returncode:
+                raise VirshError(f"{' '.join(cmd)}: {run.stderr.strip()}")
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
 
 
 def boot(xml: str, timeout: float = 60) -> str:
