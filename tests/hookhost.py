@@ -75,8 +75,8 @@ class FakeSystemctl:
         self.folder = folder
 
     def __call__(self, *args: str) -> str:
-        if args[:1] == ("show",):
-            return (self.folder / args[-1]).read_text()
+        if args[:1] == ("show",):  # as systemd prints a CPU set: ranges joined by spaces
+            return (self.folder / args[-1]).read_text().replace(",", " ")
         if args[:2] == ("set-property", "--runtime"):
             (self.folder / args[2]).write_text(args[3].split("=", 1)[1] + "\n")
             return ""

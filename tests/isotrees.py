@@ -21,7 +21,7 @@ IRQS = {1: "0-3", 2: "0-3", 3: "0-1", 4: "2", 5: "0", 6: "1-3"}  # 4: pinned on 
 V2_GROUPS = {"init.scope": "", "system.slice": "", "user.slice": "0-3", "lxc.payload": "1-3",
              "machine.slice": "", "machine": "", "qemu.libvirt-qemu": "2"}
 V1_GROUPS = {"cpuset/cpuset.cpus": "0-3", "cpuset/docker/cpuset.cpus": "0-3"}
-LIBVIRT = ("machine.slice", "machine", "qemu.libvirt-qemu")
+LIBVIRT = ("machine.slice", "machine", "qemu.libvirt-qemu", "production.partition")
 
 
 def put(path: Path, text: str) -> None:
@@ -70,13 +70,15 @@ def read(env: Path, rel: str) -> str:
 
 SYSTEMCTL = """#!/bin/sh
 # A stub systemctl: records each call; set-property --runtime writes the runtime drop-in as systemd
-# does, show reads it (else the unit's own value in {units}/UNIT). A call listed in {fail} fails.
+# does, show reads it (else the unit's own value in {units}/UNIT) and prints it as systemd does.
+# A call listed in {fail} fails.
 echo "$*" >> "{log}"
 if [ -f "{fail}" ] && grep -qxF -- "$*" "{fail}"; then echo "stub: failed" >&2; exit 1; fi
 case "$1" in
   show)
     f="{run}/systemd/system.control/$5.d/50-AllowedCPUs.conf"
-    if [ -f "$f" ]; then sed -n 's/^AllowedCPUs=//p' "$f"; else cat "{units}/$5" 2>/dev/null || echo; fi ;;
+    # printed as systemd prints a CPU set: ranges joined by spaces ("0-1 3")
+    {{ if [ -f "$f" ]; then sed -n 's/^AllowedCPUs=//p' "$f"; else cat "{units}/$5" 2>/dev/null || echo; fi; }} | tr ',' ' ' ;;
   set-property)
     mkdir -p "{run}/systemd/system.control/$3.d"
     printf '# created via "systemctl set-property"\\n[Slice]\\n%s\\n' "$4" \\

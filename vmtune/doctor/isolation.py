@@ -21,6 +21,7 @@ from ..hook import alive
 from ..hook.isolation import finders, reserved, tasks
 from ..hook.isolation.items import Item
 from ..hook.state import State
+from ..host.sysfs import online_cpus
 from .findings import Context, Finding, maker
 from .state import libvirt_rundir, load, state_path
 
@@ -37,11 +38,16 @@ def live_leases(ctx: Context, state) -> dict:
 
 
 def held_cpus(ctx: Context, leases: dict) -> frozenset[int]:
-    """The running latency domains' CPUs less the host's reserved ones."""
-    held = frozenset().union(*(lease.cpus for lease in leases.values()))
+    """The running dedicated latency domains' CPUs less the host's reserved ones."""
+    held = frozenset().union(*(lease.cpus for lease in leases.values() if lease.dedicated))
     if not ctx.has("sysfs"):  # no topology: only what the config names
         return held - frozenset(ctx.cfg.reserved_cpus or ())
     return held - reserved(ctx.roots.sysfs, ctx.cfg)
+
+
+def online_of(ctx: Context) -> frozenset[int] | None:
+    """The online CPUs, when the sysfs tree is given."""
+    return frozenset(online_cpus(ctx.roots.sysfs)) if ctx.has("sysfs") else None
 
 
 def _names(found: list[Item]) -> str:
@@ -49,11 +55,13 @@ def _names(found: list[Item]) -> str:
     return ", ".join(i.label for i in found[:SHOWN]) + more
 
 
-def strays(proc: str, rundir: str, held: frozenset[int]) -> tuple[list[Item], list[Item]]:
-    """(tasks, IRQs) that may run on a ``held`` CPU and could run elsewhere."""
+def strays(proc: str, rundir: str, held: frozenset[int],
+           online: frozenset[int] | None = None) -> tuple[list[Item], list[Item]]:
+    """(tasks, IRQs) that may run on a ``held`` CPU and could run elsewhere (on an ``online`` CPU,
+    when known: a mask may name offline CPUs)."""
     def movable(item: Item) -> bool:
         cpus = item.cpus
-        return bool(cpus & held) and bool(cpus - held)
+        return bool(cpus & held) and bool((cpus if online is None else cpus & online) - held)
 
     irqs = [i for i in finders.irqs(proc) if i.key != "irq:default" and movable(i)]
     return [t for t in tasks.scan(proc, rundir) if movable(t)], irqs
@@ -72,7 +80,7 @@ def check(ctx: Context) -> list[Finding]:
     if not held:
         return [new("INFO", state_path(ctx), "the leases hold only reserved CPUs: nothing to keep clear")]
     source = ctx.path("proc", "*/task/*/status, irq/*/smp_affinity_list")
-    found_tasks, found_irqs = strays(ctx.roots.proc, ctx.path("root", "run/libvirt/qemu"), held)
+    found_tasks, found_irqs = strays(ctx.roots.proc, libvirt_rundir(ctx), held, online_of(ctx))
     records = state.isolation.records if state.isolation is not None and state.isolation.cpus else None
     refused = [] if records is None else [i for i in found_irqs if i.key not in records]
     found_irqs = [i for i in found_irqs if records is None or i.key in records]

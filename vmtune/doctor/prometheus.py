@@ -37,6 +37,7 @@ from ..hook import leases
 from . import AREAS, Report, cpufreq, isolation, memory
 from . import domains as domains_mod
 from .findings import LEVELS, Context
+from .state import libvirt_rundir
 from .state import state_path
 
 INSTALL_HINT = "pip install vmtune[prometheus]"
@@ -137,7 +138,7 @@ def _isolation(m: Metrics, ctx: Context, state: leases.State) -> None:
     held = isolation.held_cpus(ctx, live) if live else frozenset()
     for cpu in sorted(held):
         m.set("vmtune_isolation_cpu", "1 per CPU kept clear of host work for running latency domains", 1, cpu=cpu)
-    found_tasks, found_irqs = (isolation.strays(ctx.roots.proc, ctx.path("root", "run/libvirt/qemu"), held)
+    found_tasks, found_irqs = (isolation.strays(ctx.roots.proc, libvirt_rundir(ctx), held, isolation.online_of(ctx))
                                if held else ([], []))
     m.set("vmtune_isolation_stray_tasks", "movable host tasks that may run on the isolated CPUs", len(found_tasks))
     m.set("vmtune_isolation_stray_irqs", "IRQs that may run on the isolated CPUs", len(found_irqs))

@@ -54,12 +54,13 @@ def libvirt_rundir(ctx: Context) -> str:
 
 def _leases(ctx: Context, state: leases.State, path: str) -> list[Finding]:
     out = []
-    rows = [f"{lease.name} ({lease.profile or '?'}, CPUs {cpuset.format(lease.cpus) or '-'})"
+    rows = [f"{lease.name} ({lease.profile or '?'}, {'' if lease.dedicated else 'shared '}CPUs "
+            f"{cpuset.format(lease.cpus) or '-'})"
             for key, lease in sorted(state.leases.items())]
     out.append(new("INFO", path, f"{len(rows)} lease(s): {', '.join(rows)}"))
     seen: set[frozenset[str]] = set()
     for key, lease in sorted(state.leases.items()):
-        for other, shared in state.conflicts(key, lease.cpus):
+        for other, shared in state.conflicts(key, lease.cpus) if lease.dedicated else ():
             pair = frozenset((lease.name, other))
             if pair not in seen:
                 seen.add(pair)

@@ -48,7 +48,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MARK = b"https://vmtune.dev/xmlns/1"
 log = logging.getLogger("vmtune.hook")
@@ -147,6 +147,7 @@ class Domain:
     cpus: frozenset[int]  # host CPUs the vCPUs are pinned to
     pages: Mapping[str, int] = field(default_factory=dict)  # hugepages needed per "node:size KiB" pool
     error: str | None = None  # what is wrong with its pins or nodesets (the prepare is refused)
+    dedicated: bool = True  # its profile pins vCPUs to CPUs of their own (Lease.dedicated)
 
 
 def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
@@ -207,6 +208,7 @@ def _run(argv: list[str], data: bytes) -> int:
         dom = _domain(name, data)
         cfg = config_mod.load()
         latency = profiles.tunes_host(dom.profile, cfg.profiles_dir)
+        dedicated = latency and profiles.load(dom.profile, cfg.profiles_dir).cpu_pinning == "dedicated"
     except Exception as exc:  # noqa: BLE001 - we cannot tell it is ours: log, let it start
         log.error("%s: %s %s: ignoring the domain: %s", name, *op, exc)
         return 0
@@ -215,7 +217,7 @@ def _run(argv: list[str], data: bytes) -> int:
     from .lifecycle import Hook
 
     prepare = op == ("prepare", "begin")
-    dom = _domain(name, data, pages=True)
+    dom = replace(_domain(name, data, pages=True), dedicated=dedicated)
     if dom.error:
         log.error("%s: %s: %s", dom.name, "refusing to start" if prepare else "not tuned", dom.error)
         return 1 if prepare else 0

@@ -266,7 +266,12 @@ class Store:
         if self.dry_run:
             log.info("dry run: state not written (%d lease(s))", len(state.leases))
             return
-        data = (json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8")
+        text = json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n"
+        try:  # never write what the next call could not read: the file on disk stays the last good one
+            decode(json.loads(text), self.limit, self.sysfs)
+        except Damaged as exc:
+            raise OSError(errno.EINVAL, f"{self.path}: not written: it would not read back: {exc}") from None
+        data = text.encode("utf-8")
         atomic.replace(self.path, data, 0o644, prefix=TMP_PREFIX)
         if final:
             atomic.replace(self.baseline_path, data, 0o644, prefix=TMP_PREFIX)

@@ -198,7 +198,8 @@ class Hook:
             self.store.commit(state, final=True)
         if not self._admit(state, dom, refuse):
             return 1
-        iso: frozenset[int] | None = self._isolated(state.held_cpus() | dom.cpus)
+        mine = dom.cpus if dom.dedicated else frozenset()
+        iso: frozenset[int] | None = self._isolated(state.held_cpus(but=dom.uuid) | mine)
         if iso and not set(hoststate.online_cpus(self.sysfs)) - iso:
             if refuse:
                 log.error("%s: refusing to start: isolating CPUs %s would leave no CPU for the host's own work "
@@ -217,7 +218,7 @@ class Hook:
                 log.error("%s: refusing to start: %s", dom.name, exc)
                 return 1
         first = state.baseline is None
-        lease = state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus)
+        lease = state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus, dom.dedicated)
         topup.record_needs(lease, dom.pages)
         topup.journal(lease, shorts)
         return self._tune(state, original, lease, first, shorts, others, iso)
@@ -225,7 +226,7 @@ class Hook:
     def _admit(self, state: State, dom, refuse: bool) -> bool:
         """False (one error line) when the domain's vCPU pins overlap another lease's and overlaps
         are refused; a warning when they are allowed."""
-        clashes = state.conflicts(dom.uuid, dom.cpus)
+        clashes = state.conflicts(dom.uuid, dom.cpus) if dom.dedicated else []
         if not clashes:
             return True
         what = "; ".join(f"domain {other!r} holds CPUs {cpuset.format(cpus)}" for other, cpus in clashes)

@@ -41,7 +41,7 @@ def ledger_from_leases(leases: dict[str, Lease], skip_uuid: str | None, skip_nam
     for key, lease in sorted(leases.items()):
         if key == skip:
             continue
-        kept.append(Claim(lease.name, key, lease.profile, lease.cpus, lease.cpus))
+        kept.append(Claim(lease.name, key, lease.profile, lease.cpus if lease.dedicated else frozenset(), lease.cpus))
     dedicated = frozenset().union(*(c.dedicated for c in kept)) if kept else frozenset()
     return Ledger(tuple(kept), dedicated)
 

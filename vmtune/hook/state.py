@@ -111,9 +111,14 @@ class Lease:
     since: float = 0.0
     hugepages: dict[str, PoolRecord] = field(default_factory=dict)
     cstates: list[KnobRecord] = field(default_factory=list)
+    # its profile pins vCPUs to CPUs of their own (latency, realtime): they are isolated and may not
+    # overlap another dedicated lease's. False: pinned to shared CPUs (e.g. pinning = "node")
+    dedicated: bool = True
 
     def to_json(self) -> dict:
         out: dict = {"name": self.name, "profile": self.profile, "cpus": cpuset.format(self.cpus), "since": self.since}
+        if not self.dedicated:
+            out["dedicated"] = False
         if self.hugepages:
             out["hugepages"] = {k: rec.to_json() for k, rec in sorted(self.hugepages.items())}
         if self.cstates:
@@ -196,27 +201,28 @@ class State:
         """The keys of the leases of domains called ``name``."""
         return sorted(key for key, lease in self.leases.items() if lease.name == name)
 
-    def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int]) -> Lease:
+    def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int], dedicated: bool = True) -> Lease:
         """Record (or renew) the lease; a renewed lease keeps the records of what it changed."""
         old = self.leases.get(uuid)
-        lease = Lease(name, profile, frozenset(cpus), time.time())
+        lease = Lease(name, profile, frozenset(cpus), time.time(), dedicated=dedicated)
         if old is not None:
             lease.hugepages, lease.cstates = old.hugepages, old.cstates
         self.leases[uuid] = lease
         return lease
 
     def conflicts(self, uuid: str, cpus: frozenset[int]) -> list[tuple[str, frozenset[int]]]:
-        """(other domain's name, shared CPUs) for every other lease whose pins overlap ``cpus``."""
+        """(other domain's name, shared CPUs) for every other dedicated lease whose pins overlap
+        ``cpus``."""
         out = []
         for key, lease in sorted(self.leases.items(), key=lambda kv: kv[1].name):
-            shared = cpus & lease.cpus if key != uuid else frozenset()
+            shared = cpus & lease.cpus if key != uuid and lease.dedicated else frozenset()
             if shared:
                 out.append((lease.name, frozenset(shared)))
         return out
 
     def held_cpus(self, but: str | None = None) -> frozenset[int]:
-        """Every CPU a lease's vCPUs are pinned to (``but``: leaving out that lease)."""
-        return frozenset().union(*(lease.cpus for key, lease in self.leases.items() if key != but))
+        """Every CPU a dedicated lease's vCPUs are pinned to (``but``: leaving out that lease)."""
+        return frozenset().union(*(lease.cpus for key, lease in self.leases.items() if key != but and lease.dedicated))
 
 
 # -- the reader ---------------------------------------------------------------------------------
@@ -309,7 +315,8 @@ class _Reader:
                      self.cpus(rec.get("cpus", ""), f"{where}.cpus"),
                      float(self.typed(rec.get("since", 0.0), float, f"{where}.since")),
                      {k: self.pool(v, f"{where}.hugepages.{k}") for k, v in pools.items()},
-                     self.knobs(rec.get("cstates", []), f"{where}.cstates"))
+                     self.knobs(rec.get("cstates", []), f"{where}.cstates"),
+                     self.typed(rec.get("dedicated", True), bool, f"{where}.dedicated"))
 
     def record(self, key: str, value, at: str) -> IsoRecord:
         if not ISO_KEY.fullmatch(key):

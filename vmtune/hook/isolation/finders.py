@@ -64,8 +64,10 @@ def cgroup_v2_cpuset(cgroupfs: str) -> bool:
 
 
 def is_machine_group(name: str) -> bool:
-    """libvirt's groups (``machine.slice``, ``machine``, ``*.libvirt-qemu``): never touched."""
-    return name in ("machine", "machine.slice") or name.startswith("machine-") or "libvirt" in name
+    """libvirt's groups (``machine.slice``, ``machine``, ``*.libvirt-qemu``, and a domain's own
+    ``<resource><partition>``, which libvirt makes ``NAME.partition`` without systemd): never touched."""
+    return (name in ("machine", "machine.slice") or name.startswith("machine-") or "libvirt" in name
+            or name.endswith(".partition"))
 
 
 def _group_full(cgroupfs: str, online: frozenset[int]) -> frozenset[int]:
@@ -104,7 +106,7 @@ def cgroups(cgroupfs: str, online: frozenset[int]) -> Iterator[Item]:
 
 def _unit(runfs: str, unit: str, online: frozenset[int]) -> Item | None:
     try:
-        raw = items.systemctl("show", "-p", "AllowedCPUs", "--value", unit).strip()  # (one seam: items')
+        raw = items.allowed_cpus(unit)  # (one seam: items')
     except OSError as exc:
         log.warning("unit %s: %s; left alone", unit, exc)
         return None

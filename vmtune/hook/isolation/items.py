@@ -128,9 +128,16 @@ class Unit(Kind):
 
     def read(self, item: Item) -> str | None:
         try:
-            return systemctl("show", "-p", "AllowedCPUs", "--value", unit_of(item.where)).strip()
+            return allowed_cpus(unit_of(item.where))
         except OSError:
             return None
+
+
+def allowed_cpus(unit: str) -> str:
+    """The unit's ``AllowedCPUs`` as a CPU list. systemd prints its ranges joined by spaces
+    ("0-1 3", ``cpu_set_to_range_string``): read as the list "0-1,3", which the state keeps and
+    ``set-property`` takes back. OSError when ``systemctl`` fails."""
+    return ",".join(systemctl("show", "-p", "AllowedCPUs", "--value", unit).split())
 
 
 @dataclass

@@ -15,9 +15,10 @@ affinity, and a new IRQ the narrowed ``default_smp_affinity``; neither has a rec
 isolates CPUs imposes a housekeeping set (every online CPU less the isolated ones): the history
 keeps it as a ``Pair`` (kind ``task``: the set, the CPUs it lacks, since when), and the narrowed
 default IRQ mask likewise (kind ``irq``). An unrecorded task born since a pair was made, or an IRQ
-that did not exist when the isolation began, whose affinity is exactly that pair's mask, is taken
-to have inherited it: its original value is the mask plus the CPUs it lacks (for a task, every CPU
-that was online). So at every shrink, the last release included, such tasks are widened to the new
+that did not exist when the isolation began, whose affinity is that pair's mask on the online CPUs
+(offline CPUs may be in a task's mask since Linux 6.2, and are never in a new IRQ's), is taken to
+have inherited it: its original value is its own affinity plus the CPUs the mask lacks (for a
+task, every CPU that was online). So at every shrink, the last release included, such tasks are widened to the new
 housekeeping set, or to every CPU. A pass that moved everything it found keeps only its own pairs
 (no task can still hold an older set); a pass that could not (a refused write, a sweep that did
 not settle) keeps the older ones too, at most ``MAX_PAIRS`` (the oldest beyond are forgotten, with
@@ -76,7 +77,9 @@ class Pass:
         before = rec.before if rec is not None else (self._inherited(item) or item.raw)
         orig = item.kind.parse(before, item)
         target = orig - self.cpus
-        narrowed = bool(target) and target != orig
+        # left alone when nothing online would be left: a set of offline CPUs only is no narrowing
+        # (a cgroup falls back to its parent's CPUs, the kernel refuses it for a task or an IRQ)
+        narrowed = bool(target & self.online) and target != orig
         want = item.kind.format(target) if narrowed else before
         if narrowed and item.key == "irq:default":  # new IRQs copy the default
             self.pairs.append(Pair("irq", target, orig - target, self.since))
@@ -95,14 +98,20 @@ class Pass:
         if not item.kind.inherits:
             return None
         for pair in self.previous.pairs:
-            if pair.kind != item.kind.name or item.cpus != pair.mask:
+            if pair.kind != item.kind.name or not self._holds(item, pair):
                 continue
             if item.kind.name == "irq":
                 if int(item.key.split(":", 1)[1]) not in self.irqs:
-                    return item.kind.format(pair.mask | pair.removed)
+                    return item.kind.format(item.cpus | pair.removed)
             elif item.born is not None and item.born >= pair.since:
-                return item.kind.format(pair.mask | pair.removed)
+                return item.kind.format(item.cpus | pair.removed)
         return None
+
+    def _holds(self, item: Item, pair: Pair) -> bool:
+        """Whether ``item`` holds ``pair``'s mask, as far as online CPUs go: since Linux 6.2 a task
+        keeps the offline CPUs of its mask (so its child inherits them too), and a new IRQ gets the
+        default mask less the offline CPUs."""
+        return bool(item.cpus & self.online) and item.cpus & self.online == pair.mask & self.online
 
     def unseen(self) -> list[tuple[str, IsoRecord]]:
         """The previous records whose item no listing gave."""
@@ -129,7 +138,7 @@ class Pass:
     def refused(self, move: Move, exc: OSError) -> bool:
         """A write failed: the record stays while the item is not at its original value. True if kept."""
         item = move.item
-        if any(item.cpus == p.mask for p in self.previous.pairs + self.pairs):
+        if any(self._holds(item, p) for p in self.previous.pairs + self.pairs):
             self.stuck = True  # it still holds an imposed set: so may what starts from it (a child, an IRQ)
         if (item.kind.name == "task" and exc.errno == errno.ESRCH) or item.same(item.raw, move.before):
             self.records.pop(item.key, None)  # exited, or still at its original value
