@@ -124,7 +124,7 @@ def test_two_vms_host_tuned_until_the_last_stops(env, capsys):
     assert list(state(env)["leases"]) == [UUID_B]
     assert call(B, "vm-b", "release", "end") == 0
     assert snapshot(sysfs) == before
-    assert state(env) == {"version": 1, "leases": {}, "baseline": None}
+    assert state(env) == {"version": 2, "leases": {}, "baseline": None, "isolation": None, "unrestored": []}
     assert capsys.readouterr().out == ""
 
 
@@ -369,7 +369,7 @@ def test_state_file_is_replaced_whole(env):
     call(A, "vm-a", "prepare", "begin")
     call(B, "vm-b", "prepare", "begin")
     assert sorted(p.name for p in (env / "state").iterdir()) == ["baseline.json", "lock", "state.json"]
-    assert state(env)["version"] == 1
+    assert state(env)["version"] == 2
     assert json.loads((env / "state" / "baseline.json").read_text()) == state(env)  # the completed state
 
 

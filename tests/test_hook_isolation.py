@@ -55,7 +55,7 @@ def test_a_lease_moves_host_work_off_its_cpus_and_release_restores_exactly(host,
     assert "move host work off CPUs 2" in capsys.readouterr().err
     assert call(A, "vm-a", "release", "end") == 0
     assert tree(host) == before
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
 
 
 def test_two_leases_extend_and_shrink_the_isolation(host):
@@ -93,7 +93,7 @@ def test_no_housekeeping_cpu_left_refuses_the_start(host, capsys):
     assert len(err) == 1 and "would leave no CPU for the host's own work" in err[0]
     assert tree(host) == before
     assert call(everything, "vm-all", "reconnect", "begin") == 0
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
     assert all(irq(host, n) == IRQS[n] for n in IRQS)
 
 
@@ -304,7 +304,7 @@ def test_a_kill_at_every_write_point_then_release_restores_exactly(host, phase, 
             killed_at(n, ["vm-a", "release", "end", "-"], A, write_points())
         assert call(A, "vm-a", "release", "end") == 0
         assert tree(host) == before, f"killed before write {n}"
-        assert "isolation" not in state(host)
+        assert state(host).get("isolation") is None
 
 
 # -- properties -----------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def test_a_failed_restore_keeps_its_record_and_the_next_call_finishes(host, monk
     monkeypatch.setattr(items.Kind, "write", real)
     assert call(B, "vm-b", "release", "end") == 0
     assert tree(host) == before
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
 
 
 def test_a_failed_restore_is_tried_again_by_the_next_prepare(host, kernel):
@@ -92,7 +92,7 @@ def test_a_unit_systemctl_cannot_read_keeps_its_record(host, monkeypatch):
     fail.unlink()
     call(B, "vm-b", "release", "end")
     assert tree(host) == before
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
 
 
 def test_records_of_items_that_are_gone_are_dropped(host, kernel):
@@ -107,7 +107,7 @@ def test_records_of_items_that_are_gone_are_dropped(host, kernel):
     shutil.rmtree(host / "proc/irq/1")
     shutil.rmtree(host / CG / "lxc.payload")
     call(A, "vm-a", "release", "end")
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
     assert irq(host, 2) == "0-3"
 
 
@@ -119,7 +119,7 @@ def test_a_reused_pid_drops_the_record(host, kernel):
     task(host, pid, "1", born=NOW_S)  # exited; its pid reused by a task pinned to CPU 1
     call(A, "vm-a", "release", "end")
     assert affinity(host, pid) == "1"
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
 
 
 # -- 2. any cgroup name ------------------------------------------------------------------------------
@@ -177,7 +177,7 @@ def test_a_key_read_back_never_leaves_the_cgroup_root(host, tmp_path):
     assert read(host, "sys/fs/cpuset.cpus") == "0-1,3"
     assert (tmp_path / "elsewhere" / "cpuset.cpus").read_text() == "0-1,3\n"
     assert tree(host) == before
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
 
 
 # -- 3. irqbalance ------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_a_child_forked_between_the_scan_and_its_parents_write_is_caught(host, k
     if phase == "prepare":
         call(A, "vm-a", "release", "end")
         assert affinity(host, child) == "0-3"
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
 
 
 def test_a_child_of_a_parent_whose_restore_failed_is_widened_by_the_retry(host, kernel):
@@ -251,7 +251,7 @@ def test_a_child_of_a_parent_whose_restore_failed_is_widened_by_the_retry(host, 
     child = task(host, FAKE_PID + 1, "0-1,3", born=NOW_S + 1)
     call(B, "vm-b", "release", "end")
     assert affinity(host, parent) == affinity(host, child) == "0-3"
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
 
 
 def test_the_history_keeps_only_the_current_sets_when_every_task_moved(host, kernel):
@@ -267,7 +267,7 @@ def test_the_history_keeps_only_the_current_sets_when_every_task_moved(host, ker
         assert len(state(host)["isolation"]["pairs"]) <= 2
         call(B, "vm-b", "release", "end")
         assert affinity(host, FAKE_PID + 1) == "0-3"
-        assert "isolation" not in state(host)
+        assert state(host).get("isolation") is None
 
 
 def test_the_history_is_bounded_and_says_what_it_forgets(host, kernel, caplog):
@@ -344,7 +344,7 @@ def test_a_group_that_refuses_its_cpus_has_its_tasks_moved_one_by_one(host, kern
     assert affinity(host, cron) == "0-1,3"
     call(A, "vm-a", "release", "end")
     assert tree(host) == before
-    assert "isolation" not in state(host)
+    assert state(host).get("isolation") is None
 
 
 def test_a_journal_record_with_a_key_of_an_older_vmtune_still_reads(host):

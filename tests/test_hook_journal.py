@@ -41,7 +41,7 @@ def test_killed_while_tuning_then_released(env, writes):  # noqa: F811 - env is 
     assert changed == writes
     assert call(A, "vm-a", "release", "end", "failed") == 0
     assert snapshot(sysfs) == before
-    assert state(env) == {"version": 1, "leases": {}, "baseline": None}
+    assert state(env) == {"version": 2, "leases": {}, "baseline": None, "isolation": None, "unrestored": []}
 
 
 def test_killed_then_reconnected_settles_the_journal(env):  # noqa: F811 - env is test_hook's fixture

@@ -64,7 +64,7 @@ def test_a_cpu_two_leases_pin_is_restored_by_the_last_one(pinned, first_out):
     doms = {"vm-a": domain("vm-a", UUID_A, pins="2-3"), "vm-b": domain("vm-b", UUID_B, pins="3")}
     call(doms["vm-a"], "vm-a", "prepare", "begin")
     call(doms["vm-b"], "vm-b", "prepare", "begin")
-    assert "cstates" not in state(pinned)["leases"][UUID_B]  # CPU 3 was already off: nothing to record
+    assert not state(pinned)["leases"][UUID_B]["cstates"]  # CPU 3 was already off: nothing to record
     second = "vm-b" if first_out == "vm-a" else "vm-a"
     assert call(doms[first_out], first_out, "release", "end") == 0
     assert deep(sysfs, 3) == "1"
@@ -95,7 +95,7 @@ def test_a_cpu_already_off_stays_off(pinned):
     (sysfs / f"{CPU}/cpu2/cpuidle/state3/disable").write_text("1\n")
     before = snapshot(sysfs)
     call(domain("vm-a", UUID_A, pins="2"), "vm-a", "prepare", "begin")
-    assert "cstates" not in state(pinned)["leases"][UUID_A]
+    assert not state(pinned)["leases"][UUID_A]["cstates"]
     call(domain("vm-a", UUID_A, pins="2"), "vm-a", "release", "end")
     assert snapshot(sysfs) == before
 

@@ -64,7 +64,7 @@ def clean(host) -> None:
     """No lease, no baseline, nothing isolated (or no state written at all)."""
     if (host / "state" / "state.json").exists():
         assert state(host)["leases"] == {}
-        assert "isolation" not in state(host) and state(host)["baseline"] is None
+        assert state(host).get("isolation") is None and state(host)["baseline"] is None
 
 
 def prepare(host, name: str, uuid: str, xml: str, cpu: int) -> None:
@@ -640,7 +640,7 @@ def test_a_release_that_cannot_name_a_uuid_keeps_a_lease_kept_by_uuid(host, caps
 
 def test_control_characters_in_a_name_cannot_forge_log_lines(host, capsys):
     evil = domain("vm\nvmtune-hook: forged", UUID_A, pins="2")
-    call(evil, "x", "prepare", "begin")
+    call(evil, "vm\nvmtune-hook: forged", "prepare", "begin")  # libvirt passes the name as NAME too
     err = capsys.readouterr().err
     assert "\nvmtune-hook: forged" not in err and "vm\\nvmtune-hook: forged" in err
 
@@ -747,7 +747,7 @@ def test_hook_reap_for_an_operator(host, capsys):
 def test_hook_reap_prints_a_name_on_one_line(host, capsys):
     """A newline in a domain's name is escaped in ``vmtune hook reap``'s output as in the logs."""
     evil = domain("vm\nforged: x", UUID_A, pins="2")
-    assert call(evil, "x", "prepare", "begin") == 0
+    assert call(evil, "vm\nforged: x", "prepare", "begin") == 0
     capsys.readouterr()
     assert cli.main(["hook", "reap"]) == 0
     out = capsys.readouterr().out

@@ -8,6 +8,7 @@ schemas stay inside that subset and agree with the ``jsonschema`` package.
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import cache
 from pathlib import Path
@@ -39,6 +40,8 @@ def errors(value: object, schema: dict, where: str = "") -> list[tuple[str, str]
         want = _TYPES[kind]
         if not isinstance(value, want) or (kind in ("integer", "number") and isinstance(value, bool)):
             return [(where, f"must be {kind}, not {type(value).__name__}")]
+        if kind == "number" and not math.isfinite(value):  # TOML has nan and inf; no bound compares with nan
+            return [(where, f"must be a finite number, not {value}")]
     if "enum" in schema and value not in schema["enum"]:
         choices = ", ".join(json.dumps(v) for v in schema["enum"])
         return [(where, f"must be one of {choices}, not {json.dumps(value)}")]

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -97,15 +98,34 @@ def env_file(script: str | None = None) -> str | None:
     return os.path.join(os.path.dirname(folder), ENV_FILE)
 
 
+ENV_FILE_MAX = 64 * 1024
+
+
+def _env_lines(path: str) -> list[str]:
+    """The lines of a regular file of at most ``ENV_FILE_MAX`` bytes (opened without blocking: a
+    FIFO there must not hold the hook); none for anything else. Never raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return []
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > ENV_FILE_MAX:
+            return []
+        return os.read(fd, ENV_FILE_MAX + 1).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
 def load_env_file(path: str | None) -> dict[str, str]:
-    """Set the ``VMTUNE_*`` variables from ``path`` that the environment lacks; return those set."""
+    """Set the ``VMTUNE_*`` variables from ``path`` that the environment lacks; return those set.
+    A file that cannot be read (not a regular file, too large, not UTF-8 in places) sets what it
+    can, or nothing: it never stops a hook call."""
     if not path:
         return {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return {}
+    lines = _env_lines(path)
     added = {}
     for line in lines:
         line = line.strip()
@@ -115,7 +135,7 @@ def load_env_file(path: str | None) -> dict[str, str]:
         key, val = key.strip(), val.strip()
         if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
             val = val[1:-1]
-        if key.startswith("VMTUNE_") and key not in os.environ:
+        if key.startswith("VMTUNE_") and key not in os.environ and "\x00" not in key + val and "=" not in key:
             os.environ[key] = added[key] = val
     return added
 
@@ -174,7 +194,9 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
             need = hugepages.needs(dom, lambda: hugepages.default_size(sysfs))
     except InvalidInput as exc:
         error = str(exc)
-    return Domain(name=dom.name or name, uuid=dom.uuid or f"name:{dom.name or name}",
+    # libvirt's NAME argument is the exact name (its status file is NAME.xml); the model's is stripped
+    name = name or dom.name
+    return Domain(name=name, uuid=dom.uuid or f"name:{name}",
                   profile=dom.tagged_profile, cpus=cpus, pages=need, error=error)
 
 
@@ -184,9 +206,12 @@ def _run(argv: list[str], data: bytes) -> int:
     name = argv[0] if argv else "?"
     op = (argv[1] if len(argv) > 1 else "", argv[2] if len(argv) > 2 else "")
     if op == ("release", "end"):
-        try:
-            dom = _domain(name, data)
-            uuid, name = dom.uuid, dom.name
+        try:  # the name and the UUID are all a release needs: no pin is read
+            from .. import model, xmlsafe
+
+            found = model.Domain(xmlsafe.parse(data, "domain XML"))
+            name = name or found.name
+            uuid = found.uuid or f"name:{name}"
         except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases a lease kept by name
             log.warning("%s: cannot read the domain XML (%s); releasing by name (a lease kept by UUID stays)",
                         name, exc)
@@ -239,10 +264,10 @@ def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int
         return 0
     if MARK not in data:
         return 0  # untagged: not ours
-    load_env_file(env_file())
-    setup_logging()
     name = argv[0] if argv else "?"
     try:
+        load_env_file(env_file())
+        setup_logging()
         return _run(list(argv), data)
     except Exception as exc:  # noqa: BLE001 - the hook's last line of defence
         log.error("%s: %s %s failed: %s: %s", name, *op, type(exc).__name__, exc)

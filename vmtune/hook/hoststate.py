@@ -229,11 +229,13 @@ def verify(sysfs: str, saved: list[KnobRecord]) -> list[tuple[str, str, str | No
     return drifted
 
 
-def restore(sysfs: str, saved: list[KnobRecord], dry_run: bool = False) -> list[str]:
+def restore(sysfs: str, saved: list[KnobRecord], dry_run: bool = False,
+            failed: list[KnobRecord] | None = None) -> list[str]:
     """Write back the values ``apply`` saved, newest first; return the paths left alone.
 
     A value that someone changed since vmtune wrote it is theirs now: it is left alone, with a
-    warning. A value that cannot be written back is logged and skipped.
+    warning. A value that cannot be written back is logged and skipped, and its record goes into
+    ``failed`` (oldest first), for the caller to keep and try again.
     """
     left: list[str] = []
     for rec in reversed(saved):
@@ -256,6 +258,9 @@ def restore(sysfs: str, saved: list[KnobRecord], dry_run: bool = False) -> list[
         try:
             write(sysfs, path, before)
         except OSError as exc:
-            log.warning("cannot restore %s to %s: %s", path, before, exc.strerror or exc)
+            log.warning("cannot restore %s to %s: %s%s", path, before, exc.strerror or exc,
+                        "; kept, to try again at the next start or stop" if failed is not None else "")
             left.append(path)
+            if failed is not None:
+                failed.insert(0, KnobRecord(path, before, after))
     return left

@@ -124,6 +124,11 @@ class Hook:
             log.warning("settled the records of a hook that was interrupted")
         for lease in state.leases.values():
             changed = hugepages.settle(self.sysfs, lease) or changed
+        if state.unrestored and not self.dry_run:  # restores that failed before: tried again first
+            kept: list[KnobRecord] = []
+            hoststate.restore(self.sysfs, state.unrestored, failed=kept)
+            changed = changed or kept != state.unrestored
+            state.unrestored = kept
         return changed
 
     def _stale(self, state: State, skip: str | None = None) -> list[tuple[str, str]]:
@@ -348,7 +353,7 @@ class Hook:
         # journal first: a kill in here leaves the lease, so the next release does it all again
         self._isolate(state, self._isolated(state.held_cpus(but=key)))
         del state.leases[key]
-        hoststate.restore(self.sysfs, self._hand_over(lease, state), dry_run=self.dry_run)
+        hoststate.restore(self.sysfs, self._hand_over(lease, state), dry_run=self.dry_run, failed=state.unrestored)
         for k, (nr, n) in give.items():
             if self.dry_run:
                 log.info("dry run: would lower %s: %d -> %d", hugepages.describe(k), nr, nr - n)
@@ -358,7 +363,7 @@ class Hook:
                      hugepages.describe(k))
         if not state.leases and state.baseline is not None:
             log.info("%s: last latency lease released: restoring the host state", lease.name)
-            hoststate.restore(self.sysfs, state.baseline, dry_run=self.dry_run)
+            hoststate.restore(self.sysfs, state.baseline, dry_run=self.dry_run, failed=state.unrestored)
             state.baseline = None
         else:
             log.info("%s: lease released (%d left)", lease.name, len(state.leases))

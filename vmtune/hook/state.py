@@ -38,8 +38,12 @@ from dataclasses import dataclass, field
 from .. import cpuset
 from ..errors import InvalidInput
 
-VERSION = 1
-KNOB_PREFIXES = ("devices/system/cpu/", "devices/system/node/", "kernel/mm/")
+VERSION = 2  # 2: every key is written, and a missing one is damage (1: read as before)
+VERSIONS = (1, 2)
+# the only sysfs files a knob record may name: what hoststate.py writes (cpufreq, cpuidle, KSM)
+KNOB_PATH = re.compile(r"devices/system/cpu/(cpu\d{1,5}/cpufreq|cpufreq/policy\d{1,5})/"
+                       r"(scaling_governor|energy_performance_preference)"
+                       r"|devices/system/cpu/cpu\d{1,5}/cpuidle/state\d{1,3}/disable|kernel/mm/ksm/run")
 POOL_KEY = re.compile(r"\d{1,5}:\d{1,10}")
 # a group's name is escaped into its key (isolation/items.key_of): one safe byte or %XX per byte
 ISO_KEY = re.compile(r"(task|irq):\d{1,10}|irq:default|wq:cpumask"
@@ -116,14 +120,10 @@ class Lease:
     dedicated: bool = True
 
     def to_json(self) -> dict:
-        out: dict = {"name": self.name, "profile": self.profile, "cpus": cpuset.format(self.cpus), "since": self.since}
-        if not self.dedicated:
-            out["dedicated"] = False
-        if self.hugepages:
-            out["hugepages"] = {k: rec.to_json() for k, rec in sorted(self.hugepages.items())}
-        if self.cstates:
-            out["cstates"] = [rec.to_json() for rec in self.cstates]
-        return out
+        return {"name": self.name, "profile": self.profile, "cpus": cpuset.format(self.cpus), "since": self.since,
+                "dedicated": self.dedicated,
+                "hugepages": {k: rec.to_json() for k, rec in sorted(self.hugepages.items())},
+                "cstates": [rec.to_json() for rec in self.cstates]}
 
 
 @dataclass
@@ -177,17 +177,17 @@ class State:
     leases: dict[str, Lease] = field(default_factory=dict)
     baseline: list[KnobRecord] | None = None
     isolation: Isolation | None = None
+    unrestored: list[KnobRecord] = field(default_factory=list)  # restores that failed: tried again
 
     def to_json(self) -> dict:
-        out: dict = {"version": VERSION, "leases": {k: lease.to_json() for k, lease in self.leases.items()},
-                     "baseline": None if self.baseline is None else [r.to_json() for r in self.baseline]}
-        if self.isolation is not None:
-            out["isolation"] = self.isolation.to_json()
-        return out
+        return {"version": VERSION, "leases": {k: lease.to_json() for k, lease in self.leases.items()},
+                "baseline": None if self.baseline is None else [r.to_json() for r in self.baseline],
+                "isolation": None if self.isolation is None else self.isolation.to_json(),
+                "unrestored": [r.to_json() for r in self.unrestored]}
 
     @property
     def empty(self) -> bool:
-        return not self.leases and self.baseline is None and self.isolation is None
+        return not self.leases and self.baseline is None and self.isolation is None and not self.unrestored
 
     def find(self, uuid: str | None, name: str | None) -> str | None:
         """The key of the lease for this domain: a domain with a UUID by UUID only; one without (or
@@ -234,6 +234,15 @@ class _Reader:
     def __init__(self, limit: int, sysfs: str | None):
         self.limit = limit
         self.sysfs = os.path.realpath(sysfs) if sysfs else None
+        self.strict = True  # every key must be there (version 2); a version-1 file may lack some
+
+    def get(self, rec: dict, key: str, default, where: str):
+        """``rec[key]``; a key that is missing is damage in a version-2 file, ``default`` in a version-1 one."""
+        if key not in rec:
+            if self.strict:
+                self.fail(f"{where}.{key}" if where else key, "missing")
+            return default
+        return rec[key]
 
     @staticmethod
     def fail(where: str, what: str):
@@ -274,7 +283,7 @@ class _Reader:
         rel = self.typed(value, str, where)
         parts = rel.split("/")
         if (rel.startswith("/") or os.path.normpath(rel) != rel or ".." in parts or "\x00" in rel
-                or not rel.startswith(KNOB_PREFIXES)):
+                or not KNOB_PATH.fullmatch(rel)):
             self.fail(where, f"{rel!r} is not a sysfs path vmtune writes")
         if self.sysfs is not None:
             real = os.path.realpath(os.path.join(self.sysfs, rel))
@@ -299,24 +308,24 @@ class _Reader:
 
     def pool(self, value, where: str) -> PoolRecord:
         rec = self.typed(value, dict, where)
-        return PoolRecord(self.typed(rec.get("need", 0), int, f"{where}.need"),
-                          self.typed(rec.get("added", 0), int, f"{where}.added"),
+        return PoolRecord(self.typed(self.get(rec, "need", 0, where), int, f"{where}.need"),
+                          self.typed(self.get(rec, "added", 0, where), int, f"{where}.added"),
                           self.step(rec.get("raising"), f"{where}.raising"),
                           self.step(rec.get("lowering"), f"{where}.lowering"))
 
     def lease(self, value, where: str) -> Lease:
         rec = self.typed(value, dict, where)
-        pools = self.typed(rec.get("hugepages", {}), dict, f"{where}.hugepages")
+        pools = self.typed(self.get(rec, "hugepages", {}, where), dict, f"{where}.hugepages")
         for k in pools:
             if not POOL_KEY.fullmatch(k):
                 self.fail(f"{where}.hugepages", f"{k!r} is not node:size")
-        return Lease(self.typed(rec.get("name"), str, f"{where}.name"),
-                     self.typed(rec.get("profile", ""), str, f"{where}.profile"),
-                     self.cpus(rec.get("cpus", ""), f"{where}.cpus"),
-                     float(self.typed(rec.get("since", 0.0), float, f"{where}.since")),
+        return Lease(self.typed(self.get(rec, "name", None, where), str, f"{where}.name"),
+                     self.typed(self.get(rec, "profile", "", where), str, f"{where}.profile"),
+                     self.cpus(self.get(rec, "cpus", "", where), f"{where}.cpus"),
+                     float(self.typed(self.get(rec, "since", 0.0, where), float, f"{where}.since")),
                      {k: self.pool(v, f"{where}.hugepages.{k}") for k, v in pools.items()},
-                     self.knobs(rec.get("cstates", []), f"{where}.cstates"),
-                     self.typed(rec.get("dedicated", True), bool, f"{where}.dedicated"))
+                     self.knobs(self.get(rec, "cstates", [], where), f"{where}.cstates"),
+                     self.typed(self.get(rec, "dedicated", True, where), bool, f"{where}.dedicated"))
 
     def record(self, key: str, value, at: str) -> IsoRecord:
         if not ISO_KEY.fullmatch(key):
@@ -325,7 +334,7 @@ class _Reader:
         mask = key in MASK_KEYS
         return IsoRecord(self.cpu_text(r.get("before"), f"{at}.before", mask),
                          self.cpu_text(r.get("after"), f"{at}.after", mask),
-                         self.typed(r.get("label", ""), str, f"{at}.label"),
+                         self.typed(self.get(r, "label", "", at), str, f"{at}.label"),
                          self.typed(r.get("ident", ""), str, f"{at}.ident"),
                          None if r.get("from") is None else self.cpu_text(r.get("from"), f"{at}.from", mask))
 
@@ -341,27 +350,30 @@ class _Reader:
             return None
         rec = self.typed(value, dict, where)
         records = {key: self.record(key, r, f"{where}.records.{key}")
-                   for key, r in self.typed(rec.get("records", {}), dict, f"{where}.records").items()}
-        pairs = self.typed(rec.get("pairs", []), list, f"{where}.pairs")
+                   for key, r in self.typed(self.get(rec, "records", {}, where), dict, f"{where}.records").items()}
+        pairs = self.typed(self.get(rec, "pairs", [], where), list, f"{where}.pairs")
         if len(pairs) > MAX_PAIRS:
             self.fail(f"{where}.pairs", f"{len(pairs)} pairs, the hook keeps at most {MAX_PAIRS}")
-        irqs = self.typed(rec.get("irqs", ""), str, f"{where}.irqs")
+        irqs = self.typed(self.get(rec, "irqs", "", where), str, f"{where}.irqs")
         try:
             irq_ids = cpuset.parse(irqs, limit=MAX_IRQS)
         except InvalidInput as exc:
             self.fail(f"{where}.irqs", str(exc))
-        return Isolation(self.cpus(rec.get("cpus", ""), f"{where}.cpus"), irq_ids,
+        return Isolation(self.cpus(self.get(rec, "cpus", "", where), f"{where}.cpus"), irq_ids,
                          [self.pair(p, f"{where}.pairs[{i}]") for i, p in enumerate(pairs)], records)
 
     def state(self, data) -> State:
         doc = self.typed(data, dict, "the document")
-        if doc.get("version", VERSION) != VERSION:
-            self.fail("version", f"{doc.get('version')!r}, this vmtune writes {VERSION}")
-        leases = self.typed(doc.get("leases", {}), dict, "leases")
-        baseline = doc.get("baseline")
+        version = self.typed(self.get(doc, "version", None, ""), int, "version")
+        if version not in VERSIONS:
+            self.fail("version", f"{version!r}, this vmtune reads {', '.join(map(str, VERSIONS))}")
+        self.strict = version >= 2
+        leases = self.typed(self.get(doc, "leases", {}, ""), dict, "leases")
+        baseline = self.get(doc, "baseline", None, "")
         return State({str(k): self.lease(v, f"leases.{k}") for k, v in leases.items()},
                      None if baseline is None else self.knobs(baseline, "baseline"),
-                     self.isolation(doc.get("isolation"), "isolation"))
+                     self.isolation(self.get(doc, "isolation", None, ""), "isolation"),
+                     self.knobs(self.get(doc, "unrestored", [], ""), "unrestored"))
 
 
 def _show(value) -> str:

@@ -1,0 +1,178 @@
+"""The hook's state and inputs, against the ways they go wrong in the field (issue 10).
+
+Each test states what the issue (or the developers' guide) requires; each failed before the fixes
+of the issue-10 audit. They use test_hook_reliability's fake host (sysfs, IRQs, cgroups, libvirt run
+dir).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from isotrees import tree
+from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F401 - env
+from test_hook_reliability import A, B, host, lv  # noqa: F401 - host
+
+from vmtune import cli
+from vmtune.hook import hoststate
+
+GOVERNOR = "devices/system/cpu/cpu1/cpufreq/scaling_governor"
+
+
+def _edit(host, change) -> None:
+    path = host / "state" / "state.json"
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def _drop(*keys):
+    def change(doc):
+        node = doc
+        for k in keys[:-1]:
+            node = node[k]
+        del node[keys[-1]]
+    return change
+
+
+# 1. A state.json that lost a key is read as an empty (or emptier) state: fail open --------------------
+
+LOST = {
+    "the document is {}": lambda d: (d.clear()),
+    "only version left": lambda d: [d.pop(k) for k in list(d) if k != "version"],
+    "no baseline key": _drop("baseline"),
+    "no isolation key": _drop("isolation"),
+    "a lease without cpus": _drop("leases", UUID_A, "cpus"),
+}
+
+
+@pytest.mark.parametrize("kind", LOST)
+def test_a_state_that_lost_a_key_is_damage(host, kind):
+    """Issue 10, "Fail closed on damage": the original values are never lost. The writer always
+    writes version/leases/baseline (and isolation while anything is isolated); a document without
+    them, read while vm-a runs on a tuned host, must be damage (vm-b refused), not an empty state
+    from which vm-b records a new baseline off the tuned host."""
+    before = tree(host)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    lv().start("vm-a", UUID_A)
+    _edit(host, LOST[kind])
+    rc = call(B, "vm-b", "prepare", "begin")
+    lv().stop("vm-a")
+    call(B, "vm-b", "release", "end"), call(A, "vm-a", "release", "end")
+    assert rc == 1, f"{kind}: a latency start went on over a damaged state"
+    assert cli.main(["hook", "reap"]) == 0  # goes on from baseline.json, as for the other damage kinds
+    assert tree(host) == before
+
+
+def test_cstates_key_lost_with_scope_pinned(host):
+    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\ncstate_scope = "pinned"\n')
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    lv().start("vm-a", UUID_A)
+    _edit(host, _drop("leases", UUID_A, "cstates"))
+    assert call(B, "vm-b", "prepare", "begin") == 1  # damage: vm-a's C-state records are gone
+
+
+# 2. A restore the kernel refuses once drops the record: the original value is lost for good ----------
+
+def test_a_restore_that_fails_once_is_tried_again(host, monkeypatch):
+    """Issue 10: "The original values are never lost". A knob whose restore write fails (EBUSY)
+    must keep its record, as an isolation record does, so that a later call restores it."""
+    before = tree(host)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    real = hoststate.write
+
+    def busy(sysfs, rel, value):
+        if rel == GOVERNOR:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return real(sysfs, rel, value)
+
+    monkeypatch.setattr(hoststate, "write", busy)
+    assert call(A, "vm-a", "release", "end") == 0
+    monkeypatch.setattr(hoststate, "write", real)
+    assert call(A, "vm-a", "prepare", "begin") == 0  # the next cycle, the kernel takes writes again
+    assert call(A, "vm-a", "release", "end") == 0
+    assert tree(host) == before  # fails: cpu1's governor stays "performance"
+
+
+# 3. A name libvirt accepts with surrounding whitespace: the running domain's lease is reaped ------------
+
+@pytest.mark.parametrize("name", [" vm-a", "vm-a\t"])
+def test_a_running_domain_whose_name_has_outer_whitespace_is_not_reaped(host, monkeypatch, name):
+    """libvirt only forbids a newline in <name>; its status file is NAME.xml with the exact name.
+    The hook strips the name (model.Prop), looks for "vm-a.xml", and reaps a running domain."""
+    xml = domain(name, UUID_A, pins="2")
+    assert call(xml, name, "prepare", "begin") == 0
+    lv().start(name, UUID_A)
+    assert call(B, "vm-b", "prepare", "begin") == 0  # host fixture: GRACE_S = 0
+    assert UUID_A in state(host)["leases"]
+
+
+# 4. A knob path inside sysfs that vmtune never writes is trusted --------------------------------------
+
+def test_a_knob_path_vmtune_never_writes_is_damage(host):
+    """"Every path read from the state file must resolve inside its root, or it is damage", and the
+    validator's own message says "not a sysfs path vmtune writes"; but any file under
+    devices/system/cpu/ passes: a baseline record for cpu1/online takes CPU 1 offline at release."""
+    online = host / "sys" / "devices/system/cpu/cpu1/online"
+    online.write_text("1\n")
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    _edit(host, lambda d: d["baseline"].append({"path": "devices/system/cpu/cpu1/online", "before": "0",
+                                                  "after": "1"}))
+    call(A, "vm-a", "release", "end")
+    assert online.read_text().strip() == "1"
+
+
+# 5. lock_timeout_s = nan passes the schema and the wait is unbounded -----------------------------------
+
+def _prepare_in_child(q):
+    q.put(call(A, "vm-a", "prepare", "begin"))
+
+
+def test_a_nan_lock_timeout_does_not_wait_forever(host):
+    """Issue 10, "Bounded": the lock wait has a cap. TOML's nan passes the schema's minimum and
+    maximum (NaN compares false), and ``monotonic() >= now + nan`` is never true."""
+    import fcntl
+
+    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nlock_timeout_s = nan\n')
+    (host / "state").mkdir(mode=0o755)
+    fd = os.open(host / "state" / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_prepare_in_child, args=(q,))
+    proc.start()
+    proc.join(20)  # generous: the default cap is 30 s, nan should be refused at once
+    alive = proc.is_alive()
+    if alive:
+        proc.kill()
+        proc.join()
+    os.close(fd)
+    assert not alive, "the hook still waits for the lock after 20 s"
+
+
+# 6. A broken vmtune.env stops domains vmtune does not manage ------------------------------------------
+
+@pytest.mark.parametrize("profile", [None, "throughput"])
+def test_an_unreadable_env_file_never_stops_a_domain_vmtune_does_not_tune(host, tmp_path, profile):
+    """"A hook bug must never stop a VM that vmtune does not manage from starting." main() calls
+    load_env_file() outside its try; a vmtune.env that is not UTF-8 raises UnicodeDecodeError (only
+    OSError is caught): traceback, exit 1 for any domain whose XML holds the vmtune URL (an
+    untagged domain that mentions it in its <description>, a throughput-tagged one)."""
+    hooks = tmp_path / "hooks"
+    (hooks / "qemu.d").mkdir(parents=True)
+    script = hooks / "qemu.d" / "50-vmtune"
+    shutil.copy(HOOK, script)
+    (hooks / "vmtune.env").write_bytes(b"# r\xe9glages\nVMTUNE_SYSLOG=0\n")
+    xml = domain("plain", UUID_B, profile=profile)
+    if profile is None:
+        xml = xml.replace("<memory", "<description>see https://vmtune.dev/xmlns/1</description><memory")
+    done = subprocess.run([sys.executable, str(script), "plain", "prepare", "begin", "-"], input=xml.encode(),
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-300:]
