@@ -75,3 +75,27 @@ def test_implicit_iothreads_are_iothreads(profile, disk, ref):
     assert set(refs) <= set(ids)
     if profile in ("latency", "realtime"):
         assert sorted(int(e.get("iothread")) for e in out.iterfind("cputune/iothreadpin")) == ids
+
+
+# -- a guest cell split over host nodes ----------------------------------------------------------
+
+CACHE = ("<cache level='1' associativity='direct' policy='writeback'><size value='10' unit='KiB'/>"
+         "<line value='8' unit='B'/></cache>")
+SPLIT_CELL = domain(
+    "<cpu mode='host-passthrough'><numa><cell id='0' cpus='0-15' memory='2097152' unit='KiB' memAccess='shared' "
+    "discard='yes'><!-- one -->" + CACHE + "</cell></numa></cpu><devices><filesystem type='mount' "
+    "accessmode='passthrough'><driver type='virtiofs'/><source dir='/srv'/><target dir='srv'/></filesystem>"
+    "</devices>", vcpu=16, memory_kib=2097152)
+
+
+def test_every_part_of_a_split_cell_keeps_its_attributes():
+    """16 vCPUs in one guest cell do not fit one host node of 2node-smt for latency: each guest cell
+    that comes of it keeps memAccess='shared' (virtiofs needs it in every cell), discard and the
+    cache; the cell's comment goes to one part only."""
+    out = rewrite(SPLIT_CELL, "latency")
+    cells = out.findall("cpu/numa/cell")
+    assert len(cells) > 1
+    for cell in cells:
+        assert (cell.get("memAccess"), cell.get("discard")) == ("shared", "yes")
+        assert cell.find("cache[@level='1']") is not None
+    assert etree.tostring(out.find("cpu/numa")).decode().count("<!-- one -->") == 1
