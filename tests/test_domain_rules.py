@@ -99,3 +99,25 @@ def test_every_part_of_a_split_cell_keeps_its_attributes():
         assert (cell.get("memAccess"), cell.get("discard")) == ("shared", "yes")
         assert cell.find("cache[@level='1']") is not None
     assert etree.tostring(out.find("cpu/numa")).decode().count("<!-- one -->") == 1
+
+
+# -- memory sources beside hugepages -------------------------------------------------------------
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("source", ["anonymous", "memfd", "file"])
+def test_no_anonymous_memory_source_beside_hugepages(source, profile):
+    """libvirt refuses hugepages with an anonymous memory source ('hugepages are not allowed with
+    anonymous memory source'): where vmtune adds hugepages the anonymous source goes, with a
+    reason; memfd and file sources, which work with hugepages, stay, and so does everything
+    where no hugepages come."""
+    xml = domain("", head=f"<memoryBacking><source type='{source}'/><access mode='shared'/></memoryBacking>")
+    result = vmtune.rewrite(xml, HOST, profile)
+    out = rewrite(xml, profile)
+    backing = out.find("memoryBacking")
+    huge = backing.find("hugepages") is not None
+    assert huge == (profile in ("latency", "realtime"))
+    assert backing.find("access").get("mode") == "shared"
+    kept = [el.get("type") for el in backing.iterfind("source")]
+    assert kept == ([] if huge and source == "anonymous" else [source])
+    if not kept:
+        assert any("anonymous memory source" in c.reason for c in result.changes)

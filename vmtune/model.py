@@ -278,6 +278,7 @@ class Domain(View):
     VCPU_PLACEMENT_STATIC = "static"
     VCPU_PLACEMENT_AUTO = "auto"
     NUMA_MODE_STRICT = "strict"
+    MEMORY_SOURCE_ANONYMOUS = "anonymous"
     NUMA_PLACEMENT_AUTO = "auto"
     FEATURE_TOPOEXT = "topoext"
     POLICY_REQUIRE = "require"
