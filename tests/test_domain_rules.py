@@ -121,3 +121,17 @@ def test_no_anonymous_memory_source_beside_hugepages(source, profile):
     assert kept == ([] if huge and source == "anonymous" else [source])
     if not kept:
         assert any("anonymous memory source" in c.reason for c in result.changes)
+
+
+# -- a disk moved off IDE ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_disk_moved_off_ide_loses_its_chs_translation(profile):
+    """libvirt takes <geometry trans> on the ide bus only ('CHS translation mode can only be set for
+    'ide' bus'): a disk moved to virtio drops trans and keeps its cylinders, heads and sectors."""
+    xml = domain("<devices><disk type='file' device='disk'><source file='/g.img'/><target dev='hda' bus='ide'/>"
+                 "<geometry cyls='16383' heads='16' secs='63' trans='lba'/></disk></devices>", machine="pc")
+    disk = rewrite(xml, profile).find("devices/disk")
+    moved = disk.find("target").get("bus") == "virtio"
+    assert dict(disk.find("geometry").attrib) == {"cyls": "16383", "heads": "16", "secs": "63",
+                                                 **({} if moved else {"trans": "lba"})}

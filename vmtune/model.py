@@ -178,6 +178,7 @@ class Disk(View):
     dev = Prop("target/@dev")
     removable = Prop("target/@removable", ON_OFF)
     rotation_rate = Prop("target/@rotation_rate", INT)
+    geometry_trans = Prop("geometry/@trans")  # CHS translation: libvirt takes it on the ide bus only
     driver_name = Prop("driver/@name")
     cache = Prop("driver/@cache")
     io = Prop("driver/@io")
