@@ -146,3 +146,24 @@ def test_driver_named_only_with_a_driver_edit():
     # vda: cache none, so io native, and a name; vdb: no native io over the network, nothing;
     # vdc: writeback keeps the default io, nothing
     assert got == [("vda", "driver/@io", "native"), ("vda", "driver/@name", "qemu")]
+
+
+@given(listed=st.lists(st.integers(1, 12), unique=True, max_size=6), count=st.integers(0, 10))
+def test_iothread_ids_as_libvirt_fills_them(listed, count):
+    """A domain has max(<iothreads>, listed) iothreads: the listed ids and the lowest unused of
+    1..<iothreads> (libvirt's virDomainIOThreadIDDefArrayInit), whatever the order of the list."""
+    body = f"<iothreads>{count}</iothreads>" if count else ""
+    body += "<iothreadids>" + "".join(f"<iothread id='{i}'/>" for i in listed) + "</iothreadids>"
+    ids = Domain(etree.fromstring(f"<domain>{body}</domain>")).iothread_ids()
+    assert len(ids) == max(count, len(listed)) and set(listed) <= set(ids) and ids == sorted(ids)
+    added = set(ids) - set(listed)
+    unused = [i for i in range(1, count + 1) if i not in listed]
+    assert sorted(added) == unused[:len(added)]
+
+
+def test_partly_listed_iothread_ids_are_filled_in():
+    """<iothreads>4</iothreads> with id 2 listed has iothreads 1-4; with id 7 listed, 1-3 and 7."""
+    def ids(listed):
+        xml = f"<domain><iothreads>4</iothreads><iothreadids><iothread id='{listed}'/></iothreadids></domain>"
+        return Domain(etree.fromstring(xml)).iothread_ids()
+    assert ids(2) == [1, 2, 3, 4] and ids(7) == [1, 2, 3, 7]

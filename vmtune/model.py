@@ -36,6 +36,15 @@ def _digits(text: str) -> int | None:
     return int(text) if text.isdecimal() else None
 
 
+def fill_iothread_ids(listed: list[int], count: int) -> list[int]:
+    """``listed`` and the lowest ids of 1..``count`` it leaves unused, up to ``count`` ids in
+    all (never fewer than listed), sorted: the iothreads libvirt gives a domain."""
+    have = set(listed)
+    free = (i for i in range(1, count + 1) if i not in have)
+    filled = [next(free) for _ in range(max(count - len(have), 0))]
+    return sorted(have.union(filled))
+
+
 class Conv(NamedTuple):
     """How a field's text becomes its value (None: not a value of this kind), and back."""
 
@@ -169,6 +178,7 @@ class Disk(View):
     dev = Prop("target/@dev")
     removable = Prop("target/@removable", ON_OFF)
     rotation_rate = Prop("target/@rotation_rate", INT)
+    geometry_trans = Prop("geometry/@trans")  # CHS translation: libvirt takes it on the ide bus only
     driver_name = Prop("driver/@name")
     cache = Prop("driver/@cache")
     io = Prop("driver/@io")
@@ -269,6 +279,7 @@ class Domain(View):
     VCPU_PLACEMENT_STATIC = "static"
     VCPU_PLACEMENT_AUTO = "auto"
     NUMA_MODE_STRICT = "strict"
+    MEMORY_SOURCE_ANONYMOUS = "anonymous"
     NUMA_PLACEMENT_AUTO = "auto"
     FEATURE_TOPOEXT = "topoext"
     POLICY_REQUIRE = "require"
@@ -347,10 +358,16 @@ class Domain(View):
     def controllers(self) -> list[Controller]:
         return [Controller(e) for e in self.node.iterfind("devices/controller")]
 
-    def iothread_ids(self) -> list[int]:
+    def listed_iothread_ids(self) -> list[int]:
+        """The ids ``<iothreadids>`` lists, in document order."""
         ids = [_int(e.get("id")) for e in self.node.iterfind("iothreadids/iothread")]
-        ids = [i for i in ids if i is not None]
-        return sorted(ids) if ids else list(range(1, self.iothreads + 1))
+        return [i for i in ids if i is not None]
+
+    def iothread_ids(self) -> list[int]:
+        """Every iothread the domain has, sorted: the listed ids, and as many of the lowest unused
+        ids in 1..N as libvirt fills in (virDomainIOThreadIDDefArrayInit), N being ``<iothreads>``
+        or, if more are listed, their count."""
+        return fill_iothread_ids(self.listed_iothread_ids(), self.iothreads)
 
     def vcpupins(self) -> dict[int, frozenset[int]]:
         out: dict[int, frozenset[int]] = {}

@@ -5,7 +5,8 @@ follow: a memory device's ``<target><node>`` (dimm, nvdimm, virtio-mem, virtio-p
 PCI expander bus's ``<target><node>``, and the cell attributes a device relies on (``memAccess=
 'shared'`` for vhost-user and virtiofs, ``discard``) survive a merge. A new cell keeps what its
 old cell held (distances renumbered, caches, comments); a merged cell keeps what all its old
-cells agree on (passes/_hmat.py for distances and interconnects). A cell without vCPUs (a
+cells agree on (passes/_hmat.py for distances and interconnects); a cell split over several host
+nodes gives each part its attributes and caches. A cell without vCPUs (a
 memory-only cell) merges into the cells with vCPUs: the latency profile binds every guest byte
 to the host node of the vCPUs that use it.
 """
@@ -40,12 +41,20 @@ def remap(old_cells, new_cells) -> dict[int, int]:
     return out
 
 
-def merged_attrs(old_cells, mapping: dict[int, int], new_id: int) -> dict[str, str]:
-    """The attributes of new cell ``new_id``: from every old cell merged into it."""
-    sources = [c.node for c in old_cells if mapping.get(c.id) == new_id]
+def sources(old_cells, mapping: dict[int, int], new_cell) -> list:
+    """The old cells behind ``new_cell``: those that went to it, and those some of whose vCPUs it
+    holds (a cell the placement split over several host nodes is behind each of its parts)."""
+    vcpus = frozenset(new_cell.vcpus)
+    return [c for c in old_cells if mapping.get(c.id) == new_cell.id or c.cpus & vcpus]
+
+
+def merged_attrs(old_cells, mapping: dict[int, int], new_cell) -> dict[str, str]:
+    """The attributes of ``new_cell``: from every old cell behind it. A device that needs shared
+    memory (virtiofs, vhost-user) needs it in every cell, so each part of a split cell keeps it."""
+    sources_ = [c.node for c in sources(old_cells, mapping, new_cell)]
     out = {}
     for attr in CELL_ATTRS:
-        values = {s.get(attr) for s in sources if s.get(attr)}
+        values = {s.get(attr) for s in sources_ if s.get(attr)}
         if len(values) == 1:
             out[attr] = values.pop()
         elif values:
@@ -66,19 +75,21 @@ def follow(dom, mapping: dict[int, int]) -> list[Set]:
     return edits
 
 
-def _content(cell: etree._Element, sources, row: dict[int, int] | None) -> list[str]:
-    """Fill new ``cell`` with the children of its old cells ``sources``: comments and PIs all,
-    ``<distances>`` as ``row``, other elements (``<cache>``) when every old cell has them alike."""
+def _content(cell: etree._Element, sources, row: dict[int, int] | None, copy_notes: bool = True) -> list[str]:
+    """Fill new ``cell`` with the children of its old cells ``sources``: comments and PIs all
+    (with ``copy_notes``), ``<distances>`` as ``row``, other elements (``<cache>``) when every old
+    cell has them alike."""
     notes, kept, placed = [], set(), False
     for src in sources:
         for child in src.node:
             if not xmltext.is_element(child):
-                cell.append(clone(child))
+                if copy_notes:
+                    cell.append(clone(child))
             elif child.tag == "distances":  # rebuilt, its comments and PIs with it
                 if row and not placed:
                     cell.append(_hmat.distances_element(row))
                 placed = True
-                (cell.find("distances") if row else cell).extend(comments(child))
+                (cell.find("distances") if row else cell).extend(comments(child) if copy_notes else ())
             elif show(child) not in kept:
                 text = show(child)
                 if all(any(show(c) == text for c in xmltext.elements(s.node)) for s in sources):
@@ -116,8 +127,10 @@ def rebuild(dom, new_cells, mapping: dict[int, int]) -> tuple[etree._Element, li
     made = {}
     for cell in new_cells:
         el = E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus), "memory": cell.memory_kib, "unit": KIB,
-                        **merged_attrs(old_cells, mapping, cell.id)})
-        notes += _content(el, [c for c in old_cells if mapping.get(c.id) == cell.id], rows.get(cell.id))
+                        **merged_attrs(old_cells, mapping, cell)})
+        # a part split off a cell holds what that cell held (its caches; comments stay with the first part)
+        went = [c for c in old_cells if mapping.get(c.id) == cell.id]
+        notes += _content(el, went or sources(old_cells, mapping, cell), rows.get(cell.id), copy_notes=bool(went))
         numa.append(el)
         made[cell.id] = el
     links, more = _hmat.interconnects(old_numa.find("interconnects") if old_numa is not None else None, mapping, made)

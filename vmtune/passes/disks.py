@@ -5,8 +5,9 @@ from ..errors import Unsupported
 from ..model import Controller, Disk
 
 NATIVE_IO_TYPES = (Disk.TYPE_FILE, "block", "volume")
-# Target attributes and children that only emulated buses accept.
-EMULATED_ONLY_ATTRS = (Disk.removable, Disk.rotation_rate)
+# Attributes and children that only emulated buses accept (geometry's cyls, heads and secs are
+# fine on virtio; its CHS translation mode libvirt takes on the ide bus only).
+EMULATED_ONLY_ATTRS = (Disk.removable, Disk.rotation_rate, Disk.geometry_trans)
 EMULATED_ONLY_CHILDREN = ("wwn", "vendor", "product")
 # How many vdX names a moved disk may get: vda..vdzzz, the 26 + 26**2 + 26**3 names of one to
 # three letters. A bound so that the search for a free name always ends; far more names than

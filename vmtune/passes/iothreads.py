@@ -1,7 +1,7 @@
 """IOThreads: at least one per guest NUMA cell, and every virtio disk assigned to one."""
 
 from ..edits import E, Put, clone
-from ..model import Disk, Domain
+from ..model import Disk, Domain, fill_iothread_ids
 
 
 def _valid(disk: Disk, ids: list[int]) -> bool:
@@ -23,17 +23,16 @@ def run(ctx, dom):
     edits = [Domain.iothreads.edit(dom, count, "a dedicated iothread per guest NUMA cell takes disk I/O off the "
                                    "vCPU and main loop threads")]
     listed = dom.find("iothreadids")
-    ids = dom.iothread_ids() if listed is not None else list(range(1, count + 1))
-    if listed is not None and len(ids) < count:
+    given = dom.listed_iothread_ids()
+    ids = fill_iothread_ids(given, count)
+    if listed is not None and len(set(given)) < count:
         new = E("iothreadids")
         for old in listed:
             new.append(clone(old))  # iothreads, their children and any comment or PI among them
-        nxt = max(ids, default=0) + 1
-        while len(ids) < count:
-            new.append(E("iothread", {"id": nxt}))
-            ids.append(nxt)
-            nxt += 1
-        edits.append(Put(dom.node, new, f"iothreadids must list all {count} iothreads"))
+        for added in (i for i in ids if i not in given):
+            new.append(E("iothread", {"id": added}))
+        edits.append(Put(dom.node, new, f"iothreadids lists all {count} iothreads: the ids libvirt "
+                                        "fills in (the lowest unused), written out"))
     virtio = [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type != Disk.TYPE_VHOSTUSER]
     for i, disk in enumerate(virtio):
         if _valid(disk, ids):

@@ -29,6 +29,17 @@ def _hugepages(ctx, dom, new) -> tuple[list[str], list]:
     return reasons + _pages.rounding(huge, dom, size) + why, edits
 
 
+def _no_anonymous_source(new) -> list[str]:
+    """With hugepages in ``new``, drop an anonymous ``<source>``, which libvirt refuses beside them."""
+    anonymous = [el for el in new.findall("source") if el.get("type") == Domain.MEMORY_SOURCE_ANONYMOUS]
+    if new.find("hugepages") is None or not anonymous:
+        return []
+    for el in anonymous:
+        new.remove(el)
+    return ["the anonymous memory source goes: libvirt refuses it with hugepages, which come from hugetlbfs "
+            "(file and memfd sources work with hugepages and are kept)"]
+
+
 def _backing(ctx, dom):
     p, pl = ctx.profile, ctx.placement
     old = dom.find("memoryBacking")
@@ -36,6 +47,7 @@ def _backing(ctx, dom):
     reasons, edits = [], []
     if pl.mode == "dedicated" and p.memory_hugepages:
         reasons, edits = _hugepages(ctx, dom, new)
+        reasons += _no_anonymous_source(new)
     for flag, wanted, why in (
         ("nosharepages", p.memory_nosharepages, "no KSM merging: no copy-on-write faults on guest writes"),
         ("locked", p.memory_locked, "locked memory: the host never swaps it out"),
