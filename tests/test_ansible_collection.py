@@ -18,8 +18,10 @@ import yaml
 from ansible_env import COLLECTION, environ, playbook, task, tasks, tool
 
 import vmtune
+from vmtune import cli
 from vmtune import config as config_mod
 
+VMTUNE = Path(sys.executable).parent / "vmtune"
 MODULES = ("domain", "plan", "doctor", "restart_libvirt")
 # ansible-test's sanity tests that need no Python requirements: they run offline. The others
 # (ansible-doc, import, pep8, pylint, validate-modules, yamllint, ...) bootstrap pip from the internet
@@ -156,7 +158,7 @@ def _row(**over) -> dict:
 
 
 def test_domain_tuned_reads_apply_json(tmp_path, fake):
-    """state=tuned runs `vmtune apply NAME --profile P --live --json` (with --config and the originals dir);
+    """state=tuned runs `vmtune apply --profile P --live --json -- NAME` (with --config and the originals dir);
     changed is apply's `defined`; diff mode gives both XMLs, passwords hidden."""
     args = {"name": "db1", "profile": "latency", "live": True, "executable": fake["executable"],
             "config": "/x/vmtune.toml", "originals_dir": str(tmp_path / "orig")}
@@ -168,8 +170,8 @@ def test_domain_tuned_reads_apply_json(tmp_path, fake):
     ], tmp_path, fake["env"])
     assert first["changed"] and not first.get("failed"), first
     call = fake["calls"]()[0]
-    assert call["argv"] == ["apply", "db1", "--connect", "qemu:///system", "--profile", "latency", "--live",
-                            "--config", "/x/vmtune.toml", "--json"]
+    assert call["argv"] == ["apply", "--connect", "qemu:///system", "--profile", "latency", "--live",
+                            "--config", "/x/vmtune.toml", "--json", "--", "db1"]
     assert call["env"] == {"VMTUNE_ORIGINALS_DIR": str(tmp_path / "orig")}
     assert first["diff"]["after"] == "<domain>\n  <a passwd='********'/>\n  <b/>\n</domain>\n"
     assert "+  <b/>" in first["unified_diff"]
@@ -245,6 +247,101 @@ def test_doctor_facts_and_fails(tmp_path, fake):
     assert failing["failed"] and failing["msg"] == "vmtune doctor: 1 FAIL finding(s): virt /dev/kvm: missing"
     assert fake["calls"]()[0]["argv"] == ["doctor", "--no-measure", "--prometheus", "/x/vmtune.prom", "--json"]
     assert not facts.get("failed") and facts["ansible_facts"]["vmtune_doctor"] == report
+
+
+def test_doctor_fails_on_vmtunes_error_line_whatever_the_exit_code(tmp_path, fake):
+    """vmtune prints the report, then cannot write the metrics (`vmtune: error: cannot write ...`, exit 1, as a
+    FAIL finding also exits): the task fails with that line, though JSON came back and 1 is a doctor's code."""
+    report = {"ok": True, "counts": {"OK": 1}, "findings": []}
+    line = "vmtune: error: cannot write /x/vmtune.prom: No such file or directory"
+    env = {**fake["env"], "FAKE_OUT_doctor": json.dumps(report), "FAKE_RC_doctor": "1",
+           "FAKE_ERR_doctor": line + "\n"}
+    args = {"executable": fake["executable"], "measure": False, "prometheus": "/x/vmtune.prom", "fail_on_fail": False}
+    result = task("vmtune.kvm.doctor", args, tmp_path, env=env)
+    assert result.get("failed") and result["msg"] == line and result["rc"] == 1, result
+
+
+def test_doctor_module_fails_when_the_metrics_file_cannot_be_written(tmp_path):
+    """The real vmtune, `prometheus: FILE` in a missing folder: the task fails with vmtune's line, no file."""
+    target = tmp_path / "no-such-dir" / "vmtune.prom"
+    result = task("vmtune.kvm.doctor", {"executable": str(VMTUNE), "measure": False, "fail_on_fail": False,
+                                        "prometheus": str(target)}, tmp_path)
+    assert not target.exists()
+    assert result.get("failed"), {k: v for k, v in result.items() if k != "ansible_facts"}
+    assert result["msg"].startswith("vmtune: error: cannot write "), result["msg"]
+
+
+@pytest.mark.parametrize("state", ["tuned", "untagged", "reverted"])
+@pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
+def test_domain_name_is_never_read_as_an_option(tmp_path, fake, state, check):
+    """libvirt accepts a domain named `--all`: `name: --all` means that domain, never `vmtune apply --all`.
+    Every argv the module builds is parsed by vmtune's own parser."""
+    outs = {"FAKE_OUT_apply": json.dumps({"dry_run": check, "domains": [_row(name="--all")]}),
+            "FAKE_OUT_untag": json.dumps({"name": "--all", "uuid": "u", "previous": "latency"}),
+            "FAKE_OUT_revert": json.dumps({"name": "--all", "uuid": "u", "state": "shut off", "reverted": False,
+                                           "original": True, "before": "<domain/>", "after": "<domain/>"})}
+    task("vmtune.kvm.domain", {"name": "--all", "state": state, "executable": fake["executable"]}, tmp_path,
+         check=check, env={**fake["env"], **outs})
+    calls = fake["calls"]()
+    assert calls
+    for call in calls:
+        try:
+            args = cli._parser().parse_args(call["argv"])
+        except SystemExit:
+            pytest.fail(f"vmtune cannot parse {call['argv']}")
+        named = args.names if state == "tuned" else [args.name]
+        assert named == ["--all"] and not getattr(args, "all", False), call["argv"]
+        assert args.json and args.connect == "qemu:///system", call["argv"]
+
+
+def _redact():
+    sys.path.insert(0, str(COLLECTION.parents[2]))
+    try:
+        from ansible_collections.vmtune.kvm.plugins.module_utils.vmtune import redact
+    finally:
+        sys.path.remove(str(COLLECTION.parents[2]))
+    return redact
+
+
+@pytest.mark.parametrize("state", ["tuned", "reverted"])
+def test_domain_module_never_returns_a_graphics_password(tmp_path, fake, state):
+    """The docs say passwords are shown as ********: the registered result (what -v prints, what a callback
+    ships) holds none, not in unified_diff, not in diff, not in `vmtune` (apply's before, xml and diff)."""
+    secret = "<domain>\n  <graphics passwd=\"it's-s3cret\"/>\n  <a passwd='s3cret'/>\n</domain>\n"
+    row = _row(before=secret, xml=secret + "<b/>\n", diff="-  <graphics passwd=\"it's-s3cret\"/>\n")
+    reverted = {"name": "db1", "uuid": "u", "state": "shut off", "reverted": True, "original": True,
+                "before": secret, "after": secret.replace("<domain>", "<domain type='kvm'>")}
+    env = {"FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [row]}),
+           "FAKE_OUT_revert": json.dumps(reverted)}
+    (result,) = tasks([{"module": "vmtune.kvm.domain", "diff": True, "env": env,
+                        "args": {"name": "db1", "state": state, "executable": fake["executable"]}}],
+                      tmp_path, fake["env"])
+    assert result["changed"] and not result.get("failed"), result
+    assert "s3cret" not in json.dumps(result), [k for k, v in result.items() if "s3cret" in json.dumps(v)]
+    assert "passwd='********'" in json.dumps(result["vmtune"])
+
+
+@pytest.mark.parametrize("attr, hidden", [
+    ("passwd=\"it's-secret\"", "passwd=\"********\""),
+    ("passwd='say \"secret\"'", "passwd='********'"),
+    ("passwd = 'secret'", "passwd = '********'"),
+    ("passwd=''", "passwd='********'"),
+])
+def test_redact_matches_each_quote_style(attr, hidden):
+    """Each quote style ends only at its own quote: the other one inside the value stays hidden."""
+    assert _redact()(f"<graphics type='vnc' {attr} port='5900'/>") == f"<graphics type='vnc' {hidden} port='5900'/>"
+
+
+def test_redact_hides_a_password_lxml_wrote():
+    """apply --json's `before` and `xml` go through lxml, which writes passwd="it's" (double quotes, the
+    apostrophe raw): the redaction still hides it."""
+    from vmtune import xmlsafe
+    from vmtune.driver import serialize
+
+    xml = serialize(xmlsafe.parse("<domain><devices><graphics type='vnc' passwd='it&apos;s-secret'/>"
+                                  "</devices></domain>", "domain XML"))
+    assert "it's-secret" in xml
+    assert "secret" not in _redact()(xml)
 
 
 def test_missing_vmtune_is_one_message(tmp_path):
