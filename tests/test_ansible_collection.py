@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import COLLECTION, environ, playbook, task, tasks, tool
+from ansible_env import COLLECTION, ROOT, environ, playbook, task, tasks, tool
 
 import vmtune
 from vmtune import cli
@@ -377,3 +378,86 @@ def test_role_writes_a_config_vmtune_reads(tmp_path):
     assert run.rc == 0, run.out + run.err
     cfg = config_mod.load(str(dest))
     assert (cfg.placement, sorted(cfg.reserved_cpus), cfg.smt, cfg.hook) == ("pack", [0, 16], want["smt"], want["hook"])
+
+
+# -- the role's install -----------------------------------------------------------------------------------
+def _wheel(dest: Path, marker: str | None) -> Path:
+    """vmtune's wheel, built from a copy of the sources with ``ROLE_TEST_MARKER = marker`` in vmtune/__init__.py."""
+    import test_package
+
+    src = dest / "tree"
+    src.mkdir(parents=True)
+    for name in test_package.SOURCES:
+        from_ = test_package.ROOT / name
+        if from_.is_dir():
+            shutil.copytree(from_, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(from_, src / name)
+    if marker:
+        with open(src / "vmtune" / "__init__.py", "a") as fh:
+            fh.write(f"\nROLE_TEST_MARKER = {marker!r}\n")
+    orig = test_package.ROOT
+    test_package.ROOT = src
+    try:
+        return test_package.build_wheel(dest / "out")
+    finally:
+        test_package.ROOT = orig
+
+
+def _role_book(tmp: Path, where: Path, name: str, **over) -> Path:
+    """A play of the role on localhost with every path under ``where``, libvirt never restarted."""
+    settings = {"vmtune_venv": str(where / "venv"), "vmtune_python": sys.executable,
+                "vmtune_wheel_dir": str(where / "wheels"), "vmtune_link": "", "vmtune_extras": [],
+                "vmtune_system_packages": [], "vmtune_config_path": str(where / "etc" / "vmtune.toml"),
+                "vmtune_hooks_dir": str(where / "hooks"), "vmtune_restart_libvirt": False, **over}
+    book = tmp / name
+    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
+                                 "roles": [{"role": "vmtune.kvm.host", "vars": settings}]}]))
+    return book
+
+
+def test_role_installs_a_rebuilt_wheel_of_the_same_version(tmp_path):
+    """The version stays the same between builds: a rebuilt wheel (same name, other bytes) replaces the installed
+    code, where pip alone says "Requirement already satisfied". The same wheel again changes nothing."""
+    first, second = _wheel(tmp_path / "a", None), _wheel(tmp_path / "b", "rebuilt")
+    assert first.name == second.name and first.read_bytes() != second.read_bytes()
+    where = tmp_path / "host"
+    runs = []
+    for i, wheel in enumerate((first, second, second)):
+        runs.append(playbook(_role_book(tmp_path, where, f"role{i}.yml", vmtune_wheel=str(wheel)), tmp_path))
+        assert runs[-1].rc == 0, runs[-1].out + runs[-1].err
+    probe = "import vmtune; print(getattr(vmtune, 'ROLE_TEST_MARKER', None))"
+    out = subprocess.run([str(where / "venv" / "bin" / "python"), "-I", "-c", probe], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "rebuilt", "the role copied the new wheel but the venv still runs the old code"
+    assert runs[2].recap["changed"] == 0, runs[2].out
+
+
+def test_role_without_a_wheel_or_package_fails_first(tmp_path):
+    """No wheel and no vmtune_package: the role fails before it installs anything, saying what to give
+    (vmtune is not on PyPI; pip would install whatever is there under that name)."""
+    where = tmp_path / "host"
+    run = playbook(_role_book(tmp_path, where, "role.yml"), tmp_path)
+    assert run.rc != 0 and run.recap["failed"] == 1, run.out
+    assert "vmtune_wheel" in run.out and "vmtune_package" in run.out, run.out
+    assert not where.exists(), list(where.rglob("*"))
+
+
+def _readme_plays() -> list:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Many hosts", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    return yaml.safe_load(block)
+
+
+def test_readme_example_installs_what_its_tasks_need():
+    """README's two plays: a doctor task with `prometheus:` needs the prometheus extra from the role (else vmtune
+    exits 4), and the role is given a wheel or a package (it has no default)."""
+    plays = _readme_plays()
+    wants = any("prometheus" in (t.get("vmtune.kvm.doctor") or {}) for p in plays for t in p.get("tasks", []))
+    defaults = yaml.safe_load((COLLECTION / "roles/host/defaults/main.yml").read_text())
+    roles = [role.get("vars", {}) for play in plays for role in play.get("roles", [])]
+    assert wants and roles
+    for given in roles:
+        assert "prometheus" in given.get("vmtune_extras", defaults["vmtune_extras"]), given
+        assert given.get("vmtune_wheel") or given.get("vmtune_package"), given
