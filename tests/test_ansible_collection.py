@@ -125,11 +125,15 @@ def test_role_docs(tmp_path):
 
 # -- the modules against a stand-in vmtune --------------------------------------------------------------
 FAKE = '''#!{python}
-"""Stand-in vmtune: logs its argv and VMTUNE_* to $FAKE_LOG, prints $FAKE_OUT_<command>, exits $FAKE_RC_<command>."""
+"""Stand-in vmtune: logs its argv and VMTUNE_* to $FAKE_LOG, prints $FAKE_OUT_<command>, exits $FAKE_RC_<command>;
+writes $FAKE_PROM to the file of --prometheus."""
 import json, os, sys
 command = sys.argv[1]
 with open(os.environ["FAKE_LOG"], "a") as fh:
     fh.write(json.dumps({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items() if k.startswith("VMTUNE_")}}}}) + "\\n")
+if "--prometheus" in sys.argv and "FAKE_PROM" in os.environ:
+    with open(sys.argv[sys.argv.index("--prometheus") + 1], "w") as fh:
+        fh.write(os.environ["FAKE_PROM"])
 sys.stdout.write(os.environ.get("FAKE_OUT_" + command, ""))
 sys.stderr.write(os.environ.get("FAKE_ERR_" + command, ""))
 sys.exit(int(os.environ.get("FAKE_RC_" + command, "0")))
@@ -343,6 +347,38 @@ def test_redact_hides_a_password_lxml_wrote():
                                   "</devices></domain>", "domain XML"))
     assert "it's-secret" in xml
     assert "secret" not in _redact()(xml)
+
+
+def test_doctor_is_changed_when_its_metrics_changed(tmp_path, fake):
+    """prometheus: FILE is the doctor's one change: changed when the file is new or its metrics differ, not when
+    only the report's timestamp moved; check mode writes nothing and changes nothing."""
+    report = {"ok": True, "counts": {"OK": 1}, "findings": []}
+    target = tmp_path / "vmtune.prom"
+
+    def prom(stamp, ok):
+        return f"# TYPE vmtune_doctor_ok gauge\nvmtune_doctor_ok {ok}\nvmtune_doctor_timestamp_seconds {stamp}\n"
+
+    args = {"executable": fake["executable"], "measure": False, "prometheus": str(target)}
+    steps = [{"module": "vmtune.kvm.doctor", "args": args, "env": {"FAKE_PROM": text}, "check": check}
+             for text, check in ((prom(1, 1), False), (prom(2, 1), False), (prom(3, 0), False), (prom(4, 1), True))]
+    results = tasks(steps, tmp_path, {**fake["env"], "FAKE_OUT_doctor": json.dumps(report)})
+    assert [r["changed"] for r in results] == [True, False, True, False], results
+    assert target.read_text() == prom(3, 0)
+    assert ["--prometheus" in c["argv"] for c in fake["calls"]()] == [True, True, True, False]
+
+
+def test_latency_playbook_reads_the_plan_fact(tmp_path, fake):
+    """The playbook reads ansible_facts['vmtune_plan'], so it works where facts are not injected as variables
+    (INJECT_FACTS_AS_VARS=false): it applies the matching domains only, each after `--`."""
+    plan = {"ok": True, "problems": [], "nodes": [], "domains": [{"name": "db-1"}, {"name": "web"}, {"name": "db-2"}]}
+    env = {**fake["env"], "FAKE_OUT_plan": json.dumps(plan),
+           "FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [_row()]}), "ANSIBLE_INJECT_FACT_VARS": "false"}
+    book = COLLECTION / "playbooks" / "latency.yml"
+    run = playbook(book, tmp_path, {"vmtune_pattern": "db-", "vmtune_hosts": "localhost",
+                                    "vmtune_module_defaults": {"executable": fake["executable"]}}, env=env)
+    assert run.rc == 0, run.out + run.err
+    applied = [c["argv"][-1] for c in fake["calls"]() if c["argv"][0] == "apply"]
+    assert applied == ["db-1", "db-2"], fake["calls"]()
 
 
 def test_missing_vmtune_is_one_message(tmp_path):
