@@ -11,8 +11,9 @@ DOCUMENTATION = r"""
 module: domain
 short_description: Tune, untag or revert one libvirt domain with vmtune
 description:
-  - C(state=tuned) runs C(vmtune apply -- NAME) (with C(--profile) and C(--live) as asked, before the C(--)), which rewrites the
-    domain's persistent XML for this host and defines it. The profile goes into the domain's tag.
+  - C(state=tuned) runs C(vmtune apply -- NAME) (with C(--profile) and C(--live) as asked, before the C(--)),
+    which rewrites the domain's persistent XML for this host and defines it. The profile goes into the domain's
+    tag. The name always comes after C(--), so a domain named C(--all) is that domain.
   - C(state=untagged) runs C(vmtune untag -- NAME); C(state=reverted) runs C(vmtune revert -- NAME), which defines the
     XML the domain had before vmtune's first apply.
   - The task is C(changed) only when the domain's XML changed (or, with I(live=true), its running threads moved).
