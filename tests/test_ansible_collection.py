@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import COLLECTION, environ, playbook, task, tasks, tool
+from ansible_env import COLLECTION, ROOT, environ, playbook, task, tasks, tool
 
 import vmtune
+from vmtune import cli
 from vmtune import config as config_mod
 
+VMTUNE = Path(sys.executable).parent / "vmtune"
 MODULES = ("domain", "plan", "doctor", "restart_libvirt")
 # ansible-test's sanity tests that need no Python requirements: they run offline. The others
 # (ansible-doc, import, pep8, pylint, validate-modules, yamllint, ...) bootstrap pip from the internet
@@ -122,11 +125,15 @@ def test_role_docs(tmp_path):
 
 # -- the modules against a stand-in vmtune --------------------------------------------------------------
 FAKE = '''#!{python}
-"""Stand-in vmtune: logs its argv and VMTUNE_* to $FAKE_LOG, prints $FAKE_OUT_<command>, exits $FAKE_RC_<command>."""
+"""Stand-in vmtune: logs its argv and VMTUNE_* to $FAKE_LOG, prints $FAKE_OUT_<command>, exits $FAKE_RC_<command>;
+writes $FAKE_PROM to the file of --prometheus."""
 import json, os, sys
 command = sys.argv[1]
 with open(os.environ["FAKE_LOG"], "a") as fh:
     fh.write(json.dumps({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items() if k.startswith("VMTUNE_")}}}}) + "\\n")
+if "--prometheus" in sys.argv and "FAKE_PROM" in os.environ:
+    with open(sys.argv[sys.argv.index("--prometheus") + 1], "w") as fh:
+        fh.write(os.environ["FAKE_PROM"])
 sys.stdout.write(os.environ.get("FAKE_OUT_" + command, ""))
 sys.stderr.write(os.environ.get("FAKE_ERR_" + command, ""))
 sys.exit(int(os.environ.get("FAKE_RC_" + command, "0")))
@@ -156,7 +163,7 @@ def _row(**over) -> dict:
 
 
 def test_domain_tuned_reads_apply_json(tmp_path, fake):
-    """state=tuned runs `vmtune apply NAME --profile P --live --json` (with --config and the originals dir);
+    """state=tuned runs `vmtune apply --profile P --live --json -- NAME` (with --config and the originals dir);
     changed is apply's `defined`; diff mode gives both XMLs, passwords hidden."""
     args = {"name": "db1", "profile": "latency", "live": True, "executable": fake["executable"],
             "config": "/x/vmtune.toml", "originals_dir": str(tmp_path / "orig")}
@@ -168,8 +175,8 @@ def test_domain_tuned_reads_apply_json(tmp_path, fake):
     ], tmp_path, fake["env"])
     assert first["changed"] and not first.get("failed"), first
     call = fake["calls"]()[0]
-    assert call["argv"] == ["apply", "db1", "--connect", "qemu:///system", "--profile", "latency", "--live",
-                            "--config", "/x/vmtune.toml", "--json"]
+    assert call["argv"] == ["apply", "--connect", "qemu:///system", "--profile", "latency", "--live",
+                            "--config", "/x/vmtune.toml", "--json", "--", "db1"]
     assert call["env"] == {"VMTUNE_ORIGINALS_DIR": str(tmp_path / "orig")}
     assert first["diff"]["after"] == "<domain>\n  <a passwd='********'/>\n  <b/>\n</domain>\n"
     assert "+  <b/>" in first["unified_diff"]
@@ -247,6 +254,133 @@ def test_doctor_facts_and_fails(tmp_path, fake):
     assert not facts.get("failed") and facts["ansible_facts"]["vmtune_doctor"] == report
 
 
+def test_doctor_fails_on_vmtunes_error_line_whatever_the_exit_code(tmp_path, fake):
+    """vmtune prints the report, then cannot write the metrics (`vmtune: error: cannot write ...`, exit 1, as a
+    FAIL finding also exits): the task fails with that line, though JSON came back and 1 is a doctor's code."""
+    report = {"ok": True, "counts": {"OK": 1}, "findings": []}
+    line = "vmtune: error: cannot write /x/vmtune.prom: No such file or directory"
+    env = {**fake["env"], "FAKE_OUT_doctor": json.dumps(report), "FAKE_RC_doctor": "1",
+           "FAKE_ERR_doctor": line + "\n"}
+    args = {"executable": fake["executable"], "measure": False, "prometheus": "/x/vmtune.prom", "fail_on_fail": False}
+    result = task("vmtune.kvm.doctor", args, tmp_path, env=env)
+    assert result.get("failed") and result["msg"] == line and result["rc"] == 1, result
+
+
+def test_doctor_module_fails_when_the_metrics_file_cannot_be_written(tmp_path):
+    """The real vmtune, `prometheus: FILE` in a missing folder: the task fails with vmtune's line, no file."""
+    target = tmp_path / "no-such-dir" / "vmtune.prom"
+    result = task("vmtune.kvm.doctor", {"executable": str(VMTUNE), "measure": False, "fail_on_fail": False,
+                                        "prometheus": str(target)}, tmp_path)
+    assert not target.exists()
+    assert result.get("failed"), {k: v for k, v in result.items() if k != "ansible_facts"}
+    assert result["msg"].startswith("vmtune: error: cannot write "), result["msg"]
+
+
+@pytest.mark.parametrize("state", ["tuned", "untagged", "reverted"])
+@pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
+def test_domain_name_is_never_read_as_an_option(tmp_path, fake, state, check):
+    """libvirt accepts a domain named `--all`: `name: --all` means that domain, never `vmtune apply --all`.
+    Every argv the module builds is parsed by vmtune's own parser."""
+    outs = {"FAKE_OUT_apply": json.dumps({"dry_run": check, "domains": [_row(name="--all")]}),
+            "FAKE_OUT_untag": json.dumps({"name": "--all", "uuid": "u", "previous": "latency"}),
+            "FAKE_OUT_revert": json.dumps({"name": "--all", "uuid": "u", "state": "shut off", "reverted": False,
+                                           "original": True, "before": "<domain/>", "after": "<domain/>"})}
+    task("vmtune.kvm.domain", {"name": "--all", "state": state, "executable": fake["executable"]}, tmp_path,
+         check=check, env={**fake["env"], **outs})
+    calls = fake["calls"]()
+    assert calls
+    for call in calls:
+        try:
+            args = cli._parser().parse_args(call["argv"])
+        except SystemExit:
+            pytest.fail(f"vmtune cannot parse {call['argv']}")
+        named = args.names if state == "tuned" else [args.name]
+        assert named == ["--all"] and not getattr(args, "all", False), call["argv"]
+        assert args.json and args.connect == "qemu:///system", call["argv"]
+
+
+def _redact():
+    sys.path.insert(0, str(COLLECTION.parents[2]))
+    try:
+        from ansible_collections.vmtune.kvm.plugins.module_utils.vmtune import redact
+    finally:
+        sys.path.remove(str(COLLECTION.parents[2]))
+    return redact
+
+
+@pytest.mark.parametrize("state", ["tuned", "reverted"])
+def test_domain_module_never_returns_a_graphics_password(tmp_path, fake, state):
+    """The docs say passwords are shown as ********: the registered result (what -v prints, what a callback
+    ships) holds none, not in unified_diff, not in diff, not in `vmtune` (apply's before, xml and diff)."""
+    secret = "<domain>\n  <graphics passwd=\"it's-s3cret\"/>\n  <a passwd='s3cret'/>\n</domain>\n"
+    row = _row(before=secret, xml=secret + "<b/>\n", diff="-  <graphics passwd=\"it's-s3cret\"/>\n")
+    reverted = {"name": "db1", "uuid": "u", "state": "shut off", "reverted": True, "original": True,
+                "before": secret, "after": secret.replace("<domain>", "<domain type='kvm'>")}
+    env = {"FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [row]}),
+           "FAKE_OUT_revert": json.dumps(reverted)}
+    (result,) = tasks([{"module": "vmtune.kvm.domain", "diff": True, "env": env,
+                        "args": {"name": "db1", "state": state, "executable": fake["executable"]}}],
+                      tmp_path, fake["env"])
+    assert result["changed"] and not result.get("failed"), result
+    assert "s3cret" not in json.dumps(result), [k for k, v in result.items() if "s3cret" in json.dumps(v)]
+    assert "passwd='********'" in json.dumps(result["vmtune"])
+
+
+@pytest.mark.parametrize("attr, hidden", [
+    ("passwd=\"it's-secret\"", "passwd=\"********\""),
+    ("passwd='say \"secret\"'", "passwd='********'"),
+    ("passwd = 'secret'", "passwd = '********'"),
+    ("passwd=''", "passwd='********'"),
+])
+def test_redact_matches_each_quote_style(attr, hidden):
+    """Each quote style ends only at its own quote: the other one inside the value stays hidden."""
+    assert _redact()(f"<graphics type='vnc' {attr} port='5900'/>") == f"<graphics type='vnc' {hidden} port='5900'/>"
+
+
+def test_redact_hides_a_password_lxml_wrote():
+    """apply --json's `before` and `xml` go through lxml, which writes passwd="it's" (double quotes, the
+    apostrophe raw): the redaction still hides it."""
+    from vmtune import xmlsafe
+    from vmtune.driver import serialize
+
+    xml = serialize(xmlsafe.parse("<domain><devices><graphics type='vnc' passwd='it&apos;s-secret'/>"
+                                  "</devices></domain>", "domain XML"))
+    assert "it's-secret" in xml
+    assert "secret" not in _redact()(xml)
+
+
+def test_doctor_is_changed_when_its_metrics_changed(tmp_path, fake):
+    """prometheus: FILE is the doctor's one change: changed when the file is new or its metrics differ, not when
+    only the report's timestamp moved; check mode writes nothing and changes nothing."""
+    report = {"ok": True, "counts": {"OK": 1}, "findings": []}
+    target = tmp_path / "vmtune.prom"
+
+    def prom(stamp, ok):
+        return f"# TYPE vmtune_doctor_ok gauge\nvmtune_doctor_ok {ok}\nvmtune_doctor_timestamp_seconds {stamp}\n"
+
+    args = {"executable": fake["executable"], "measure": False, "prometheus": str(target)}
+    steps = [{"module": "vmtune.kvm.doctor", "args": args, "env": {"FAKE_PROM": text}, "check": check}
+             for text, check in ((prom(1, 1), False), (prom(2, 1), False), (prom(3, 0), False), (prom(4, 1), True))]
+    results = tasks(steps, tmp_path, {**fake["env"], "FAKE_OUT_doctor": json.dumps(report)})
+    assert [r["changed"] for r in results] == [True, False, True, False], results
+    assert target.read_text() == prom(3, 0)
+    assert ["--prometheus" in c["argv"] for c in fake["calls"]()] == [True, True, True, False]
+
+
+def test_latency_playbook_reads_the_plan_fact(tmp_path, fake):
+    """The playbook reads ansible_facts['vmtune_plan'], so it works where facts are not injected as variables
+    (INJECT_FACTS_AS_VARS=false): it applies the matching domains only, each after `--`."""
+    plan = {"ok": True, "problems": [], "nodes": [], "domains": [{"name": "db-1"}, {"name": "web"}, {"name": "db-2"}]}
+    env = {**fake["env"], "FAKE_OUT_plan": json.dumps(plan),
+           "FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [_row()]}), "ANSIBLE_INJECT_FACT_VARS": "false"}
+    book = COLLECTION / "playbooks" / "latency.yml"
+    run = playbook(book, tmp_path, {"vmtune_pattern": "db-", "vmtune_hosts": "localhost",
+                                    "vmtune_module_defaults": {"executable": fake["executable"]}}, env=env)
+    assert run.rc == 0, run.out + run.err
+    applied = [c["argv"][-1] for c in fake["calls"]() if c["argv"][0] == "apply"]
+    assert applied == ["db-1", "db-2"], fake["calls"]()
+
+
 def test_missing_vmtune_is_one_message(tmp_path):
     """No vmtune on the host: the task says so and how to get it."""
     result = task("vmtune.kvm.plan", {"executable": str(tmp_path / "nothing-here")}, tmp_path)
@@ -280,3 +414,86 @@ def test_role_writes_a_config_vmtune_reads(tmp_path):
     assert run.rc == 0, run.out + run.err
     cfg = config_mod.load(str(dest))
     assert (cfg.placement, sorted(cfg.reserved_cpus), cfg.smt, cfg.hook) == ("pack", [0, 16], want["smt"], want["hook"])
+
+
+# -- the role's install -----------------------------------------------------------------------------------
+def _wheel(dest: Path, marker: str | None) -> Path:
+    """vmtune's wheel, built from a copy of the sources with ``ROLE_TEST_MARKER = marker`` in vmtune/__init__.py."""
+    import test_package
+
+    src = dest / "tree"
+    src.mkdir(parents=True)
+    for name in test_package.SOURCES:
+        from_ = test_package.ROOT / name
+        if from_.is_dir():
+            shutil.copytree(from_, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(from_, src / name)
+    if marker:
+        with open(src / "vmtune" / "__init__.py", "a") as fh:
+            fh.write(f"\nROLE_TEST_MARKER = {marker!r}\n")
+    orig = test_package.ROOT
+    test_package.ROOT = src
+    try:
+        return test_package.build_wheel(dest / "out")
+    finally:
+        test_package.ROOT = orig
+
+
+def _role_book(tmp: Path, where: Path, name: str, **over) -> Path:
+    """A play of the role on localhost with every path under ``where``, libvirt never restarted."""
+    settings = {"vmtune_venv": str(where / "venv"), "vmtune_python": sys.executable,
+                "vmtune_wheel_dir": str(where / "wheels"), "vmtune_link": "", "vmtune_extras": [],
+                "vmtune_system_packages": [], "vmtune_config_path": str(where / "etc" / "vmtune.toml"),
+                "vmtune_hooks_dir": str(where / "hooks"), "vmtune_restart_libvirt": False, **over}
+    book = tmp / name
+    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
+                                 "roles": [{"role": "vmtune.kvm.host", "vars": settings}]}]))
+    return book
+
+
+def test_role_installs_a_rebuilt_wheel_of_the_same_version(tmp_path):
+    """The version stays the same between builds: a rebuilt wheel (same name, other bytes) replaces the installed
+    code, where pip alone says "Requirement already satisfied". The same wheel again changes nothing."""
+    first, second = _wheel(tmp_path / "a", None), _wheel(tmp_path / "b", "rebuilt")
+    assert first.name == second.name and first.read_bytes() != second.read_bytes()
+    where = tmp_path / "host"
+    runs = []
+    for i, wheel in enumerate((first, second, second)):
+        runs.append(playbook(_role_book(tmp_path, where, f"role{i}.yml", vmtune_wheel=str(wheel)), tmp_path))
+        assert runs[-1].rc == 0, runs[-1].out + runs[-1].err
+    probe = "import vmtune; print(getattr(vmtune, 'ROLE_TEST_MARKER', None))"
+    out = subprocess.run([str(where / "venv" / "bin" / "python"), "-I", "-c", probe], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "rebuilt", "the role copied the new wheel but the venv still runs the old code"
+    assert runs[2].recap["changed"] == 0, runs[2].out
+
+
+def test_role_without_a_wheel_or_package_fails_first(tmp_path):
+    """No wheel and no vmtune_package: the role fails before it installs anything, saying what to give
+    (vmtune is not on PyPI; pip would install whatever is there under that name)."""
+    where = tmp_path / "host"
+    run = playbook(_role_book(tmp_path, where, "role.yml"), tmp_path)
+    assert run.rc != 0 and run.recap["failed"] == 1, run.out
+    assert "vmtune_wheel" in run.out and "vmtune_package" in run.out, run.out
+    assert not where.exists(), list(where.rglob("*"))
+
+
+def _readme_plays() -> list:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Many hosts", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    return yaml.safe_load(block)
+
+
+def test_readme_example_installs_what_its_tasks_need():
+    """README's two plays: a doctor task with `prometheus:` needs the prometheus extra from the role (else vmtune
+    exits 4), and the role is given a wheel or a package (it has no default)."""
+    plays = _readme_plays()
+    wants = any("prometheus" in (t.get("vmtune.kvm.doctor") or {}) for p in plays for t in p.get("tasks", []))
+    defaults = yaml.safe_load((COLLECTION / "roles/host/defaults/main.yml").read_text())
+    roles = [role.get("vars", {}) for play in plays for role in play.get("roles", [])]
+    assert wants and roles
+    for given in roles:
+        assert "prometheus" in given.get("vmtune_extras", defaults["vmtune_extras"]), given
+        assert given.get("vmtune_wheel") or given.get("vmtune_package"), given

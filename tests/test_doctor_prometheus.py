@@ -3,8 +3,10 @@ own parser, on the captured trees of doctortrees.py."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
+from pathlib import Path
 
 import doctortrees as trees
 from doctortrees import isolated, tree  # noqa: F401 - the fixtures both doctor test files use
@@ -85,7 +87,7 @@ def test_problem_host_metrics(tree):
     assert value(found, "vmtune_hook_lease_info", cpus="1,5", domain="db1", profile="latency", uuid=uuid) == 1
     assert set(found["vmtune_isolation_cpu"]) == {(("cpu", "1"),), (("cpu", "5"),)}
     assert value(found, "vmtune_isolation_stray_tasks") == 1 and value(found, "vmtune_isolation_stray_irqs") == 1
-    assert value(found, "vmtune_hugepages_total", node=0, page_kib=2048) == 600
+    assert value(found, "vmtune_hugepages_pool_pages", node=0, page_kib=2048) == 600
     assert value(found, "vmtune_hugepages_free", node=0, page_kib=2048) == 100
     assert value(found, "vmtune_hugepages_needed", node=0, page_kib=2048, state="running") == 512
     assert value(found, "vmtune_hugepages_needed", node=0, page_kib=2048, state="stopped") == 0
@@ -149,3 +151,19 @@ def test_doctor_without_prometheus_does_not_import_it(tree, capsys):
             "print('prometheus_client' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code, *tree.argv()], capture_output=True, text=True, check=False)
     assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout + proc.stderr
+
+
+SERIES_SUFFIXES = ("_total", "_count", "_sum", "_bucket", "_created")
+
+
+def test_no_gauge_is_named_like_a_counter(tree):
+    """Prometheus' naming rules (promtool: 'non-counter metrics should not have "_total" suffix'): every
+    vmtune metric is a gauge, so none ends as a counter's or a histogram's series does: not the ones written
+    (the problem tree has every metric), not the ones the module's docstring and README's table name."""
+    trees.hugepages(tree, 0, total=600, free=100)
+    written = set(samples(prometheus.text(diagnose(tree.roots(), measure=False))))
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("## Many hosts", 1)[0]
+    named = set(re.findall(r"\bvmtune_[a-z_]+", prometheus.__doc__ + readme.split("--prometheus FILE", 1)[1]))
+    assert {"vmtune_hugepages_pool_pages", "vmtune_hugepages_free"} <= written & named, sorted(written)
+    assert not [n for n in written | named if n.endswith(SERIES_SUFFIXES)], sorted(written | named)
+    assert written <= named | {"vmtune_isolation_stray_irqs"}, sorted(written - named)

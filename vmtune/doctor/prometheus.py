@@ -18,7 +18,7 @@ The metrics, all gauges (a CPU, node or page size is a label; absent data gives 
     vmtune_hook_lease_info{domain,uuid,profile,cpus}  1 per lease
     vmtune_isolation_cpu{cpu}                     1 per CPU kept clear for running latency domains
     vmtune_isolation_stray_tasks, _irqs           movable host tasks / IRQs that may still run there
-    vmtune_hugepages_total{node,page_kib}, vmtune_hugepages_free{node,page_kib}
+    vmtune_hugepages_pool_pages{node,page_kib}, vmtune_hugepages_free{node,page_kib}  pages in the pool; free
     vmtune_hugepages_needed{node,page_kib,state}  pages the domains need (state: running, stopped);
                                                   node "any" for domains not bound to a node
     vmtune_plan_domains                           domains audited
@@ -147,7 +147,7 @@ def _isolation(m: Metrics, ctx: Context, state: leases.State) -> None:
 def _hugepages(m: Metrics, ctx: Context, audit) -> None:
     for (node, size), (total, free) in sorted(memory.pools(ctx).items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])):
         where = "any" if node is None else node
-        m.set("vmtune_hugepages_total", "hugepages in the pool", total, node=where, page_kib=size)
+        m.set("vmtune_hugepages_pool_pages", "hugepages in the pool", total, node=where, page_kib=size)
         m.set("vmtune_hugepages_free", "free hugepages in the pool", free, node=where, page_kib=size)
     if audit is None or isinstance(audit, str):
         return

@@ -16,7 +16,8 @@ description:
   - Fails the task when a finding is C(FAIL), unless I(fail_on_fail=false).
   - With I(prometheus), also writes the findings and the host's state as node_exporter textfile metrics
     (C(--prometheus); needs prometheus_client beside vmtune, the C(prometheus) extra).
-  - Reads the host; changes nothing but the I(prometheus) file.
+  - Reads the host; changes nothing but the I(prometheus) file. The task is C(changed) when that file's metrics
+    changed (its C(vmtune_doctor_timestamp_seconds) aside, which changes every run).
 author:
   - vmtune developers (@vmtune)
 options:
@@ -73,6 +74,18 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vmtune.kvm.plugins.module_utils.vmtune import COMMON_ARGS, Vmtune
 
 
+STAMP = "vmtune_doctor_timestamp_seconds"
+
+
+def _metrics(path):
+    """The samples in the metrics file at ``path`` but the report's timestamp; None when there is none."""
+    try:
+        with open(path) as fh:
+            return [line for line in fh.read().splitlines() if not line.startswith(STAMP)]
+    except (IOError, OSError):
+        return None
+
+
 def main():
     spec = dict(
         fail_on_fail=dict(type="bool", default=True),
@@ -85,9 +98,12 @@ def main():
     p = module.params
     args = ([] if p["measure"] else ["--no-measure"]) + (["--connect", p["connect"]] if p["connect"] else [])
     args += ["--prometheus", p["prometheus"]] if p["prometheus"] and not module.check_mode else []
+    written = p["prometheus"] and not module.check_mode
+    before = _metrics(p["prometheus"]) if written else None
     rc, report = Vmtune(module).run("doctor", *args, ok=(0, 1))
+    changed = bool(written) and _metrics(p["prometheus"]) != before
     failed = [f for f in report.get("findings", []) if f["level"] == "FAIL"]
-    result = dict(changed=False, ansible_facts=dict(vmtune_doctor=report), failed_findings=failed)
+    result = dict(changed=changed, ansible_facts=dict(vmtune_doctor=report), failed_findings=failed)
     if failed and p["fail_on_fail"]:
         lines = ["%s %s: %s" % (f["area"], f["source"], f["found"]) for f in failed]
         module.fail_json(msg="vmtune doctor: %d FAIL finding(s): %s" % (len(failed), "; ".join(lines)), **result)

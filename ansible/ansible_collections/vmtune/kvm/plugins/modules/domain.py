@@ -11,9 +11,10 @@ DOCUMENTATION = r"""
 module: domain
 short_description: Tune, untag or revert one libvirt domain with vmtune
 description:
-  - C(state=tuned) runs C(vmtune apply NAME) (with C(--profile) and C(--live) as asked), which rewrites the
-    domain's persistent XML for this host and defines it. The profile goes into the domain's tag.
-  - C(state=untagged) runs C(vmtune untag NAME); C(state=reverted) runs C(vmtune revert NAME), which defines the
+  - C(state=tuned) runs C(vmtune apply -- NAME) (with C(--profile) and C(--live) as asked, before the C(--)),
+    which rewrites the domain's persistent XML for this host and defines it. The profile goes into the domain's
+    tag. The name always comes after C(--), so a domain named C(--all) is that domain.
+  - C(state=untagged) runs C(vmtune untag -- NAME); C(state=reverted) runs C(vmtune revert -- NAME), which defines the
     XML the domain had before vmtune's first apply.
   - The task is C(changed) only when the domain's XML changed (or, with I(live=true), its running threads moved).
     A second run with the same options reports no change.
@@ -63,7 +64,7 @@ attributes:
     support: full
 notes:
   - The XML in diff output is libvirt's secure XML (vmtune keeps it whole for C(revert)); graphics passwords
-    are shown as C(********).
+    are shown as C(********), in the diff, in I(unified_diff) and in I(vmtune) alike.
 """
 
 EXAMPLES = r"""
@@ -115,7 +116,7 @@ vmtune:
 import difflib
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vmtune.kvm.plugins.module_utils.vmtune import COMMON_ARGS, Vmtune, redact
+from ansible_collections.vmtune.kvm.plugins.module_utils.vmtune import COMMON_ARGS, Vmtune, redact_all
 
 
 def _unified(name, before, after):
@@ -131,13 +132,13 @@ def _not_live(tool, name):
 
 def tuned(module, tool):
     p = module.params
-    args = [p["name"], "--connect", p["connect"]]
+    args = ["--connect", p["connect"]]
     args += ["--profile", p["profile"]] if p["profile"] else []
     args += ["--live"] if p["live"] else []
     args += ["--force-virtio"] if p["force_virtio"] else []
     args += ["--dry-run"] if module.check_mode else []
-    rc, data = tool.run("apply", *args)
-    (row,) = data["domains"]
+    rc, data = tool.run("apply", *args, names=[p["name"]])
+    (row,) = redact_all(data)["domains"]
     if module.check_mode:
         moved = p["live"] and row["state"] != "shut off" and _not_live(tool, row["name"])
         changed = row["changed"] or moved
@@ -147,7 +148,7 @@ def tuned(module, tool):
                   live=row["live"], unified_diff=_unified(row["name"], row["before"], row["xml"]) if row["changed"]
                   else "", vmtune=row)
     if row["changed"] and module._diff:
-        result["diff"] = dict(before=redact(row["before"]), after=redact(row["xml"]),
+        result["diff"] = dict(before=row["before"], after=row["xml"],
                               before_header="%s (libvirt)" % row["name"], after_header="%s (vmtune)" % row["name"])
     if changed:
         for warning in row["warnings"]:
@@ -157,8 +158,9 @@ def tuned(module, tool):
 
 def untagged(module, tool):
     p = module.params
-    args = [p["name"], "--connect", p["connect"]] + (["--dry-run"] if module.check_mode else [])
-    rc, data = tool.run("untag", *args)
+    args = ["--connect", p["connect"]] + (["--dry-run"] if module.check_mode else [])
+    rc, data = tool.run("untag", *args, names=[p["name"]])
+    data = redact_all(data)
     changed = data["previous"] is not None
     result = dict(changed=changed, previous=data["previous"], vmtune=data)
     if changed and module._diff:
@@ -169,15 +171,16 @@ def untagged(module, tool):
 
 def reverted(module, tool):
     p = module.params
-    rc, found = tool.run("revert", p["name"], "--connect", p["connect"], "--dry-run")
+    rc, found = tool.run("revert", "--connect", p["connect"], "--dry-run", names=[p["name"]])
+    found = redact_all(found)
     result = dict(changed=found["original"], vmtune=found)
     if found["original"] and module._diff:
-        result["diff"] = dict(before=redact(found["before"]), after=redact(found["after"]),
+        result["diff"] = dict(before=found["before"], after=found["after"],
                               before_header="%s (libvirt)" % found["name"],
                               after_header="%s (before vmtune)" % found["name"])
     if found["original"] and not module.check_mode:
-        rc, done = tool.run("revert", p["name"], "--connect", p["connect"])
-        result["vmtune"] = done
+        rc, done = tool.run("revert", "--connect", p["connect"], names=[p["name"]])
+        result["vmtune"] = redact_all(done)
     return result
 
 
