@@ -140,8 +140,10 @@ class Guest:
         deadline = time.monotonic() + timeout
         while True:
             text = self.console()
-            if line in text.replace("\r", "").split("\n") or domstate(self.name) != "running":
+            if line in text.replace("\r", "").split("\n"):
                 return text
+            if domstate(self.name) != "running":  # it may have printed ``line`` and stopped since the read
+                return self.console()
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{self.name}: no {line} after {timeout}s\n--- console:\n{text}"

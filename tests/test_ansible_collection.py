@@ -291,7 +291,7 @@ def test_domain_name_is_never_read_as_an_option(tmp_path, fake, state, check):
     assert calls
     for call in calls:
         try:
-            args = cli._parser().parse_args(call["argv"])
+            args = cli.parser().parse_args(call["argv"])
         except SystemExit:
             pytest.fail(f"vmtune cannot parse {call['argv']}")
         named = args.names if state == "tuned" else [args.name]

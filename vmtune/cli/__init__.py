@@ -24,7 +24,8 @@ from . import doctor, live, offline
 COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS}
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """vmtune's argument parser (the Ansible modules' tests parse their calls with it)."""
     from .. import __version__
 
     parser = argparse.ArgumentParser(prog="vmtune", description="Make KVM guests fast.")
@@ -37,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         cfg = config_mod.load(getattr(args, "config", None))
         return COMMANDS[args.command](args, cfg)
