@@ -176,3 +176,24 @@ def test_an_unreadable_env_file_never_stops_a_domain_vmtune_does_not_tune(host, 
     done = subprocess.run([sys.executable, str(script), "plain", "prepare", "begin", "-"], input=xml.encode(),
                           capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()[-300:]
+
+
+def test_the_doctor_warns_of_a_value_not_restored_yet(host, monkeypatch):
+    """What a refused restore left is a WARN in ``vmtune doctor``'s state area until it is restored."""
+    from vmtune.doctor import state as doctor_state
+    from vmtune.doctor.findings import Context, Roots
+
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    real = hoststate.write
+
+    def busy(sysfs, rel, value):
+        if rel == GOVERNOR:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return real(sysfs, rel, value)
+
+    monkeypatch.setattr(hoststate, "write", busy)
+    assert call(A, "vm-a", "release", "end") == 0
+    assert [r["path"] for r in state(host)["unrestored"]] == [GOVERNOR]
+    ctx = Context(Roots.given(sysfs=str(host / "sys"), root="/"))  # the state: $VMTUNE_STATE_DIR
+    found = [f for f in doctor_state.check(ctx) if f.level == "WARN" and "not restored yet" in f.found]
+    assert found and GOVERNOR in found[0].found

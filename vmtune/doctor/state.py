@@ -132,6 +132,18 @@ def check(ctx: Context) -> list[Finding]:
     if isinstance(state, leases.Damaged):
         return [new("FAIL", path, f"damaged: {state}", "", "the hook refuses latency domains until "
                     + (state.advice or "`vmtune hook reap` sets it aside and goes on from baseline.json"))]
+    unrestored = _unrestored(state, path)
     if not state.leases and state.baseline is None:
-        return [new("OK", path, "no lease held")]
-    return _leases(ctx, state, path) + _baseline(ctx, state, path)
+        return unrestored + [new("OK", path, "no lease held")]
+    return unrestored + _leases(ctx, state, path) + _baseline(ctx, state, path)
+
+
+def _unrestored(state: leases.State, path: str) -> list[Finding]:
+    """Values the kernel refused to take back at a stop: the hook tries them again at every call."""
+    if not state.unrestored:
+        return []
+    shown = ", ".join(f"{r.path} (to {r.before})" for r in state.unrestored[:3])
+    more = f", +{len(state.unrestored) - 3} more" if len(state.unrestored) > 3 else ""
+    return [new("WARN", path, f"{len(state.unrestored)} value(s) not restored yet: {shown}{more}",
+                "every value the hook changed restored", "the next start, stop or `vmtune hook reap` tries "
+                "again; see the hook's log for the kernel's reason")]
