@@ -197,3 +197,26 @@ def test_the_doctor_warns_of_a_value_not_restored_yet(host, monkeypatch):
     ctx = Context(Roots.given(sysfs=str(host / "sys"), root="/"))  # the state: $VMTUNE_STATE_DIR
     found = [f for f in doctor_state.check(ctx) if f.level == "WARN" and "not restored yet" in f.found]
     assert found and GOVERNOR in found[0].found
+
+
+def test_a_qemu_pid_now_a_kernel_threads_is_stale(tmp_path):
+    """A lease whose QEMU pid was reused by a kernel thread (no command line, ever) is stale; a
+    process with an empty command line that is not a kernel thread may be starting: not stale."""
+    from vmtune.hook import alive
+
+    folder = tmp_path / "qemu"
+    folder.mkdir()
+    (folder / "vm-a.xml").write_text(f"<domstatus><domain><uuid>{UUID_A}</uuid></domain></domstatus>")
+    proc = tmp_path / "proc"
+    for pid, flags in (("4242", 0x00200040), ("4343", 0x00400100)):  # kthread; a user task
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "cmdline").write_bytes(b"")
+        (proc / pid / "stat").write_text(f"{pid} (kworker/0:1) I 2 0 0 0 -1 {flags} 0 0 0 0\n")
+    (folder / "vm-a.pid").write_text("4242")
+    why = alive.why_stale(str(folder), str(proc), UUID_A, "vm-a", 0.0, 1000.0)
+    assert why and "kernel thread" in why
+    (folder / "vm-a.pid").write_text("4343")
+    assert alive.why_stale(str(folder), str(proc), UUID_A, "vm-a", 0.0, 1000.0) is None
+    if os.path.exists("/proc/2/stat"):  # kthreadd, on this machine's real /proc
+        (folder / "vm-a.pid").write_text("2")
+        assert "kernel thread" in (alive.why_stale(str(folder), "/proc", UUID_A, "vm-a", 0.0, 1000.0) or "")

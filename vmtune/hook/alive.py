@@ -99,6 +99,16 @@ def runs_as(cmdline: bytes, key: str, name: str) -> bool:
     return guest == name
 
 
+PF_KTHREAD = 0x00200000  # the flags field of /proc/PID/stat: a kernel thread
+
+
+def _kernel_thread(proc: str, pid: str) -> bool:
+    """Whether ``pid`` is a kernel thread (it never gets a command line: the pid was reused)."""
+    stat = _read(os.path.join(proc, pid, "stat"))
+    fields = stat.rpartition(b")")[2].split() if stat else []
+    return len(fields) > 6 and fields[6].isdigit() and bool(int(fields[6]) & PF_KTHREAD)
+
+
 def why_stale(folder: str, proc: str | None, key: str, name: str, since: float, now: float) -> str | None:
     """Why the lease ``key`` (a UUID, or ``name:NAME``) of domain ``name`` is stale; None while it
     runs or nothing can be known. ``proc``: where the pid is looked up (None: not looked up)."""
@@ -117,6 +127,8 @@ def why_stale(folder: str, proc: str | None, key: str, name: str, since: float, 
     if cmdline is None:
         return f"its QEMU (pid {pid.decode()}) is gone"
     if not cmdline:
+        if _kernel_thread(proc, pid.decode()):
+            return f"pid {pid.decode()} is a kernel thread now, not its QEMU"
         return None  # a process that is just starting (or a zombie its parent reaps soon): ask again later
     if not runs_as(cmdline, key, name):
         return f"pid {pid.decode()} is not its QEMU"
