@@ -76,12 +76,14 @@ def state_dir() -> str:
 
 def lock_holder(fd: int) -> str:
     """``pid N (comm)`` of the process holding the flock on ``fd``'s file (``/proc/locks``)."""
-    inode = os.fstat(fd).st_ino
+    info = os.fstat(fd)
+    # /proc/locks names a file as MAJOR:MINOR:INODE, the device numbers in hex (fs/locks.c)
+    file_id = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as fh:
             for line in fh:
                 words = line.split()
-                if len(words) >= 6 and words[1] == "FLOCK" and words[5].rsplit(":", 1)[-1] == str(inode):
+                if len(words) >= 6 and words[1] == "FLOCK" and words[5] == file_id:
                     pid = words[4]
                     try:
                         with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as comm:
