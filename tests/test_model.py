@@ -6,7 +6,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
@@ -167,3 +167,43 @@ def test_partly_listed_iothread_ids_are_filled_in():
         xml = f"<domain><iothreads>4</iothreads><iothreadids><iothread id='{listed}'/></iothreadids></domain>"
         return Domain(etree.fromstring(xml)).iothread_ids()
     assert ids(2) == [1, 2, 3, 4] and ids(7) == [1, 2, 3, 7]
+
+
+def _insert_by_scan(parent, child) -> None:
+    """``edits.insert`` as it was before its shortcut: one scan of every child."""
+    order = edits.ORDER.get(edits._local(parent.tag), ())  # noqa: SLF001 - the reference needs the same helpers
+    name = edits._local(child.tag)
+    if name not in order:
+        parent.append(child)
+        return
+    rank, position = order.index(name), None
+    for i, existing in enumerate(parent):
+        other = edits._local(existing.tag)
+        if other in order and order.index(other) <= rank:
+            position = i + 1
+        elif other in order and position is None and order.index(other) > rank:
+            position = i
+            break
+    parent.append(child) if position is None else parent.insert(position, child)
+
+
+CPUTUNE_CHILDREN = edits.ORDER["cputune"] + ("unknown", "#comment")
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from(CPUTUNE_CHILDREN), max_size=8), st.sampled_from(CPUTUNE_CHILDREN))
+def test_insert_puts_a_child_where_one_scan_would(children, new):
+    """The shortcut for a child that belongs at the end gives the place the full scan gives."""
+    def tree():
+        root = etree.Element("cputune")
+        for tag in children:
+            root.append(etree.Comment("c") if tag == "#comment" else etree.Element(tag))
+        return root
+
+    def made(tag):
+        return etree.Comment("new") if tag == "#comment" else etree.Element(tag, new="1")
+
+    fast, slow = tree(), tree()
+    edits.insert(fast, made(new))
+    _insert_by_scan(slow, made(new))
+    assert etree.tostring(fast) == etree.tostring(slow)

@@ -153,6 +153,9 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
         parent.append(child)
         return
     rank = order.index(name)
+    if _after_all(parent, order, rank):  # the usual case (pins added one by one): no scan
+        parent.append(child)
+        return
     position = None
     for i, existing in enumerate(parent):
         other = _local(existing.tag)
@@ -165,6 +168,25 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
         parent.append(child)
     else:
         parent.insert(position, child)
+
+
+def _after_all(parent: etree._Element, order: tuple[str, ...], rank: int) -> bool:
+    """Whether ``insert``'s scan would put a child of ``rank`` at the very end: the first and the last
+    ordered children rank at most ``rank``, and the last child is that last ordered one. Two
+    lookups from the ends, so adding N pins one by one costs N, not N squared."""
+    first = last = None
+    for existing in parent:
+        if _local(existing.tag) in order:
+            first = existing
+            break
+    if first is None:
+        return False
+    for existing in reversed(parent):
+        if _local(existing.tag) in order:
+            last = existing
+            break
+    return order.index(_local(first.tag)) <= rank and order.index(_local(last.tag)) <= rank \
+        and last is parent[-1]
 
 
 _STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
