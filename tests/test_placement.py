@@ -321,3 +321,24 @@ def test_claims_are_read_once():
     for i in range(3):
         vmtune.rewrite(named(domain(1), f"n{i}"), host, "latency", [xml])
     assert claims.read.cache_info().misses == 1
+
+
+def _with_dimm(dimm_mib: int, boot_mib: int = 1024) -> str:
+    """A latency domain with one guest cell of ``boot_mib`` and a DIMM of ``dimm_mib`` in it."""
+    total = boot_mib + dimm_mib
+    return domain(2, mib=total, extra=(
+        f"<maxMemory slots='4' unit='MiB'>{total * 4}</maxMemory>"
+        f"<cpu><numa><cell id='0' cpus='0-1' memory='{boot_mib}' unit='MiB'/></numa></cpu>")).replace(
+        "</devices>", f"<memory model='dimm'><target><size unit='MiB'>{dimm_mib}</size><node>0</node></target>"
+        "</memory></devices>")
+
+
+def test_the_hugepage_fit_counts_the_dimms_the_pages_back():
+    """A DIMM in a hugepage-backed cell takes pages from the same pool: 1024 MiB of cell and 512 MiB
+    of DIMM need 768 pages of 2 MiB. With 600 free per node the domain gets no hugepages (a
+    warning), where counting the cell alone would promise pages QEMU cannot get; with 800 it does."""
+    short = vmtune.rewrite(_with_dimm(512), make_host(pages={2048: 600}), "latency")
+    assert short.placement["hugepage_kib"] is None and any("no hugepages" in w for w in short.warnings)
+    enough = vmtune.rewrite(_with_dimm(512), make_host(pages={2048: 800}), "latency")
+    assert enough.placement["hugepage_kib"] == 2048
+    assert tree(enough).find("memoryBacking/hugepages") is not None

@@ -16,7 +16,7 @@ from .context import Context
 from .edits import Change, Warn
 from .errors import InvalidInput, Unsupported
 from .host import Host
-from .model import Domain
+from .model import Domain, MemoryDevice
 from .passes import ORDER
 
 VIRT_TYPES = ("kvm", "qemu")
@@ -88,6 +88,8 @@ def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod
             spread=spread,
             cell_when_single=bool(dom.cells) or dom.has_max_memory,
             emulator_with_vcpus=emulator_with_vcpus(dom.type, profile),
+            devices=tuple((dev.target_node or 0, dev.size_kib, dev.granule_kib) for dev in dom.memory_devices
+                          if dev.model in MemoryDevice.RAM_MODELS and dev.pagesize_kib is None and dev.size_kib),
         )
         return placement_mod.dedicated(host, reserved, ledger, req)
     req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)

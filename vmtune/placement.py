@@ -35,6 +35,9 @@ class Request:
     spread: bool = True
     cell_when_single: bool = False  # keep one guest NUMA cell when everything fits on one node
     emulator_with_vcpus: bool = False  # the emulator and iothreads share the dedicated CPUs (TCG)
+    # RAM memory devices (DIMM, virtio-mem) without a page size of their own: (guest cell, KiB, the
+    # size their page must divide). Backed like their cell, they count where it lands.
+    devices: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,10 +108,26 @@ def _pages_free(host: Host, ledger: Ledger, node: int, size: int) -> int:
     return host.cell(node).pages.get(size, 0) - ledger.hugepages.get((node, size), 0)
 
 
-def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int) -> bool:
-    """Whether free pages of ``size`` back every (node, KiB) of ``split``, each rounded up to whole
-    pages (QEMU rounds a hugepage-backed memory up to its page size)."""
-    return all(_pages_free(host, ledger, node, size) >= -(-kib // size) for node, kib in split)
+def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int, req: Request | None = None) -> bool:
+    """Whether free pages of ``size`` back every (node, KiB) of ``split`` and the memory devices
+    there, each backend rounded up to whole pages (QEMU rounds a hugepage-backed memory up to its
+    page size). A device whose size ``size`` does not divide gets pages of its own (passes/_pages.py):
+    not counted here."""
+    need: dict[int, int] = {}
+    for node, kib in split:
+        need[node] = need.get(node, 0) + -(-kib // size)
+    for node, kib in _device_split(split, req, size):
+        need[node] = need.get(node, 0) + kib // size
+    return all(_pages_free(host, ledger, node, size) >= pages for node, pages in need.items())
+
+
+def _device_split(split: list[tuple[int, int]], req: Request | None, size: int | None) -> list[tuple[int, int]]:
+    """(node, KiB) of each memory device: on the node of the guest cell it targets (the last one
+    when there are fewer); with ``size``, only the devices whose granule ``size`` divides."""
+    if req is None or not split:
+        return []
+    return [(split[min(cell, len(split) - 1)][0], kib) for cell, kib, granule in req.devices
+            if size is None or granule % size == 0]
 
 
 def _split_memory(total: int, shares: list[int], granule: int) -> list[int]:
@@ -148,13 +167,16 @@ def _memory_fit(host: Host, ledger: Ledger, nodes: tuple[int, ...], shares: list
     fits = {}
     for size in [s for s in sizes if s <= req.memory_kib]:  # a page larger than all memory is all waste
         parts = _split_memory(req.memory_kib, shares, size)
-        if all(p > 0 for p in parts) and _backs(host, ledger, list(zip(nodes, parts)), size):
+        if all(p > 0 for p in parts) and _backs(host, ledger, list(zip(nodes, parts)), size, req):
             fits[size] = (parts, _waste(parts, size))
     if fits:
         size, why = _page_choice(fits, req.memory_kib)
         return size, fits[size][0], why
     parts = _split_memory(req.memory_kib, shares, MIB)
-    for node, kib in zip(nodes, parts):
+    need = dict(zip(nodes, parts))
+    for node, kib in _device_split(list(zip(nodes, parts)), req, None):
+        need[node] += kib
+    for node, kib in need.items():
         free = _normal_free(host, ledger, node)
         if free is not None and free < kib:
             return None
