@@ -171,14 +171,17 @@ def test_partly_listed_iothread_ids_are_filled_in():
 
 def _insert_by_scan(parent, child) -> None:
     """``edits.insert`` as it was before its shortcut: one scan of every child."""
-    order = edits.ORDER.get(edits._local(parent.tag), ())  # noqa: SLF001 - the reference needs the same helpers
-    name = edits._local(child.tag)
+    def local(tag) -> str:
+        return etree.QName(tag).localname if isinstance(tag, str) else ""  # a comment's tag is a function
+
+    order = edits.ORDER.get(local(parent.tag), ())
+    name = local(child.tag)
     if name not in order:
         parent.append(child)
         return
     rank, position = order.index(name), None
     for i, existing in enumerate(parent):
-        other = edits._local(existing.tag)
+        other = local(existing.tag)
         if other in order and order.index(other) <= rank:
             position = i + 1
         elif other in order and position is None and order.index(other) > rank:
