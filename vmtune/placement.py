@@ -108,7 +108,7 @@ def _pages_free(host: Host, ledger: Ledger, node: int, size: int) -> int:
     return host.cell(node).pages.get(size, 0) - ledger.hugepages.get((node, size), 0)
 
 
-def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int, req: Request | None = None) -> bool:
+def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int, req: Request) -> bool:
     """Whether free pages of ``size`` back every (node, KiB) of ``split`` and the memory devices
     there, each backend rounded up to whole pages (QEMU rounds a hugepage-backed memory up to its
     page size). A device whose size ``size`` does not divide gets pages of its own (passes/_pages.py):
@@ -121,10 +121,10 @@ def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int, 
     return all(_pages_free(host, ledger, node, size) >= pages for node, pages in need.items())
 
 
-def _device_split(split: list[tuple[int, int]], req: Request | None, size: int | None) -> list[tuple[int, int]]:
+def _device_split(split: list[tuple[int, int]], req: Request, size: int | None) -> list[tuple[int, int]]:
     """(node, KiB) of each memory device: on the node of the guest cell it targets (the last one
     when there are fewer); with ``size``, only the devices whose granule ``size`` divides."""
-    if req is None or not split:
+    if not split:
         return []
     return [(split[min(cell, len(split) - 1)][0], kib) for cell, kib, granule in req.devices
             if size is None or granule % size == 0]

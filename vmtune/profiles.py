@@ -123,10 +123,16 @@ def load(name: str, user_dir: str | None = None) -> Profile:
     return Profile(name=name, **_raw(name, user_dir))
 
 
+def host_tuning(name: str | None, user_dir: str | None = None) -> Profile | None:
+    """The profile of a domain tagged ``name`` when it is a latency domain: its profile has
+    ``host_tuning`` (the hook's leases, top-up and re-pin are for those only). Untagged: None."""
+    prof = load(name, user_dir) if name else None
+    return prof if prof is not None and prof.host_tuning else None
+
+
 def tunes_host(name: str | None, user_dir: str | None = None) -> bool:
-    """Whether a domain tagged ``name`` is a latency domain: its profile has ``host_tuning`` (the
-    hook's leases, top-up and re-pin are for those only). Untagged: False."""
-    return bool(name) and load(name, user_dir).host_tuning
+    """Whether a domain tagged ``name`` is a latency domain (``host_tuning``)."""
+    return host_tuning(name, user_dir) is not None
 
 
 def names(user_dir: str | None = None) -> list[str]:

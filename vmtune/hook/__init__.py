@@ -135,7 +135,7 @@ def load_env_file(path: str | None) -> dict[str, str]:
         key, val = key.strip(), val.strip()
         if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
             val = val[1:-1]
-        if key.startswith("VMTUNE_") and key not in os.environ and "\x00" not in key + val and "=" not in key:
+        if key.startswith("VMTUNE_") and key not in os.environ and "\x00" not in key + val:
             os.environ[key] = added[key] = val
     return added
 
@@ -232,17 +232,16 @@ def _run(argv: list[str], data: bytes) -> int:
     try:
         dom = _domain(name, data)
         cfg = config_mod.load()
-        latency = profiles.tunes_host(dom.profile, cfg.profiles_dir)
-        dedicated = latency and profiles.load(dom.profile, cfg.profiles_dir).cpu_pinning == "dedicated"
+        latency = profiles.host_tuning(dom.profile, cfg.profiles_dir)
     except Exception as exc:  # noqa: BLE001 - we cannot tell it is ours: log, let it start
         log.error("%s: %s %s: ignoring the domain: %s", name, *op, exc)
         return 0
-    if not latency:
+    if latency is None:
         return 0
     from .lifecycle import Hook
 
     prepare = op == ("prepare", "begin")
-    dom = replace(_domain(name, data, pages=True), dedicated=dedicated)
+    dom = replace(_domain(name, data, pages=True), dedicated=latency.cpu_pinning == "dedicated")
     if dom.error:
         log.error("%s: %s: %s", dom.name, "refusing to start" if prepare else "not tuned", dom.error)
         return 1 if prepare else 0
