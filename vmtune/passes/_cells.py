@@ -48,13 +48,13 @@ def sources(old_cells, mapping: dict[int, int], new_cell) -> list:
     return [c for c in old_cells if mapping.get(c.id) == new_cell.id or c.cpus & vcpus]
 
 
-def merged_attrs(old_cells, mapping: dict[int, int], new_cell) -> dict[str, str]:
-    """The attributes of ``new_cell``: from every old cell behind it. A device that needs shared
-    memory (virtiofs, vhost-user) needs it in every cell, so each part of a split cell keeps it."""
-    sources_ = [c.node for c in sources(old_cells, mapping, new_cell)]
+def merged_attrs(behind) -> dict[str, str]:
+    """The attributes of a new cell: from every old cell ``behind`` it (``sources``). A device that
+    needs shared memory (virtiofs, vhost-user) needs it in every cell, so each part of a split cell
+    keeps it."""
     out = {}
     for attr in CELL_ATTRS:
-        values = {s.get(attr) for s in sources_ if s.get(attr)}
+        values = {c.node.get(attr) for c in behind if c.node.get(attr)}
         if len(values) == 1:
             out[attr] = values.pop()
         elif values:
@@ -126,11 +126,12 @@ def rebuild(dom, new_cells, mapping: dict[int, int]) -> tuple[etree._Element, li
     numa = E("numa", None, *lead)
     made = {}
     for cell in new_cells:
+        behind = sources(old_cells, mapping, cell)
         el = E("cell", {"id": cell.id, "cpus": cpuset.format(cell.vcpus), "memory": cell.memory_kib, "unit": KIB,
-                        **merged_attrs(old_cells, mapping, cell)})
+                        **merged_attrs(behind)})
         # a part split off a cell holds what that cell held (its caches; comments stay with the first part)
-        went = [c for c in old_cells if mapping.get(c.id) == cell.id]
-        notes += _content(el, went or sources(old_cells, mapping, cell), rows.get(cell.id), copy_notes=bool(went))
+        went = [c for c in behind if mapping.get(c.id) == cell.id]
+        notes += _content(el, went or behind, rows.get(cell.id), copy_notes=bool(went))
         numa.append(el)
         made[cell.id] = el
     links, more = _hmat.interconnects(old_numa.find("interconnects") if old_numa is not None else None, mapping, made)
