@@ -170,6 +170,13 @@ class Domain:
     dedicated: bool = True  # its profile pins vCPUs to CPUs of their own (Lease.dedicated)
 
 
+def _identity(name: str, dom) -> tuple[str, str]:
+    """(name, lease key) of a domain: libvirt's NAME argument is the exact name (its status file is
+    NAME.xml; the model's is stripped); the key is its UUID, else ``name:NAME``."""
+    name = name or dom.name
+    return name, dom.uuid or f"name:{name}"
+
+
 def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
     """The domain as the hook sees it. Every CPU and node list of its XML is checked against the host
     first (bounds.py: an id past the last possible CPU is an error, found before any range is
@@ -194,9 +201,8 @@ def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
             need = hugepages.needs(dom, lambda: hugepages.default_size(sysfs))
     except InvalidInput as exc:
         error = str(exc)
-    # libvirt's NAME argument is the exact name (its status file is NAME.xml); the model's is stripped
-    name = name or dom.name
-    return Domain(name=name, uuid=dom.uuid or f"name:{name}",
+    name, uuid = _identity(name, dom)
+    return Domain(name=name, uuid=uuid,
                   profile=dom.tagged_profile, cpus=cpus, pages=need, error=error)
 
 
@@ -209,9 +215,7 @@ def _run(argv: list[str], data: bytes) -> int:
         try:  # the name and the UUID are all a release needs: no pin is read
             from .. import model, xmlsafe
 
-            found = model.Domain(xmlsafe.parse(data, "domain XML"))
-            name = name or found.name
-            uuid = found.uuid or f"name:{name}"
+            name, uuid = _identity(name, model.Domain(xmlsafe.parse(data, "domain XML")))
         except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases a lease kept by name
             log.warning("%s: cannot read the domain XML (%s); releasing by name (a lease kept by UUID stays)",
                         name, exc)
