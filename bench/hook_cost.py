@@ -96,7 +96,7 @@ class Bench:
 
     def __init__(self, tmp: Path):
         from vmtune import model, xmlsafe
-        from vmtune.hook import hugepages
+        from vmtune.hoststate import pages
 
         self.tmp = tmp
         self.tagged, self.untagged = tagged_domain(), untagged_domain()
@@ -104,7 +104,7 @@ class Bench:
             raise SystemExit("bench: examples/stock-latency.xml is tagged; the untagged case needs it untagged")
         dom = model.Domain(xmlsafe.parse(self.tagged, "bench domain"))
         name = dom.name
-        need = hugepages.needs(dom, lambda: 2048)
+        need = {k.text: n for k, n in pages.needs(dom, lambda: 2048).items()}
         self.sysfs = build_sysfs(tmp / "sys", pools={k: n + 64 for k, n in need.items()})
         (tmp / "profiles").mkdir()
         (tmp / "vmtune.toml").write_text("")

@@ -284,7 +284,7 @@ def run(quick: bool, log: Callable[[str], None]) -> list[dict]:
     setup = {**cfg, "probe_cpu": cpu, "online_cpus": cpuset.format(cpus), "hogs": len(cpus),
              "work_us": WORK_US, "period_us": PERIOD_US, "domain_xml": host.xml.decode(),
              "interpreter": sys.executable, "hook": str(HOOK), "work_dir": str(WORK),
-             "hook_has_isolation": importlib.util.find_spec("vmtune.hook.isolation") is not None,
+             "hook_has_isolation": importlib.util.find_spec("vmtune.hoststate.isolation") is not None,
              "host_before": start, "host_after": after, "isolated_at_start": isolated_at_start,
              "host_changes": changed, "host_restored": not changed}
     return [_record(v, runs, setup) for v in VARIANTS]

@@ -6,7 +6,7 @@ isotrees' IRQs, workqueue mask and cgroup v2 groups:
 
 - a hugepage pool on node 0 behind test_hook_hugepages' ``FakeKernel`` (``kernel``): raising
   ``nr_hugepages`` adds free pages, lowering it takes free ones;
-- two host tasks under the proc root (``TASKS``). ``Task.write`` is a fake ``sched_setaffinity``
+- two host tasks under the proc root (``TASKS``). ``TaskAffinity.write`` is a fake ``sched_setaffinity``
   (``fake_task_write``) that sets ``Cpus_allowed_list`` in the task's status file; the real one is
   tried on real processes in test_hook_isolation.py;
 - with ``systemd``: ``/run/systemd/system``, and ``systemctl`` answered in-process
@@ -29,10 +29,10 @@ from pathlib import Path
 from isotrees import build as build_iso
 from test_hook_hugepages import FakeKernel
 
-from vmtune.hook import hugepages
-from vmtune.hook.isolation import items
+from vmtune.hoststate.kinds import Item, Pool
 
 POOL = "0:2048"
+POOL_KEY = Pool(0, 2048)
 TASKS = {7001: "backup", 7002: "sshd"}
 UNITS = ("init.scope", "system.slice", "user.slice")
 
@@ -44,7 +44,7 @@ def put(path: Path, text: str) -> None:
 
 def build(root: Path, systemd: bool = False) -> FakeKernel:
     """The fake host's extra parts (see the module); returns the hugepage kernel to install as
-    ``hoststate.write``."""
+    ``base.write_file``."""
     build_iso(root, systemd=systemd)
     for pid, comm in TASKS.items():
         stat = f"{pid} ({comm}) S 1 1 1 0 -1 0 " + " ".join(["0"] * 12) + " 4242 0 0"
@@ -59,9 +59,9 @@ def build(root: Path, systemd: bool = False) -> FakeKernel:
 
 
 def fake_task_write(proc: Path):
-    """``Task.write`` for the fake tasks: the new affinity goes into the task's status file."""
-    def write(self, item: items.Item, raw: str) -> None:
-        status = Path(item.where)  # the task's status file (isolation/tasks.py)
+    """``TaskAffinity.write`` for the fake tasks: the new affinity goes into the task's status file."""
+    def write(self, item: Item, raw: str) -> None:
+        status = Path(item.where)  # the task's status file (hoststate/kinds/tasks.py)
         text = status.read_text()
         head = text.split("Cpus_allowed_list:", 1)[0]
         status.write_text(f"{head}Cpus_allowed_list:\t{raw.strip()}\n")
@@ -84,7 +84,7 @@ class FakeSystemctl:
 
 
 def pool_files() -> list[str]:
-    return [hugepages.pool_file(POOL, leaf) for leaf in ("nr_hugepages", "free_hugepages")]
+    return [POOL_KEY.file(leaf) for leaf in ("nr_hugepages", "free_hugepages")]
 
 
 class Libvirt:

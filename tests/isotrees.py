@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vmtune import cpuset
-from vmtune.hook.isolation import tasks
+from vmtune.hoststate.kinds import tasks
 
 IRQS = {1: "0-3", 2: "0-3", 3: "0-1", 4: "2", 5: "0", 6: "1-3"}  # 4: pinned on purpose to CPU 2
 V2_GROUPS = {"init.scope": "", "system.slice": "", "user.slice": "0-3", "lxc.payload": "1-3",

@@ -413,7 +413,8 @@ def test_role_writes_a_config_vmtune_reads(tmp_path):
     run = playbook(book, tmp_path)
     assert run.rc == 0, run.out + run.err
     cfg = config_mod.load(str(dest))
-    assert (cfg.placement, sorted(cfg.reserved_cpus), cfg.smt, cfg.hook) == ("pack", [0, 16], want["smt"], want["hook"])
+    assert (cfg.placement, sorted(cfg.reserved_cpus), cfg.smt, cfg.hook) == (
+        "pack", [0, 16], want["smt"], config_mod.HookSettings(**want["hook"]))
 
 
 # -- the role's install -----------------------------------------------------------------------------------

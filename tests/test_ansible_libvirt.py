@@ -237,7 +237,7 @@ def test_role_installs_vmtune_and_restarts_libvirtd_only_when_the_hook_changed(l
     assert re.fullmatch(rf"#!{re.escape(str(where / 'venv' / 'bin'))}/python[0-9.]*", shebang), shebang
     assert os.readlink(where / "bin" / "vmtune") == str(where / "venv" / "bin" / "vmtune")
     cfg = vmtune.config.load(str(where / "etc" / "vmtune.toml"))
-    assert cfg.placement == "pack" and cfg.hook == {"on_conflict": "warn"}
+    assert cfg.placement == "pack" and cfg.hook == vmtune.config.HookSettings(on_conflict="warn")
     restarted = _libvirtd_pid()
     assert restarted not in (None, pid), "the handler did not restart libvirtd"
     assert "RUNNING HANDLER [vmtune.kvm.host : Restart libvirt without systemd]" in first.out

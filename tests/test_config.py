@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from vmtune import cli, config, schema
 from vmtune.config import Config
 from vmtune.errors import InvalidInput
+from vmtune.roots import Roots
 from schema_paths import jsonschema_paths as _paths
 from schema_paths import keywords
 
@@ -99,7 +101,7 @@ def test_vmtune_config_env_is_honoured(tmp_path, monkeypatch):
     """$VMTUNE_CONFIG names the config file when no path is given."""
     path = write(tmp_path, 'reserved_cpus = "2-3"\n')
     monkeypatch.setenv("VMTUNE_CONFIG", str(path))
-    cfg = config.load()
+    cfg = config.load(Roots.from_env(os.environ).config)  # the edges read the environment
     assert cfg.reserved_cpus == frozenset({2, 3}) and cfg.source == str(path)
 
 
@@ -107,7 +109,7 @@ def test_vmtune_config_env_naming_a_missing_file_is_an_error(tmp_path, monkeypat
     """$VMTUNE_CONFIG naming a missing file is explicit, so it is an error, not the defaults."""
     monkeypatch.setenv("VMTUNE_CONFIG", str(tmp_path / "gone.toml"))
     with pytest.raises(InvalidInput, match="gone.toml"):
-        config.load()
+        config.load(Roots.from_env(os.environ).config)
 
 
 def test_explicit_path_wins_over_the_environment(tmp_path, monkeypatch):
@@ -129,7 +131,7 @@ def test_empty_file_gives_defaults_with_its_source(tmp_path):
     path = write(tmp_path, "")
     cfg = config.load(str(path))
     assert (cfg.reserved_cpus, cfg.placement, cfg.profiles_dir, cfg.smt, cfg.hook) == (
-        None, "spread", None, {}, {})
+        None, "spread", None, {}, config.HookSettings())
     assert cfg.source == str(path)
 
 
@@ -140,7 +142,7 @@ def test_every_key_is_read(tmp_path):
     assert cfg.placement == "pack"
     assert cfg.profiles_dir == "/srv/vmtune/profiles"
     assert cfg.smt == {"latency": "isolate", "realtime": "threads"}
-    assert cfg.hook == {"on_conflict": "warn", "max_cstate_latency_us": 10, "cstate_scope": "pinned", "ksm": "off"}
+    assert cfg.hook == config.HookSettings(on_conflict="warn", max_cstate_latency_us=10, cstate_scope="pinned", ksm="off")
 
 
 @pytest.mark.parametrize("text,cpus", [

@@ -10,7 +10,8 @@ import strategies
 import vmtune
 from conftest import EXAMPLES
 from vmtune import audit, claims, facts, xmlsafe
-from vmtune.hook import hugepages
+from vmtune.hoststate import pages as hugepages
+from vmtune.hoststate.kinds import Pool
 from vmtune.live import apply
 from vmtune.model import Domain
 
@@ -44,7 +45,7 @@ def test_ledger_and_hook_count_the_same_hugepages(xml):
     hugepages per host node and size, whatever the cells, pages, numatune modes and memory devices."""
     ledger = claims.read(xml, HOST).hugepages
     hook = hugepages.needs(dom(xml), lambda: 2048)
-    assert {hugepages.key(node, size): pages for (node, size), pages in ledger.items()} == hook
+    assert {Pool(node, size): pages for (node, size), pages in ledger.items()} == hook
 
 
 class _Running:

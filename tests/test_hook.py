@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 
 from vmtune import cli, hook
-from vmtune.hook import hoststate, install, leases
-from vmtune.hook.state import KnobRecord
+from vmtune.hook import install
+from vmtune.hoststate import engine, tuning
+from vmtune.hoststate.kinds import base, parse_key
+from vmtune.hoststate.record import Record
+from vmtune.hoststate.statedir import StateDir
+from vmtune.roots import Roots
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = ROOT / "hooks" / "qemu"
@@ -324,8 +328,8 @@ def test_drifted_value_is_left_alone_with_a_warning(env, capsys):
     call(A, "vm-a", "prepare", "begin")
     gov1 = f"{CPU}/cpu1/cpufreq/scaling_governor"
     (sysfs / gov1).write_text("schedutil\n")
-    saved = [KnobRecord(r["path"], r["before"], r["after"]) for r in state(env)["baseline"]]
-    assert [d[0] for d in hoststate.verify(str(sysfs), saved)] == [gov1]
+    saved = [Record(parse_key("knob", r["path"]), r["before"], r["after"]) for r in state(env)["baseline"]]
+    assert [d[0].text for d in engine.verify(Roots(sysfs=str(sysfs)), saved)] == [gov1]
     capsys.readouterr()
     call(A, "vm-a", "release", "end")
     err = capsys.readouterr().err
@@ -340,13 +344,13 @@ def test_restore_sets_the_governor_before_the_epp(env, monkeypatch):
     """Apply writes EPP then governor; restore writes governor then EPP (intel_pstate's rule)."""
     sysfs = str(env / "sys")
     writes: list[str] = []
-    real = hoststate.write
-    monkeypatch.setattr(hoststate, "write", lambda root, path, v: (writes.append(path), real(root, path, v)))
-    saved = hoststate.apply(sysfs, hoststate.plan(sysfs))
+    real = base.write_file
+    monkeypatch.setattr(base, "write_file", lambda root, path, v: (writes.append(path), real(root, path, v)))
+    saved = engine.apply(Roots(sysfs=sysfs), tuning.knobs(sysfs))
     cpu0 = [w.rsplit("/", 1)[1] for w in writes if "/cpu0/cpufreq/" in w]
     assert cpu0 == ["energy_performance_preference", "scaling_governor"]
     writes.clear()
-    assert hoststate.restore(sysfs, saved) == []
+    assert engine.restore(Roots(sysfs=sysfs), saved) == []
     cpu0 = [w.rsplit("/", 1)[1] for w in writes if "/cpu0/cpufreq/" in w]
     assert cpu0 == ["scaling_governor", "energy_performance_preference"]
 
@@ -358,7 +362,7 @@ def test_a_lease_that_cannot_be_recorded_undoes_the_tuning(env, capsys, monkeypa
     def fail(self, state):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(leases.Store, "commit", fail)
+    monkeypatch.setattr(StateDir, "commit", fail)
     assert call(A, "vm-a", "prepare", "begin") == 1
     assert snapshot(env / "sys") == before
     assert "No space left" in capsys.readouterr().err
@@ -541,15 +545,16 @@ def _real_cpuidle_state() -> str | None:
 def test_real_cpuidle_state_is_disabled_and_restored():
     """On this machine: apply disables a real cpuidle state, restore puts back its value."""
     rel = _real_cpuidle_state() + "/disable"
-    original = hoststate.read("/sys", rel)
+    key, roots = parse_key("knob", rel), Roots()
+    original = engine.live(key, roots)
     want = "0" if original == "1" else "1"
-    saved = hoststate.apply("/sys", [hoststate.Knob(rel, want)])
+    saved = engine.apply(roots, [engine.Knob(key, want)])
     try:
-        assert hoststate.read("/sys", rel) == want
-        assert saved == [KnobRecord(rel, original, want)]
+        assert engine.live(key, roots) == want
+        assert saved == [Record(key, original, want)]
     finally:
-        assert hoststate.restore("/sys", saved) == []
-    assert hoststate.read("/sys", rel) == original
+        assert engine.restore(roots, saved) == []
+    assert engine.live(key, roots) == original
 
 
 # -- HOOKS_DIR/vmtune.env: libvirtd scrubs the hook's environment -------------------------------

@@ -1,6 +1,6 @@
-"""The hook's hugepage top-up at prepare begin and give-back at release end (vmtune.hook.hugepages).
+"""The hook's hugepage top-up at prepare begin and give-back at release end (vmtune.hoststate.pages).
 
-sysfs files do not behave like the kernel, so ``FakeKernel`` stands in for ``hoststate.write``: a
+sysfs files do not behave like the kernel, so ``FakeKernel`` stands in for ``base.write_file``: a
 write to ``nr_hugepages`` grows a pool out of a per-pool capacity (the memory the kernel can still
 turn into huge pages) and shrinks it by free pages only, recording any attempt to shrink it below
 what is in use. ``use``/``unuse`` are QEMU taking and freeing the pages.
@@ -16,8 +16,10 @@ import pytest
 from test_hook import UUID_A, UUID_B, call, env, snapshot, state  # noqa: F401 - env is a fixture
 
 from vmtune import model, xmlsafe
-from vmtune.hook import hoststate, hugepages
-from vmtune.hook.state import Lease, PoolRecord
+from vmtune.hoststate import pages as hugepages
+from vmtune.hoststate.document import Lease, PoolShare
+from vmtune.hoststate.kinds import Pool, base, parse_key
+from vmtune.roots import Roots
 
 TAG = '<metadata><vmtune:tune xmlns:vmtune="https://vmtune.dev/xmlns/1" profile="latency"/></metadata>'
 PAGE_2M = "<page size='2048' unit='KiB'/>"
@@ -35,7 +37,12 @@ def hp_domain(name: str = "vm-a", uuid: str = UUID_A, mib: int = 1024, page: str
 
 
 def needs(xml: str, default: int = 2048) -> dict[str, int]:
-    return hugepages.needs(model.Domain(xmlsafe.parse(xml.encode(), "x")), lambda: default)
+    return {k.text: n for k, n in hugepages.needs(model.Domain(xmlsafe.parse(xml.encode(), "x")), lambda: default).items()}
+
+
+def pool(k: str) -> Pool:
+    """The typed key of the pool the state names ``k`` (``node:size``)."""
+    return parse_key("pool", k)
 
 
 class FakeKernel:
@@ -44,28 +51,28 @@ class FakeKernel:
         self.capacity: dict[str, int] = {}
         self.violations: list[str] = []
         self.compactions = 0
-        self.real = hoststate.write
+        self.real = base.write_file
 
     def pool(self, k: str, nr: int = 0, free: int | None = None, capacity: int = 100000) -> None:
         for leaf, value in (("nr_hugepages", nr), ("free_hugepages", nr if free is None else free)):
-            path = os.path.join(self.sysfs, hugepages.pool_file(k, leaf))
+            path = os.path.join(self.sysfs, pool(k).file(leaf))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as fh:
                 fh.write(f"{value}\n")
         self.capacity[k] = capacity
 
     def read(self, k: str) -> tuple[int, int]:
-        return hugepages.read_pool(self.sysfs, k)
+        return hugepages.read_pool(self.sysfs, pool(k))
 
     def _set(self, k: str, nr: int, free: int) -> None:
-        self.real(self.sysfs, hugepages.pool_file(k, "nr_hugepages"), f"{nr}\n")
-        self.real(self.sysfs, hugepages.pool_file(k, "free_hugepages"), f"{free}\n")
+        self.real(self.sysfs, pool(k).file("nr_hugepages"), f"{nr}\n")
+        self.real(self.sysfs, pool(k).file("free_hugepages"), f"{free}\n")
 
     def write(self, root: str, path: str, value: str) -> None:
         if root == self.proc and path == hugepages.COMPACT:
             self.compactions += 1
         if root == self.sysfs and path.endswith("/nr_hugepages"):
-            k = next(k for k in self.capacity if hugepages.pool_file(k, "nr_hugepages") == path)
+            k = next(k for k in self.capacity if pool(k).file("nr_hugepages") == path)
             nr, free = self.read(k)
             new = int(value)
             if new >= nr:
@@ -99,7 +106,7 @@ def kernel(env, monkeypatch):  # noqa: F811
     fake = FakeKernel(env / "sys", proc)
     for k in (P0, P1, G0, "1:1048576"):
         fake.pool(k)
-    monkeypatch.setattr(hoststate, "write", fake.write)
+    monkeypatch.setattr(base, "write_file", fake.write)
     return fake
 
 
@@ -177,8 +184,8 @@ def test_needs_nothing_without_hugepages_or_a_node_binding():
 def test_default_size_comes_from_meminfo(env):  # noqa: F811
     (env / "proc").mkdir()
     (env / "proc" / "meminfo").write_text("MemTotal: 100 kB\nHugepagesize:    1048576 kB\n")
-    assert hugepages.default_size(str(env / "sys")) == 1048576
-    assert hugepages.procfs_root("/sys") == "/proc"
+    assert hugepages.default_size(Roots.from_env({}, str(env / "sys"))) == 1048576
+    assert Roots.from_env({}, "/sys").proc == "/proc"
 
 
 # -- top-up and give-back -----------------------------------------------------------------------
@@ -293,11 +300,11 @@ def test_give_back_leaves_what_another_lease_still_waits_for(env):  # noqa: F811
     """150 pages free, another lease needs 120 and uses none yet: at most 30 can go back."""
     fake = FakeKernel(env / "sys", env / "proc")
     fake.pool(P0, nr=150, free=150)
-    waiting = [Lease("other", hugepages={P0: PoolRecord(need=120)})]
-    assert hugepages.plan_shrink(str(env / "sys"), P0, 50, waiting) == (150, 30)
-    assert hugepages.plan_shrink(str(env / "sys"), P0, 50, []) == (150, 50)
+    waiting = [Lease("other", hugepages={pool(P0): PoolShare(need=120)})]
+    assert hugepages.plan_shrink(str(env / "sys"), pool(P0), 50, waiting) == (150, 30)
+    assert hugepages.plan_shrink(str(env / "sys"), pool(P0), 50, []) == (150, 50)
     fake.pool(P0, nr=150, free=40)  # 110 in use: counted as that lease's first
-    assert hugepages.plan_shrink(str(env / "sys"), P0, 50, waiting) == (150, 30)
+    assert hugepages.plan_shrink(str(env / "sys"), pool(P0), 50, waiting) == (150, 30)
 
 
 def test_reconnect_records_the_need_without_topping_up(env, kernel):  # noqa: F811
@@ -334,7 +341,7 @@ def test_no_compact_memory_file_is_skipped(env, kernel):  # noqa: F811
 
 def _killed_at(path_suffix: str, after: bool, argv: list[str], xml: str) -> None:
     """Run the hook; die (no cleanup, like SIGKILL) at the first write to ``path_suffix``."""
-    real = hoststate.write
+    real = base.write_file
 
     def write(root, path, value):
         if path.endswith(path_suffix):
@@ -343,7 +350,7 @@ def _killed_at(path_suffix: str, after: bool, argv: list[str], xml: str) -> None
             os._exit(9)
         real(root, path, value)
 
-    hoststate.write = write
+    base.write_file = write
     from vmtune import hook
 
     hook.main(argv, xml.encode())

@@ -22,9 +22,11 @@ from isotrees import FAKE_PID, IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, Kernel, affi
 from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F401 - env is a fixture
 
 from vmtune import cpuset
-from vmtune.hook import isolation
-from vmtune.hook.isolation import finders, items, tasks
-from vmtune.hook.state import IsoRecord, Isolation
+from vmtune.hoststate import isolation
+from vmtune.hoststate.document import Isolation
+from vmtune.hoststate.kinds import Irq, Task, base, groups, tasks
+from vmtune.hoststate.record import Record
+from vmtune.roots import Roots
 
 A = domain("vm-a", UUID_A, pins="2")
 B = domain("vm-b", UUID_B, pins="3")
@@ -144,14 +146,14 @@ def test_hand_changes_are_kept_with_a_warning(host, capsys):
 def test_a_refused_write_is_skipped(host, monkeypatch):
     """A managed IRQ refuses a new affinity (EIO): it is skipped, the others move, and release
     leaves it as it is."""
-    real = items.Kind.write
+    real = base.Kind.write
 
     def write(self, item, raw):
-        if item.key == "irq:2":
+        if item.key == Irq(2):
             raise OSError(5, "Input/output error")
         real(self, item, raw)
 
-    monkeypatch.setattr(items.Kind, "write", write)
+    monkeypatch.setattr(base.Kind, "write", write)
     before = tree(host)
     call(A, "vm-a", "prepare", "begin")
     assert irq(host, 2) == "0-3" and irq(host, 1) == "0-1,3"
@@ -239,8 +241,8 @@ def test_a_unit_with_allowed_cpus_of_its_own_gets_them_back(host, monkeypatch):
 # -- a kill at every write point ------------------------------------------------------------------
 
 def write_points() -> list[tuple[type, str]]:
-    """Every kind's own ``write`` (tasks, units and files override it): the kill points."""
-    out, todo = [], [items.Kind]
+    """Every kind's own ``write`` (tasks, units and cgroups override it): the kill points."""
+    out, todo = [], [base.Kind]
     while todo:
         kind = todo.pop()
         todo += kind.__subclasses__()
@@ -290,7 +292,8 @@ def test_a_kill_at_every_write_point_then_release_restores_exactly(host, phase, 
     before = tree(host)
     with monkeypatch.context() as m:
         kinds = _writes(host, m)
-    assert set(kinds) == {"file", "irq", "task", "unit" if flavour == "systemd" else "cgroup"}, kinds
+    # every kind's write is a point: the host knobs' (sysfs, cstate) go through Kind.write too
+    assert set(kinds) == {"sysfs", "cstate", "mask", "irq", "task", "unit" if flavour == "systemd" else "cgroup"}, kinds
     assert kinds["task"] == 2
     assert tree(host) == before
     for n in range(sum(kinds.values()) + 1):
@@ -326,8 +329,8 @@ def test_isolation_property(tmp_path_factory, irq_masks, steps):
     for n, m in enumerate(irq_masks):
         (base / "proc/irq" / str(n)).mkdir()
         (base / "proc/irq" / str(n) / "smp_affinity_list").write_text(cpuset.format(m) + "\n")
-    roots = isolation.Roots(str(base / "sys"), str(base / "proc"), str(base / "cg"), str(base / "run"),
-                            str(base / "lv"))
+    roots = Roots(sysfs=str(base / "sys"), proc=str(base / "proc"), cgroupfs=str(base / "cg"),
+                  runfs=str(base / "run"), libvirt=str(base / "lv"))
     before = tree(base)
     held: dict[str, frozenset[int]] = {}
     record = None
@@ -391,18 +394,19 @@ def test_tasks_are_narrowed_and_restored(tmp_path, forker):
     proc, fork = forker
     every = allowed(proc.pid)
     cpu = max(every)
-    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(tmp_path / "lv"))
+    roots = Roots(sysfs="/sys", proc="/proc", cgroupfs=str(tmp_path / "cg"),
+                  runfs=str(tmp_path / "run"), libvirt=str(tmp_path / "lv"))
     journals = []
     pids = {proc.pid}
     record = isolation.reconcile(None, frozenset({cpu}), roots, journals.append, only=pids)
     assert allowed(proc.pid) == every - {cpu}
-    assert journals and f"task:{proc.pid}" in journals[0].records
+    assert journals and f"task:{proc.pid}" in {k.text for k in journals[0].records}
     time.sleep(0.05)  # a tick after the narrowing: the child is born after it
     child = fork()
     pids.add(child)
     assert allowed(child) == every - {cpu}
     record = isolation.reconcile(record, frozenset({cpu}), roots, journals.append, only=pids)
-    assert record.records[f"task:{child}"].before == cpuset.format(every)  # known as inherited
+    assert {k.text: r for k, r in record.records.items()}[f"task:{child}"].before == cpuset.format(every)  # inherited
     assert isolation.reconcile(record, frozenset(), roots, journals.append, only=pids) is None
     assert allowed(proc.pid) == every
     assert allowed(child) == every
@@ -417,11 +421,12 @@ def test_a_task_pinned_by_hand_is_left_alone(tmp_path, forker):
     cpu = max(every)
     pinned = fork()
     os.sched_setaffinity(pinned, {cpu})
-    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(tmp_path / "lv"))
+    roots = Roots(sysfs="/sys", proc="/proc", cgroupfs=str(tmp_path / "cg"),
+                  runfs=str(tmp_path / "run"), libvirt=str(tmp_path / "lv"))
     pids = {proc.pid, pinned}
     record = isolation.reconcile(None, frozenset({cpu}), roots, lambda j: None, only=pids)
     assert allowed(pinned) == {cpu}
-    assert f"task:{pinned}" not in record.records
+    assert f"task:{pinned}" not in {k.text for k in record.records}
     assert allowed(proc.pid) == every - {cpu}
     os.sched_setaffinity(proc.pid, {cpu})  # by hand: neither its original nor what the hook set
     assert isolation.reconcile(record, frozenset(), roots, lambda j: None, only=pids) is None
@@ -435,9 +440,10 @@ def test_a_reused_pid_is_never_restored(tmp_path, forker):
     proc, _ = forker
     every = allowed(proc.pid)
     cpu = max(every)
-    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(tmp_path / "lv"))
+    roots = Roots(sysfs="/sys", proc="/proc", cgroupfs=str(tmp_path / "cg"),
+                  runfs=str(tmp_path / "run"), libvirt=str(tmp_path / "lv"))
     fake = Isolation(frozenset({cpu}), records={
-        f"task:{proc.pid}": IsoRecord(cpuset.format({cpu}), cpuset.format(every), ident="1")})
+        Task(proc.pid, 1): Record(Task(proc.pid, 1), cpuset.format({cpu}), cpuset.format(every))})
     isolation.reconcile(fake, frozenset(), roots, lambda j: None, only={proc.pid})
     assert allowed(proc.pid) == every
 
@@ -452,7 +458,8 @@ def test_libvirt_qemu_threads_are_never_moved(tmp_path, forker):
     lv.mkdir()
     (lv / "vm.pid").write_text(f"{proc.pid}\n")
     (lv / "vm.xml").write_text("<domstatus/>\n")
-    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(lv))
+    roots = Roots(sysfs="/sys", proc="/proc", cgroupfs=str(tmp_path / "cg"),
+                  runfs=str(tmp_path / "run"), libvirt=str(lv))
     isolation.reconcile(None, frozenset({max(every)}), roots, lambda j: None, only={proc.pid})
     assert allowed(proc.pid) == every
     (lv / "vm.xml").unlink()
@@ -465,8 +472,8 @@ def test_libvirt_qemu_threads_are_never_moved(tmp_path, forker):
 
 def test_libvirt_groups_are_recognised():
     for name in LIBVIRT:
-        assert finders.is_machine_group(name)
-    assert not finders.is_machine_group("system.slice")
+        assert groups.is_machine_group(name)
+    assert not groups.is_machine_group("system.slice")
 
 
 # -- the real hook against this machine -----------------------------------------------------------

@@ -16,9 +16,10 @@ from isotrees import FAKE_PID, Kernel, affinity, irq, put, read, task, tree
 from test_hook import UUID_A, call, domain, env, state  # noqa: F401 - env is a fixture
 from test_hook_isolation import A, CG, host  # noqa: F401 - fixtures
 
-from vmtune.hook.isolation import tasks
-from vmtune.hook.leases import Store
-from vmtune.hook.state import IsoRecord, Isolation, State
+from vmtune.hoststate.document import Isolation, State
+from vmtune.hoststate.kinds import Unit, tasks
+from vmtune.hoststate.record import Record
+from vmtune.hoststate.statedir import StateDir
 
 NOW_S = 1000.0
 
@@ -112,13 +113,14 @@ def test_systemd_prints_allowed_cpus_with_spaces(host, monkeypatch):
 def test_a_state_that_would_not_read_back_is_never_written(tmp_path):
     """The commit checks what it writes with the reader: a value the reader refuses is an OSError
     (the caller's prepare fails), and the file on disk stays the last good one."""
-    store = Store(str(tmp_path / "state"), limit=8)
+    store = StateDir(str(tmp_path / "state"), limit=8)
     good = State()
     with store.lock():
         store.commit(good, final=True)
     on_disk = (tmp_path / "state" / "state.json").read_bytes()
     bad = State(isolation=Isolation(frozenset({2}), frozenset(), [],
-                                    {"unit:system.slice": IsoRecord("0-3", "0-1 3", "unit system.slice")}))
+                                    {Unit("system.slice"): Record(Unit("system.slice"), "0-3", "0-1 3",
+                                                                  label="unit system.slice")}))
     with store.lock(), pytest.raises(OSError) as err:
         store.commit(bad)
     assert err.value.errno == errno.EINVAL and "would not read back" in str(err.value)
@@ -132,7 +134,7 @@ def test_the_doctor_counts_no_task_that_could_only_go_to_an_offline_cpu(host):
 
     stuck, movable = task(host, FAKE_PID, "2,4"), task(host, FAKE_PID + 1, "1-2")
     found, _ = strays(str(host / "proc"), str(host / "run/libvirt/qemu"), frozenset({2}), frozenset(range(4)))
-    keys = {t.key for t in found}
+    keys = {t.key.text for t in found}
     assert f"task:{movable}" in keys and f"task:{stuck}" not in keys
     found, _ = strays(str(host / "proc"), str(host / "run/libvirt/qemu"), frozenset({2}))  # online not known
-    assert f"task:{stuck}" in {t.key for t in found}
+    assert f"task:{stuck}" in {t.key.text for t in found}

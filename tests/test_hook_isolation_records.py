@@ -1,4 +1,4 @@
-"""The isolation's records and history (vmtune/hook/isolation/plan.py): a record stays until its item
+"""The isolation's records and history (vmtune/hoststate/isolation/moves.py): a record stays until its item
 is restored, gone or changed by hand; any group name has a key; tasks that inherited a mask the hook
 imposed are widened at every shrink; the kernel's read-back is what the record keeps.
 
@@ -20,9 +20,10 @@ from isotrees import FAKE_PID, IRQS, Kernel, affinity, irq, read, task, tree
 from test_hook import call, env, state  # noqa: F401 - env is a fixture
 from test_hook_isolation import A, B, CG, allowed, forker, host, needs_two_cpus, systemd_host  # noqa: F401 - fixtures
 
-from vmtune.hook import isolation
-from vmtune.hook.isolation import items, tasks
-from vmtune.hook.state import ISO_KEY, MAX_PAIRS, Isolation, Pair, decode
+from vmtune.hoststate import isolation
+from vmtune.hoststate.document import MAX_PAIRS, Isolation, Pair, read_state as decode
+from vmtune.hoststate.kinds import Cgroup, Irq, base, files, groups, parse_key, tasks
+from vmtune.roots import Roots
 
 NOW_S = 1000.0  # the fake host's uptime: tasks born at NOW_S started while isolated
 
@@ -45,20 +46,20 @@ def test_a_failed_restore_keeps_its_record_and_the_next_call_finishes(host, monk
     says so, and the next hook call (a release of a domain with no lease) restores it exactly."""
     before = tree(host)
     call(A, "vm-a", "prepare", "begin")
-    real = items.Kind.write
+    real = base.Kind.write
 
     def busy(self, item, raw):
-        if item.key == "irq:1":
+        if item.key == Irq(1):
             raise OSError(errno.EBUSY, "Device or resource busy")
         real(self, item, raw)
 
-    monkeypatch.setattr(items.Kind, "write", busy)
+    monkeypatch.setattr(base.Kind, "write", busy)
     capsys.readouterr()
     assert call(A, "vm-a", "release", "end") == 0
     assert "not restored yet, kept for the next call: IRQ 1" in capsys.readouterr().err
     assert irq(host, 1) == "0-1,3"
     assert records(host) == {"irq:1": {"before": "0-3", "after": "0-1,3", "label": "IRQ 1"}}
-    monkeypatch.setattr(items.Kind, "write", real)
+    monkeypatch.setattr(base.Kind, "write", real)
     assert call(B, "vm-b", "release", "end") == 0
     assert tree(host) == before
     assert state(host).get("isolation") is None
@@ -151,9 +152,9 @@ def test_every_directory_name_has_a_key_the_state_accepts(raw):
     accepts and that gives the name back."""
     name = os.fsdecode(raw)
     for kind in ("cgroup", "unit"):
-        key = items.key_of(kind, name)
-        assert ISO_KEY.fullmatch(key), key
-        assert items.name_of(key) == name
+        key = groups.key_of(kind, name)
+        assert parse_key("isolation", key) is not None, key
+        assert groups.name_of(key) == name
 
 
 def test_a_key_read_back_never_leaves_the_cgroup_root(host, tmp_path):
@@ -167,7 +168,7 @@ def test_a_key_read_back_never_leaves_the_cgroup_root(host, tmp_path):
     (host / CG / "a").mkdir()
     rec = {"before": "0-3", "after": "0-1,3", "label": "x"}
     keys = ["cgroup:..", "cgroup:%2E%2E", "cgroup:a%2F..%2F..", "cgroup:link", "unit:--help", "cgroup:machine.slice"]
-    assert all(ISO_KEY.fullmatch(k) for k in keys)
+    assert all(parse_key("isolation", k) is not None for k in keys)
     doc = {"version": 1, "leases": {}, "baseline": None,
            "isolation": {"cpus": "", "irqs": "", "pairs": [], "records": {k: rec for k in keys}}}
     (host / "state").mkdir(exist_ok=True)
@@ -277,8 +278,9 @@ def test_the_history_is_bounded_and_says_what_it_forgets(host, kernel, caplog):
     pairs = [Pair("task", frozenset({n % 2}), frozenset({2, 3}), float(n)) for n in range(2)]
     pairs += [Pair("irq", frozenset({0}), frozenset({n}), float(n)) for n in range(MAX_PAIRS + 8)]
     kernel.refuse[pid] = errno.EPERM
-    roots = isolation.Roots(str(host / "sys"), str(host / "proc"), str(host / CG), str(host / "run"), str(host / "lv"))
-    with caplog.at_level("WARNING", logger="vmtune.hook"):
+    roots = Roots(sysfs=str(host / "sys"), proc=str(host / "proc"), cgroupfs=str(host / CG),
+                  runfs=str(host / "run"), libvirt=str(host / "lv"))
+    with caplog.at_level("WARNING", logger="vmtune.hoststate"):
         out = isolation.reconcile(Isolation(frozenset({2}), frozenset(IRQS), pairs), frozenset({2}), roots,
                                   lambda j: None)
     assert len(out.pairs) == MAX_PAIRS
@@ -294,7 +296,8 @@ def test_a_real_child_forked_while_isolated_is_widened_at_release(tmp_path, fork
     proc, fork = forker
     every = allowed(proc.pid)
     cpu = max(every)
-    roots = isolation.Roots("/sys", "/proc", str(tmp_path / "cg"), str(tmp_path / "run"), str(tmp_path / "lv"))
+    roots = Roots(sysfs="/sys", proc="/proc", cgroupfs=str(tmp_path / "cg"),
+                  runfs=str(tmp_path / "run"), libvirt=str(tmp_path / "lv"))
     pids = {proc.pid}
     record = isolation.reconcile(None, frozenset({cpu}), roots, lambda j: None, only=pids)
     time.sleep(0.05)  # a tick after the narrowing: the child is born after it
@@ -311,12 +314,12 @@ def test_a_value_the_kernel_normalises_is_not_a_hand_change(host, monkeypatch, c
     """A kernel that keeps only part of what was written (IRQ 6 cannot take CPU 3: "1,3" reads back
     "1"): the record keeps what was read back, so the release restores it instead of leaving it
     alone as changed by hand."""
-    real = items.IrqFile.write
+    real = files.IrqAffinity.write
 
     def chip(self, item, raw):
-        real(self, item, "1" if item.key == "irq:6" and raw == "1,3" else raw)
+        real(self, item, "1" if item.key == Irq(6) and raw == "1,3" else raw)
 
-    monkeypatch.setattr(items.IrqFile, "write", chip)
+    monkeypatch.setattr(files.IrqAffinity, "write", chip)
     before = tree(host)
     call(A, "vm-a", "prepare", "begin")
     assert irq(host, 6) == "1" and records(host)["irq:6"]["after"] == "1"
@@ -330,14 +333,14 @@ def test_a_group_that_refuses_its_cpus_has_its_tasks_moved_one_by_one(host, kern
     """system.slice refuses the write (EACCES): the hook says so and narrows its tasks one by one;
     the release restores them, and the group is left as it was."""
     cron = task(host, FAKE_PID, "0-3", comm="cron", cgroup="0::/system.slice/cron.service")
-    real = items.CgroupFile.write
+    real = groups.CgroupCpuset.write
 
     def refuse(self, item, raw):
-        if item.key == "cgroup:system.slice":
+        if item.key == Cgroup("system.slice"):
             raise PermissionError(errno.EACCES, "Permission denied")
         real(self, item, raw)
 
-    monkeypatch.setattr(items.CgroupFile, "write", refuse)
+    monkeypatch.setattr(groups.CgroupCpuset, "write", refuse)
     before = tree(host)
     call(A, "vm-a", "prepare", "begin")
     assert "system.slice: cannot narrow; moving their tasks one by one" in capsys.readouterr().err
@@ -353,8 +356,8 @@ def test_a_journal_record_with_a_key_of_an_older_vmtune_still_reads(host):
     data = {"version": 1, "leases": {}, "baseline": None,
             "isolation": {"cpus": "2", "irqs": "", "pairs": [],
                           "records": {"cgroup:system.slice": {"before": "", "after": "0-1,3", "label": "x"}}}}
-    assert items.key_of("cgroup", "system.slice") == "cgroup:system.slice"
-    assert decode(data, 8).isolation.records["cgroup:system.slice"].after == "0-1,3"
+    assert groups.key_of("cgroup", "system.slice") == "cgroup:system.slice"
+    assert decode(data, 8).isolation.records[Cgroup("system.slice")].after == "0-1,3"
 
 
 def test_only_these_tasks_touches_nothing_else(host, kernel):
@@ -364,11 +367,11 @@ def test_only_these_tasks_touches_nothing_else(host, kernel):
     pid = task(host, FAKE_PID, "0-3")
     other = task(host, FAKE_PID + 1, "0-3")
     before = {k: v for k, v in tree(host).items() if f"/{pid}/" not in k}
-    roots = isolation.Roots(str(host / "sys"), str(host / "proc"), str(host / "sys" / "fs" / "cgroup"),
-                            str(host / "run"), str(host / "lv"))
+    roots = Roots(sysfs=str(host / "sys"), proc=str(host / "proc"), cgroupfs=str(host / "sys" / "fs" / "cgroup"),
+                  runfs=str(host / "run"), libvirt=str(host / "lv"))
     record = isolation.reconcile(None, frozenset({2}), roots, lambda j: None, only={pid})
     assert affinity(host, pid) == "0-1,3" and affinity(host, other) == "0-3"
     assert {k: v for k, v in tree(host).items() if f"/{pid}/" not in k} == before
-    assert set(record.records) == {f"task:{pid}"}
+    assert {k.text for k in record.records} == {f"task:{pid}"}
     assert isolation.reconcile(record, frozenset(), roots, lambda j: None, only={pid}) is None
     assert affinity(host, pid) == "0-3"

@@ -13,14 +13,14 @@ import pytest
 from killpoints import KILLED, killed_at
 from test_hook import CPU, UUID_A, A, B, call, env, snapshot, state, value  # noqa: F401 - env is a fixture
 
-from vmtune.hook import hoststate
+from vmtune.hoststate.kinds import base
 
 HOST_WRITES = 12  # the fake host of test_hook: 3 EPP + 4 governors + 4 deep C-states + KSM
 
 
 def killed_after(writes: int, argv: list[str], xml: str) -> int:
     """Killed before its sysfs write number ``writes`` (0: before the first)."""
-    return killed_at(writes, argv, xml, [(hoststate, "write")])
+    return killed_at(writes, argv, xml, [(base, "write_file")])
 
 
 def pending(records) -> list[str]:
@@ -78,7 +78,7 @@ def test_killed_while_restoring_then_released_again(env, capsys):  # noqa: F811 
 
 def test_the_journal_is_on_disk_before_the_first_write(env, monkeypatch):  # noqa: F811 - env is test_hook's fixture
     """At every sysfs write, the state file already holds a record for that path."""
-    real = hoststate.write
+    real = base.write_file
     seen = []
 
     def write(root, path, val):
@@ -86,7 +86,7 @@ def test_the_journal_is_on_disk_before_the_first_write(env, monkeypatch):  # noq
         seen.append(path in [r["path"] for r in on_disk["baseline"] or []])
         real(root, path, val)
 
-    monkeypatch.setattr(hoststate, "write", write)
+    monkeypatch.setattr(base, "write_file", write)
     assert call(A, "vm-a", "prepare", "begin") == 0
     assert len(seen) == HOST_WRITES and all(seen)
     assert pending(state(env)["baseline"]) == []  # the final commit has the real records
@@ -96,7 +96,7 @@ def test_an_error_half_way_undoes_the_tuning(env, monkeypatch, capsys):  # noqa:
     """A write that raises (not an OSError: a bug) after 5 writes: exit 1, host and state as before."""
     sysfs = env / "sys"
     before = snapshot(sysfs)
-    real = hoststate.write
+    real = base.write_file
     done = [0]
 
     def write(root, path, val):
@@ -106,7 +106,7 @@ def test_an_error_half_way_undoes_the_tuning(env, monkeypatch, capsys):  # noqa:
         done[0] += 1
         real(root, path, val)
 
-    monkeypatch.setattr(hoststate, "write", write)
+    monkeypatch.setattr(base, "write_file", write)
     assert call(A, "vm-a", "prepare", "begin") == 1
     assert "boom" in capsys.readouterr().err
     assert snapshot(sysfs) == before
@@ -119,7 +119,7 @@ def test_an_error_half_way_in_pinned_scope_undoes_the_cstates(env, monkeypatch):
     call(A, "vm-a", "prepare", "begin")
     tuned = snapshot(sysfs)
     saved = state(env)
-    real = hoststate.write
+    real = base.write_file
 
     def write(root, path, val):
         if "cpuidle" in path:
@@ -127,9 +127,9 @@ def test_an_error_half_way_in_pinned_scope_undoes_the_cstates(env, monkeypatch):
             raise RuntimeError("boom")
         real(root, path, val)
 
-    monkeypatch.setattr(hoststate, "write", write)
+    monkeypatch.setattr(base, "write_file", write)
     assert call(B, "vm-b", "prepare", "begin") == 1
-    monkeypatch.setattr(hoststate, "write", real)
+    monkeypatch.setattr(base, "write_file", real)
     assert snapshot(sysfs) == tuned
     assert state(env) == saved
     assert value(sysfs, f"{CPU}/cpu3/cpuidle/state3/disable") == "0"

@@ -1,5 +1,5 @@
 """The hook's state is verified, never assumed: kills at every write point, a full disk, damage,
-hostile inputs, a held lock, a stdin that never closes (vmtune/hook/leases.py, state.py, alive.py).
+hostile inputs, a held lock, a stdin that never closes (vmtune/hoststate/leases.py, document.py, alive.py).
 
 The host is test_hook's fake sysfs (4 CPUs, cpufreq, cpuidle, KSM) with isotrees' IRQs, workqueue
 and cgroup v2 groups; the kill-point sweep's host adds hugepages, host tasks and systemd units
@@ -36,9 +36,10 @@ from test_hook import (HOOK, UUID_A, UUID_B, assert_tuned, build_sysfs, call, do
 from test_hook_hugepages import hp_domain
 
 from vmtune import atomic, cli, cpuset, hook
-from vmtune.hook import alive, hoststate, leases
-from vmtune.hook.isolation import items, tasks
-from vmtune.hook.state import Damaged, decode
+from vmtune.hoststate import alive
+from vmtune.hoststate.document import Damaged, read_state as decode
+from vmtune.hoststate.kinds import base, groups, tasks
+from vmtune.hoststate.statedir import BASELINE_FILE, StateDir
 
 A = domain("vm-a", UUID_A, pins="2")
 B = domain("vm-b", UUID_B, pins="3")
@@ -81,10 +82,10 @@ def release(host, name: str, xml: str) -> None:
 
 # -- a kill at every write point, then every order of what may come next ----------------------------
 
-POINTS = [(hoststate, "write"),  # every sysfs knob, C-state and hugepage pool (hookhost's FakeKernel)
-          (items.Kind, "write"),  # IRQs, the default IRQ mask, the workqueue mask, cgroups
-          (tasks.Task, "write"),  # task affinities (they override Kind.write)
-          (items.Unit, "write"),  # systemd units' AllowedCPUs (they override Kind.write)
+POINTS = [(base, "write_file"),  # every file: sysfs knobs, C-states, hugepage pools (hookhost's FakeKernel),
+          # IRQs, the default IRQ mask, the workqueue mask, cgroups: the one writer of host files
+          (tasks.TaskAffinity, "write"),  # task affinities (they override Kind.write)
+          (groups.SystemdUnit, "write"),  # systemd units' AllowedCPUs (they override Kind.write)
           (os, "replace"),  # inside every state commit: before the rename
           (os, "fsync")]  # inside every state commit: before the temporary file is whole, after the rename
 GRACE = 120.0
@@ -122,9 +123,9 @@ def sweep_host(request, tmp_path, monkeypatch):
         monkeypatch.setenv(f"VMTUNE_{name}", str(value))
     monkeypatch.setenv("VMTUNE_SYSLOG", "0")
     monkeypatch.delenv("VMTUNE_DRY_RUN", raising=False)
-    monkeypatch.setattr(hoststate, "write", kernel.write)
-    monkeypatch.setattr(tasks.Task, "write", fake_task_write(root / "proc"))
-    monkeypatch.setattr(items, "systemctl", FakeSystemctl(root / "run" / "units"))
+    monkeypatch.setattr(base, "write_file", kernel.write)
+    monkeypatch.setattr(tasks.TaskAffinity, "write", fake_task_write(root / "proc"))
+    monkeypatch.setattr(groups, "systemctl", FakeSystemctl(root / "run" / "units"))
     monkeypatch.setattr(os, "fsync", lambda fd: None)  # a memory filesystem: still a kill point
     monkeypatch.setattr(alive, "GRACE_S", 0.0)
     LV["lv"] = Libvirt(root / "libvirt")
@@ -203,10 +204,14 @@ def census(host: Path, phase: str) -> Counter:
     def counting(owner, name):
         def inner(*args, **kwargs):
             label = f"{getattr(owner, '__name__', owner)}.{name}"
-            if owner is hoststate and "nr_hugepages" in str(args[1:2]):
+            if owner is base and "nr_hugepages" in str(args[1:2]):
                 label = "hugepage pool"
-            elif owner is hoststate and "cpuidle" in str(args[1:2]):
+            elif owner is base and "cpuidle" in str(args[1:2]):
                 label = "C-state"
+            elif owner is base and ("cpufreq" in str(args[1:2]) or "ksm" in str(args[1:2])):
+                label = "sysfs knob"
+            elif owner is base:
+                label = "isolation file"
             counts[label] += 1
             return real[owner, name](*args, **kwargs)
         return inner
@@ -233,8 +238,8 @@ def test_kill_at_every_point_then_every_order(sweep_host, phase):
     with no lease."""
     host, pinned = sweep_host
     kinds = census(host, phase)
-    assert kinds["hugepage pool"] and kinds["C-state"] and kinds["Task.write"] and kinds["Kind.write"]
-    assert bool(kinds["Unit.write"]) == pinned
+    assert kinds["hugepage pool"] and kinds["C-state"] and kinds["TaskAffinity.write"] and kinds["isolation file"]
+    assert bool(kinds["SystemdUnit.write"]) == pinned
     trials, points, seen = sweep(host, pinned, phase, AFTER_PREPARE if phase == "prepare" else AFTER_RELEASE)
     assert points == sum(kinds.values())
     if phase == "prepare":
@@ -255,7 +260,7 @@ def test_enospc_between_the_two_files_of_a_commit(sweep_host, monkeypatch, phase
         seen = [0]
 
         def replace(path, data, *args, n=n, seen=seen, **kwargs):
-            if path.endswith(leases.BASELINE_FILE):
+            if path.endswith(BASELINE_FILE):
                 seen[0] += 1
                 if seen[0] == n + 1:
                     raise OSError(errno.ENOSPC, "No space left on device")
@@ -322,7 +327,7 @@ def test_a_full_or_read_only_state_dir_at_each_commit(host, tiny, monkeypatch, f
     """The state dir fills up (or turns read-only) at the n-th commit of prepare or release: the
     call fails (a prepare with exit 1), and once there is room again, what comes next ends exact."""
     before = tree(host)
-    real = leases.Store.commit
+    real = StateDir.commit
     for n in range(8):
         seen = [0]
 
@@ -338,9 +343,9 @@ def test_a_full_or_read_only_state_dir_at_each_commit(host, tiny, monkeypatch, f
         if phase == "release":
             prepare(host, "vm-a", UUID_A, A, 2)
             lv().stop("vm-a")
-        monkeypatch.setattr(leases.Store, "commit", commit)
+        monkeypatch.setattr(StateDir, "commit", commit)
         rc = call(A, "vm-a", phase, "begin" if phase == "prepare" else "end")
-        monkeypatch.setattr(leases.Store, "commit", real)
+        monkeypatch.setattr(StateDir, "commit", real)
         (tiny / "filler").unlink(missing_ok=True) if fault == "ENOSPC" else subprocess.run(
             ["mount", "-o", "remount,rw", str(tiny)], check=True)
         if phase == "prepare" and seen[0] > n:

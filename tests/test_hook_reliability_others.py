@@ -14,7 +14,7 @@ from isotrees import tree
 from test_hook_reliability import (POINTS, SA, SB, UUID_A, UUID_B, call, clean, lv, orders,  # noqa: F401
                                    release, state, sweep_host, tuned_for_every_lease)
 
-from vmtune.hook import alive
+from vmtune.hoststate import alive
 
 SB_PAGES = SB.replace("<vcpu>", "<memoryBacking><hugepages><page size='2048' unit='KiB'/></hugepages>"
                       "</memoryBacking><vcpu>", 1) if "memoryBacking" not in SB else SB

@@ -10,8 +10,9 @@ import vmtune
 from hosttrees import write_sysfs
 from test_placement import make_host
 from vmtune import cpuset, hook
-from vmtune.hook import leases, repin
-from vmtune.hook.state import Lease
+from vmtune.hook import repin
+from vmtune.hoststate.document import Lease
+from vmtune.hoststate.statedir import StateDir
 from vmtune.host import Host
 from vmtune.model import Domain
 
@@ -69,7 +70,7 @@ def place(tmp_path, monkeypatch):
         count[0] += 1
         sysfs = write_sysfs(host, str(tmp_path / f"host{count[0]}"))
         monkeypatch.setenv("VMTUNE_SYSFS", sysfs)
-        store = leases.Store()
+        store = StateDir(str(tmp_path / "state"))
         with store.locked() as state:
             state.leases.clear()
             for name, cpus in (held or {}).items():

@@ -21,7 +21,7 @@ from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F4
 from test_hook_reliability import A, B, host, lv  # noqa: F401 - host
 
 from vmtune import cli
-from vmtune.hook import hoststate
+from vmtune.hoststate.kinds import base
 
 GOVERNOR = "devices/system/cpu/cpu1/cpufreq/scaling_governor"
 
@@ -83,14 +83,14 @@ def test_cstates_key_lost_with_scope_pinned(host):
 
 def _governor_busy(monkeypatch):
     """Writes to cpu1's governor fail with EBUSY from now on; returns the real writer."""
-    real = hoststate.write
+    real = base.write_file
 
     def busy(sysfs, rel, value):
         if rel == GOVERNOR:
             raise OSError(errno.EBUSY, "Device or resource busy")
         return real(sysfs, rel, value)
 
-    monkeypatch.setattr(hoststate, "write", busy)
+    monkeypatch.setattr(base, "write_file", busy)
     return real
 
 
@@ -101,7 +101,7 @@ def test_a_restore_that_fails_once_is_tried_again(host, monkeypatch):
     assert call(A, "vm-a", "prepare", "begin") == 0
     real = _governor_busy(monkeypatch)
     assert call(A, "vm-a", "release", "end") == 0
-    monkeypatch.setattr(hoststate, "write", real)
+    monkeypatch.setattr(base, "write_file", real)
     assert call(A, "vm-a", "prepare", "begin") == 0  # the next cycle, the kernel takes writes again
     assert call(A, "vm-a", "release", "end") == 0
     assert tree(host) == before  # cpu1's governor too, restored by the next call
@@ -186,14 +186,15 @@ def test_an_unreadable_env_file_never_stops_a_domain_vmtune_does_not_tune(host, 
 
 def test_the_doctor_warns_of_a_value_not_restored_yet(host, monkeypatch):
     """What a refused restore left is a WARN in ``vmtune doctor``'s state area until it is restored."""
-    from vmtune.doctor import state as doctor_state
+    from vmtune.doctor import hookstate as doctor_state
     from vmtune.doctor.findings import Context, Roots
 
     assert call(A, "vm-a", "prepare", "begin") == 0
     _governor_busy(monkeypatch)
     assert call(A, "vm-a", "release", "end") == 0
     assert [r["path"] for r in state(host)["unrestored"]] == [GOVERNOR]
-    ctx = Context(Roots.given(sysfs=str(host / "sys"), root="/"))  # the state: $VMTUNE_STATE_DIR
+    here = Roots.from_env(os.environ)  # the state: $VMTUNE_STATE_DIR
+    ctx = Context(Roots.given(sysfs=str(host / "sys"), root="/", here=here))
     found = [f for f in doctor_state.check(ctx) if f.level == "WARN" and "not restored yet" in f.found]
     assert found and GOVERNOR in found[0].found
 
@@ -201,7 +202,7 @@ def test_the_doctor_warns_of_a_value_not_restored_yet(host, monkeypatch):
 def test_a_qemu_pid_now_a_kernel_threads_is_stale(tmp_path):
     """A lease whose QEMU pid was reused by a kernel thread (no command line, ever) is stale; a
     process with an empty command line that is not a kernel thread may be starting: not stale."""
-    from vmtune.hook import alive
+    from vmtune.hoststate import alive
 
     folder = tmp_path / "qemu"
     folder.mkdir()

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from vmtune.doctor.findings import Context, Roots
-from vmtune.hook import hoststate, hugepages
+from vmtune.host.sysfs import cpu_limit
+from vmtune.hoststate import pages as hugepages
+from vmtune.hoststate.kinds import read_file
 from vmtune.host import sysfs as files
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vmtune"
@@ -50,7 +52,6 @@ def test_hook_and_doctor_see_the_same_online_cpus(sysfs, online, want):
     if online is not None:
         put(sysfs, f"{CPU_DIR}/online", online)
     assert files.online_cpus(str(sysfs)) == want
-    assert hoststate.online_cpus(str(sysfs)) == want
     assert Context(Roots.given(sysfs=str(sysfs))).cpus() == want
 
 
@@ -60,17 +61,17 @@ def test_cpu_limit_counts_every_cpu_list_and_directory(sysfs):
     put(sysfs, f"{CPU_DIR}/present", "garbage\n")
     put(sysfs, f"{CPU_DIR}/online", "0-3\n")
     (sysfs / CPU_DIR / "cpu5").mkdir()
-    assert hoststate.cpu_limit(str(sysfs)) == 8
+    assert cpu_limit(str(sysfs)) == 8
     os.remove(sysfs / CPU_DIR / "possible")
-    assert hoststate.cpu_limit(str(sysfs)) == 6
-    assert hoststate.cpu_limit(str(sysfs / "none")) == 8192
+    assert cpu_limit(str(sysfs)) == 6
+    assert cpu_limit(str(sysfs / "none")) == 8192
 
 
 def test_knob_read_is_none_only_for_a_missing_file(sysfs):
     """The hook's knob reader: a missing file is None; any other failure is raised, not taken for absent."""
-    assert hoststate.read(str(sysfs), "kernel/mm/ksm/run") is None
+    assert read_file(str(sysfs), "kernel/mm/ksm/run") is None
     with pytest.raises(IsADirectoryError):
-        hoststate.read(str(sysfs), f"{CPU_DIR}/cpu0")
+        read_file(str(sysfs), f"{CPU_DIR}/cpu0")
     assert files.value(str(sysfs / CPU_DIR / "cpu0")) is None
 
 
@@ -84,9 +85,9 @@ def test_default_hugepage_size(tmp_path):
     assert files.default_page_kib(str(sysfs), str(proc)) == 1048576
     put(proc, "meminfo", "MemTotal:       32000000 kB\n")
     assert files.default_page_kib(str(sysfs), str(proc)) == 64
-    assert hugepages.default_size(str(sysfs)) == 64  # proc beside the sysfs root
+    assert hugepages.default_size(Roots.from_env({}, str(sysfs))) == 64  # proc beside the sysfs root
     assert files.default_page_kib(str(tmp_path / "none"), str(proc)) is None
-    assert hugepages.default_size(str(tmp_path / "none" / "sys")) == hugepages.DEFAULT_SIZE_KIB
+    assert hugepages.default_size(Roots.from_env({}, str(tmp_path / "none" / "sys"))) == hugepages.DEFAULT_SIZE_KIB
 
 
 def test_meminfo_proc_and_node_forms(tmp_path):
@@ -170,7 +171,7 @@ def test_host_modules_import_no_circle():
 def test_the_hook_loads_neither_the_host_model_nor_subprocess():
     """What a hook release imports reads sysfs through host/sysfs.py and leaves the model, the
     capabilities loader, platform and subprocess unloaded."""
-    code = "import sys, vmtune.hook.lifecycle; print(' '.join(sys.modules))"
+    code = "import sys, vmtune.hoststate.leases; print(' '.join(sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "vmtune.host.sysfs" in loaded
     assert not {"vmtune.host.topology", "vmtune.host.capabilities", "platform", "subprocess"} & set(loaded)

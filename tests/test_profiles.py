@@ -28,17 +28,21 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 @pytest.fixture(autouse=True)
 def no_machine_profiles(tmp_path_factory, monkeypatch):
-    """$VMTUNE_PROFILES points at an empty directory unless a test sets its own."""
-    monkeypatch.setenv("VMTUNE_PROFILES", str(tmp_path_factory.mktemp("no-profiles")))
+    """$VMTUNE_PROFILES (read by the CLI) and the default folder (the library's) point at an empty
+    directory unless a test sets its own."""
+    empty = str(tmp_path_factory.mktemp("no-profiles"))
+    monkeypatch.setenv("VMTUNE_PROFILES", empty)
+    monkeypatch.setattr(profiles, "USER_DIR", empty)
     monkeypatch.delenv("VMTUNE_CONFIG", raising=False)
 
 
 @pytest.fixture
 def user_dir(tmp_path, monkeypatch) -> Path:
-    """A user profile directory, named by $VMTUNE_PROFILES."""
+    """A user profile directory, named by $VMTUNE_PROFILES and as the default folder."""
     folder = tmp_path / "profiles"
     folder.mkdir()
     monkeypatch.setenv("VMTUNE_PROFILES", str(folder))
+    monkeypatch.setattr(profiles, "USER_DIR", str(folder))
     return folder
 
 

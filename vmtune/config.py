@@ -1,40 +1,100 @@
-"""The host's choices: /etc/vmtune/vmtune.toml (or --config, or $VMTUNE_CONFIG)."""
+"""The host's choices: /etc/vmtune/vmtune.toml (or --config, or $VMTUNE_CONFIG, which the edges
+pass as ``path``).
+
+Every option is declared once, with its type and default: ``Config`` for the top level,
+``HookSettings`` for ``[hook]`` (tuned's ``_get_config_options`` idea). A value that is one of a
+few words is a ``StrEnum``, so that code compares with ``CStateScope.PINNED`` and never with a
+bare string. The schema (schemas/config.schema.json) checks the file first, with line numbers.
+"""
 
 from __future__ import annotations
 
-import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 
 from . import cpuset, schema
 from .errors import InvalidInput
+from .profiles import SmtPolicy
 
 DEFAULT_PATH = "/etc/vmtune/vmtune.toml"
+
+
+class PlacementPolicy(StrEnum):
+    SPREAD = "spread"  # a new VM goes to the node with the most free dedicated CPUs
+    PACK = "pack"  # the fewest
+
+
+class OnConflict(StrEnum):
+    REFUSE = "refuse"
+    WARN = "warn"
+
+
+class CStateScope(StrEnum):
+    HOST = "host"  # every online CPU, from the first lease to the last
+    PINNED = "pinned"  # each lease's pinned CPUs
+
+
+class KsmPolicy(StrEnum):
+    OFF = "off"
+    KEEP = "keep"
+
+
+class Isolate(StrEnum):
+    ON = "on"
+    OFF = "off"
+
+
+class HugepagePolicy(StrEnum):
+    TOP_UP = "top-up"
+    OFF = "off"
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """``[hook]``: what the libvirt hook does while latency domains run."""
+
+    on_conflict: OnConflict = OnConflict.REFUSE
+    max_cstate_latency_us: int = 10
+    cstate_scope: CStateScope = CStateScope.HOST
+    ksm: KsmPolicy = KsmPolicy.OFF
+    lock_timeout_s: float = 30.0
+    isolate: Isolate = Isolate.ON
+    hugepages: HugepagePolicy = HugepagePolicy.TOP_UP
+
+    @classmethod
+    def of(cls, table: dict) -> HookSettings:
+        """The settings of a ``[hook]`` table the schema passed: each value as its field's type."""
+        types = {f.name: f.type for f in fields(cls)}
+        convert = {"int": int, "float": float, **{t.__name__: t for t in (OnConflict, CStateScope, KsmPolicy,
+                                                                          Isolate, HugepagePolicy)}}
+        return cls(**{k: convert[types[k]](v) for k, v in table.items()})
 
 
 @dataclass(frozen=True)
 class Config:
     reserved_cpus: frozenset[int] | None = None  # None: Host.default_reserved() (Host.reserved applies it)
-    placement: str = "spread"
+    placement: PlacementPolicy = PlacementPolicy.SPREAD
     profiles_dir: str | None = None
-    smt: dict[str, str] = field(default_factory=dict)
-    hook: dict[str, object] = field(default_factory=dict)
+    smt: dict[str, SmtPolicy] = field(default_factory=dict)
+    hook: HookSettings = HookSettings()
     source: str | None = None
 
     __hash__ = object.__hash__
 
 
-def load(path: str | None = None) -> Config:
-    """Read the config; a missing file is the defaults, a malformed one an error naming the line."""
-    explicit = path or os.environ.get("VMTUNE_CONFIG")
-    where = explicit or DEFAULT_PATH
+def load(path: str | None = None, profiles_dir: str | None = None) -> Config:
+    """Read the config at ``path`` (None: ``DEFAULT_PATH``, which may be missing: the defaults); a
+    malformed one is an error naming the line. ``profiles_dir``: where user profiles are when the
+    file does not say (``$VMTUNE_PROFILES``, which the edges pass)."""
+    where = path or DEFAULT_PATH
     try:
         with open(where, "rb") as fh:
             raw = fh.read()
     except FileNotFoundError:
-        if explicit:
+        if path:
             raise InvalidInput(f"config file {where} does not exist") from None
-        return Config()
+        return Config(profiles_dir=profiles_dir)
     except OSError as exc:
         raise InvalidInput(f"cannot read config {where}: {exc.strerror}") from None
     text = raw.decode("utf-8", errors="replace")
@@ -51,9 +111,9 @@ def load(path: str | None = None) -> Config:
         raise InvalidInput(f"{where}:{line}: reserved_cpus: {exc}" if line else f"{where}: {exc}") from None
     return Config(
         reserved_cpus=reserved_cpus,
-        placement=data.get("placement", "spread"),
-        profiles_dir=data.get("profiles_dir"),
-        smt=dict(data.get("smt", {})),
-        hook=dict(data.get("hook", {})),
+        placement=PlacementPolicy(data.get("placement", PlacementPolicy.SPREAD)),
+        profiles_dir=data.get("profiles_dir") or profiles_dir,
+        smt={name: SmtPolicy(v) for name, v in data.get("smt", {}).items()},
+        hook=HookSettings.of(data.get("hook", {})),
         source=where,
     )

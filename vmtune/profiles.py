@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-import os
 import tomllib
 from dataclasses import dataclass, fields
+from enum import StrEnum
 from pathlib import Path
 
 from . import schema
@@ -16,6 +16,70 @@ DEFAULT = "balanced"
 BUILTIN = ("balanced", "latency", "realtime", "throughput")
 
 
+class CpuMode(StrEnum):
+    HOST = "host"
+    KEEP = "keep"
+
+
+class Pinning(StrEnum):
+    """How vCPUs are placed: on host CPUs of their own, on one node's shared CPUs, or floating."""
+
+    DEDICATED = "dedicated"
+    NODE = "node"
+    FLOAT = "float"
+
+
+class SmtPolicy(StrEnum):
+    THREADS = "threads"
+    ISOLATE = "isolate"
+
+
+class Scheduler(StrEnum):
+    NONE = "none"
+    FIFO = "fifo"
+    RR = "rr"
+
+
+class Pmu(StrEnum):
+    KEEP = "keep"
+    OFF = "off"
+
+
+class Balloon(StrEnum):
+    KEEP = "keep"
+    NONE = "none"
+
+
+class DiskCache(StrEnum):
+    KEEP = "keep"
+    NONE = "none"
+    WRITEBACK = "writeback"
+    WRITETHROUGH = "writethrough"
+    DIRECTSYNC = "directsync"
+    UNSAFE = "unsafe"
+
+
+class DiskIo(StrEnum):
+    KEEP = "keep"
+    NATIVE = "native"
+    THREADS = "threads"
+    IO_URING = "io_uring"
+
+
+class Hpet(StrEnum):
+    KEEP = "keep"
+    OFF = "off"
+
+
+class KvmClock(StrEnum):
+    KEEP = "keep"
+    ON = "on"
+
+
+ENUMS = {e.__name__: e for e in (CpuMode, Pinning, SmtPolicy, Scheduler, Pmu, Balloon, DiskCache, DiskIo, Hpet,
+                                 KvmClock)}
+
+
 @dataclass(frozen=True)
 class Profile:
     """Everything a profile decides, flattened as ``section_key``."""
@@ -23,34 +87,41 @@ class Profile:
     name: str
     description: str = ""
     host_tuning: bool = False
-    cpu_mode: str = "keep"
-    cpu_pinning: str = "float"
-    cpu_smt: str = "threads"
-    cpu_scheduler: str = "none"
+    cpu_mode: CpuMode = CpuMode.KEEP
+    cpu_pinning: Pinning = Pinning.FLOAT
+    cpu_smt: SmtPolicy = SmtPolicy.THREADS
+    cpu_scheduler: Scheduler = Scheduler.NONE
     cpu_priority: int = 1
-    cpu_pmu: str = "keep"
+    cpu_pmu: Pmu = Pmu.KEEP
     cpu_kvm_hint_dedicated: bool = False
     cpu_kvm_poll_control: bool = False
     memory_hugepages: bool = False
     memory_nosharepages: bool = False
     memory_locked: bool = False
-    memory_balloon: str = "keep"
+    memory_balloon: Balloon = Balloon.KEEP
     devices_virtio: bool = False
-    devices_disk_cache: str = "keep"
-    devices_disk_io: str = "keep"
+    devices_disk_cache: DiskCache = DiskCache.KEEP
+    devices_disk_io: DiskIo = DiskIo.KEEP
     devices_iothreads: bool = False
     devices_vhost: bool = False
     devices_max_queues: int = 8
-    guest_hpet: str = "keep"
-    guest_kvmclock: str = "keep"
+    guest_hpet: Hpet = Hpet.KEEP
+    guest_kvmclock: KvmClock = KvmClock.KEEP
     guest_hyperv: bool = False
 
     @property
     def dedicated(self) -> bool:
-        return self.cpu_pinning == "dedicated"
+        """The one test of dedication: its vCPUs get host CPUs of their own."""
+        return self.cpu_pinning == Pinning.DEDICATED
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def of(cls, name: str, values: dict) -> Profile:
+        """The profile of flattened, schema-checked values: each enumeration as its StrEnum."""
+        types = {f.name: f.type for f in fields(cls)}
+        return cls(name=name, **{k: ENUMS[types[k]](v) if types[k] in ENUMS else v for k, v in values.items()})
 
 
 def _flatten(data: dict) -> dict:
@@ -72,7 +143,7 @@ def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tupl
     if not name or "/" in name or "\0" in name or name.startswith("."):
         raise InvalidInput(f"bad profile name {name!r}")
     if not builtin_only:
-        user = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR)) / f"{name}.toml"
+        user = Path(user_dir or USER_DIR) / f"{name}.toml"
         try:
             return user.read_text("utf-8"), str(user)
         except FileNotFoundError:
@@ -120,7 +191,7 @@ def _raw(name: str, user_dir: str | None, seen: tuple[tuple[str, str], ...] = ()
 
 def load(name: str, user_dir: str | None = None) -> Profile:
     """Load profile ``name`` (the user's directory overrides a built-in of the same name)."""
-    return Profile(name=name, **_raw(name, user_dir))
+    return Profile.of(name, _raw(name, user_dir))
 
 
 def host_tuning(name: str | None, user_dir: str | None = None) -> Profile | None:
@@ -137,7 +208,7 @@ def tunes_host(name: str | None, user_dir: str | None = None) -> bool:
 
 def names(user_dir: str | None = None) -> list[str]:
     found = set(BUILTIN)
-    folder = Path(user_dir or os.environ.get("VMTUNE_PROFILES", USER_DIR))
+    folder = Path(user_dir or USER_DIR)
     if folder.is_dir():
         found.update(p.stem for p in folder.glob("*.toml") if not p.stem.startswith("."))
     return sorted(found)

@@ -12,13 +12,14 @@ on the host; 4 libvirt-python is not installed or libvirt cannot be reached (the
 from __future__ import annotations
 
 import argparse
-import os  # noqa: F401 - vmtune.cli.os: tests reach the os module through it
+import os
 import sys
 
 from .. import config as config_mod
 from ..atomic import write_atomic  # noqa: F401 - moved to the library; vmtune.cli.write_atomic still works
 from ..errors import VmtuneError
-from ..hook import escape
+from ..oneline import escape
+from ..roots import Roots
 from . import doctor, live, offline
 
 COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS}
@@ -40,8 +41,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        cfg = config_mod.load(getattr(args, "config", None))
-        return COMMANDS[args.command](args, cfg)
+        roots = Roots.from_env(os.environ)  # the one read of the environment
+        cfg = config_mod.load(getattr(args, "config", None) or roots.config, roots.profiles)
+        return COMMANDS[args.command](args, cfg, roots)
     except VmtuneError as exc:
         # one line, whatever the message quotes (file names, attribute values with &#10;)
         print(f"vmtune: error: {escape(str(exc))}", file=sys.stderr)

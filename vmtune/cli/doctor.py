@@ -1,6 +1,6 @@
 """`vmtune doctor`: what is wrong with this host, before anyone tunes anything (a thin adapter).
 
-``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg) -> int``.
+``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg, roots) -> int``.
 Exit 0 when nothing FAILs, 1 when something does (or the input is bad: one ``vmtune: error:`` line);
 4 when ``--prometheus`` is asked for and prometheus_client is not installed.
 """
@@ -31,15 +31,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
 
 
-def cmd_doctor(args, cfg) -> int:
+def cmd_doctor(args, cfg, roots) -> int:
     from ..doctor import Roots, diagnose
-    from ..hook import escape
+    from ..oneline import escape
 
     if args.prometheus:
         from ..doctor import prometheus
 
         prometheus.require()  # before the checks: a missing module is one line, not a wasted run
-    report = diagnose(Roots.given(args.sysfs, args.proc, args.root), measure=not args.no_measure,
+    report = diagnose(Roots.given(args.sysfs, args.proc, args.root, roots), measure=not args.no_measure,
                       connect=args.connect, config=cfg)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

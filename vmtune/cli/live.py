@@ -1,6 +1,6 @@
 """The commands over a live libvirt: tag, untag, apply, revert, plan (a thin adapter).
 
-``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg) -> int``.
+``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg, roots) -> int``.
 The work is in vmtune/live/ and vmtune/audit.py. Exit codes as in vmtune/cli/__init__.py: 0 done; 1 invalid
 input (an unknown domain, libvirt refusing an XML) or, for ``plan``, a problem found; 2 usage; 3 a
 domain does not fit; 4 libvirt-python is missing or libvirt cannot be reached.
@@ -65,7 +65,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 # -- tag, untag -----------------------------------------------------------------------------------------
-def cmd_tag(args, cfg) -> int:
+def cmd_tag(args, cfg, roots) -> int:
     from ..live import connect, domains, tagging
 
     with connect.connection(args.connect) as conn:
@@ -81,7 +81,7 @@ def cmd_tag(args, cfg) -> int:
     return 0
 
 
-def cmd_untag(args, cfg) -> int:
+def cmd_untag(args, cfg, roots) -> int:
     from ..live import connect, domains, tagging
 
     with connect.connection(args.connect) as conn:
@@ -98,9 +98,10 @@ def cmd_untag(args, cfg) -> int:
 
 
 # -- apply, revert --------------------------------------------------------------------------------------
-def cmd_apply(args, cfg) -> int:
+def cmd_apply(args, cfg, roots) -> int:
     from ..live import apply as apply_mod
     from ..live import connect
+    from ..live.originals import Originals
 
     if args.all and args.names:
         args.usage_error("name domains or give --all, not both")
@@ -111,7 +112,8 @@ def cmd_apply(args, cfg) -> int:
     with connect.connection(args.connect) as conn:
         outcomes = apply_mod.apply(
             conn, args.connect, None if args.all else args.names, match=args.match, profile=args.profile,
-            live=args.live, dry_run=args.dry_run, config=cfg, force_virtio=args.force_virtio)
+            live=args.live, dry_run=args.dry_run, config=cfg, force_virtio=args.force_virtio,
+            originals=Originals(roots.originals))
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "domains": [_apply_row(o, args.dry_run) for o in outcomes]},
                          indent=2))
@@ -169,14 +171,16 @@ def _diff(o) -> str:
     return fmt.diff(_libvirt_xml(o), o.step.result.xml, f"{o.name} (libvirt)", f"{o.name} (vmtune {o.step.profile})")
 
 
-def cmd_revert(args, cfg) -> int:
+def cmd_revert(args, cfg, roots) -> int:
     from ..live import apply as apply_mod
     from ..live import connect
+    from ..live.originals import Originals
 
+    originals = Originals(roots.originals)
     with connect.connection(args.connect) as conn:
         if args.dry_run:
-            return _revert_dry_run(args, apply_mod.original_of(conn, args.connect, args.name))
-        done = apply_mod.revert(conn, args.connect, args.name)
+            return _revert_dry_run(args, apply_mod.original_of(conn, args.connect, args.name, originals))
+        done = apply_mod.revert(conn, args.connect, args.name, originals)
     if args.json:
         print(json.dumps(done.to_dict(), indent=2))
         return 0
@@ -197,7 +201,7 @@ def _revert_dry_run(args, found) -> int:
 
 
 # -- plan -----------------------------------------------------------------------------------------------
-def cmd_plan(args, cfg) -> int:
+def cmd_plan(args, cfg, roots) -> int:
     from ..audit import audit, with_live_drift
     from ..live import connect, domains, hostview
 

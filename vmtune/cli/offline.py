@@ -1,6 +1,6 @@
 """The commands that need no libvirt: rewrite, topology, profiles, hook install|uninstall|reap.
 
-``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg) -> int``.
+``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg, roots) -> int``.
 Exit codes as in vmtune/cli/__init__.py.
 """
 
@@ -15,7 +15,7 @@ from .. import cpuset, profiles, xmlsafe
 from ..atomic import write_atomic
 from ..driver import rewrite
 from ..errors import InvalidInput
-from ..hook import escape
+from ..oneline import escape
 from ..host import Host
 from . import format as fmt
 
@@ -83,7 +83,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks)")
 
 
-def cmd_rewrite(args, cfg) -> int:
+def cmd_rewrite(args, cfg, roots) -> int:
     if args.in_place and args.domain == "-":
         raise InvalidInput("-i needs a file, not stdin")
     source = _read(args.domain, "domain XML")
@@ -108,7 +108,7 @@ def cmd_rewrite(args, cfg) -> int:
     return 0
 
 
-def cmd_topology(args, cfg) -> int:
+def cmd_topology(args, cfg, roots) -> int:
     host = _host(args)
     reserved = host.reserved(cfg)
     if args.json:
@@ -118,7 +118,7 @@ def cmd_topology(args, cfg) -> int:
     return 0
 
 
-def cmd_profiles(args, cfg) -> int:
+def cmd_profiles(args, cfg, roots) -> int:
     """Every profile; a broken one is listed with its error (exit 1), the others still show."""
     rows, broken = [], {}
     for name in profiles.names(cfg.profiles_dir):
@@ -137,11 +137,11 @@ def cmd_profiles(args, cfg) -> int:
     return InvalidInput.exit_code if broken else 0
 
 
-def cmd_hook(args, cfg) -> int:
+def cmd_hook(args, cfg, roots) -> int:
     from ..hook import install
 
     if args.action == "reap":
-        return _reap(cfg)
+        return _reap(cfg, roots)
     if args.action == "install":
         path = install.install(args.hooks_dir)
         print(f"installed {path}; restart libvirtd (or virtqemud) so that it sees a new hook")
@@ -151,15 +151,16 @@ def cmd_hook(args, cfg) -> int:
     return 0
 
 
-def _reap(cfg) -> int:
+def _reap(cfg, roots) -> int:
     """``vmtune hook reap``: what the hook does at every start and stop, for an operator."""
-    from ..hook import leases, setup_logging
-    from ..hook.lifecycle import Hook
+    from ..hoststate.leases import Leases
+    from ..hoststate.statedir import LockTimeout, Unsafe
+    from ..oneline import setup_logging
 
     setup_logging()  # the hook's own lines (a lease reaped, a value left alone) on stderr
     try:
-        done = Hook(cfg).reap()
-    except (leases.LockTimeout, leases.Unsafe) as exc:
+        done = Leases(cfg, roots).reap()
+    except (LockTimeout, Unsafe) as exc:
         raise InvalidInput(str(exc)) from None
     except OSError as exc:
         raise InvalidInput(f"cannot reap: {exc.strerror or exc}") from None

@@ -10,7 +10,8 @@
     report.context        # the Context the checks read (domains, audit), for other outputs (prometheus.py)
 
 One module per area, each ``check(ctx) -> list[Finding]``, run in this order: environment (the
-others read what it found), cpufreq, cpuidle, memory, virt, tuners, state, isolation, domains. The domains
+others read what it found), cpufreq, cpuidle, memory, virt, tuners, state (hookstate.py), isolation,
+domains. The domains
 (``domains=[(xml, state)]``, else libvirt with ``connect``, else the /run/libvirt/qemu status files) are
 loaded first, because memory and state compare against them too.
 
@@ -27,19 +28,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ..config import Config
-from . import cpufreq, cpuidle, environment, isolation, memory, state, tuners, virt
+from ..roots import Roots
+from . import cpufreq, cpuidle, environment, hookstate, isolation, memory, tuners, virt
 from . import domains as _domains
-from .findings import LEVELS, Context, Finding, Roots
+from .findings import LEVELS, Context, Finding
 from .measure import Measurement, measurer
 
-__all__ = ["AREAS", "Finding", "Measurement", "Report", "Roots", "diagnose"]
+__all__ = ["AREAS", "Diagnosis", "Finding", "Measurement", "Roots", "diagnose"]
 
-AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, state, isolation, _domains)
+AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, hookstate, isolation, _domains)
 log = logging.getLogger("vmtune.doctor")
 
 
 @dataclass(frozen=True)
-class Report:
+class Diagnosis:
     findings: tuple[Finding, ...]
     environment: environment.Environment
     roots: Roots
@@ -54,17 +56,18 @@ class Report:
         return {level: seen[level] for level in LEVELS if seen[level]}
 
     def to_dict(self) -> dict:
-        return {"ok": not self.failed, "environment": asdict(self.environment), "roots": asdict(self.roots),
+        return {"ok": not self.failed, "environment": asdict(self.environment), "roots": {"sysfs": self.roots.sysfs, "proc": self.roots.proc, "root": self.roots.root},
                 "counts": self.counts(), "findings": [f.to_dict() for f in self.findings]}
 
 
-def _area(module) -> str:
-    return module.__name__.rsplit(".", 1)[1]
+def area_of(module) -> str:
+    """The area an area module reports as: its ``AREA``, else its name."""
+    return getattr(module, "AREA", module.__name__.rsplit(".", 1)[1])
 
 
 def diagnose(roots: Roots | None = None, *, measure: bool | Callable[[int], Measurement | None] = True,
              connect: str | None = None, config: Config | None = None,
-             domains: list[tuple[str, str]] | None = None) -> Report:
+             domains: list[tuple[str, str]] | None = None) -> Diagnosis:
     """Run every check; raise InvalidInput (one line) when a root is not the tree it claims to be."""
     roots = roots or Roots()
     roots.check()
@@ -80,8 +83,8 @@ def diagnose(roots: Roots | None = None, *, measure: bool | Callable[[int], Meas
         try:
             findings += area.check(ctx)
         except Exception as exc:  # one odd file must not hide the rest of the report
-            log.debug("doctor check %s failed", _area(area), exc_info=True)
-            findings.append(Finding("WARN", _area(area), "vmtune", f"check failed: {type(exc).__name__}: {exc}",
+            log.debug("doctor check %s failed", area_of(area), exc_info=True)
+            findings.append(Finding("WARN", area_of(area), "vmtune", f"check failed: {type(exc).__name__}: {exc}",
                                     fix="report this as a vmtune bug, with the tree it read"))
     env = ctx.env if ctx.env is not None else environment.Environment("unknown")
-    return Report(tuple(findings), env, roots, ctx)
+    return Diagnosis(tuple(findings), env, roots, ctx)

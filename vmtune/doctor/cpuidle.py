@@ -9,7 +9,6 @@ counts as reachable on a CPU only when it is enabled and the CPU's constraint le
 from __future__ import annotations
 
 from .. import cpuset
-from ..hook.hoststate import DEFAULT_MAX_CSTATE_LATENCY_US
 from .findings import Context, Finding, grouped, maker, on_cpus
 
 new = maker("cpuidle")
@@ -87,7 +86,7 @@ def _cmdline(ctx: Context) -> list[Finding]:
 def check(ctx: Context) -> list[Finding]:
     if not ctx.has("sysfs"):
         return [new("SKIP", "(no --sysfs)", "no sysfs tree given")] + _cmdline(ctx)
-    limit = int(ctx.cfg.hook.get("max_cstate_latency_us", DEFAULT_MAX_CSTATE_LATENCY_US))
+    limit = ctx.cfg.hook.max_cstate_latency_us
     driver = ctx.read("sysfs", f"{CPU}/cpuidle/current_driver")
     governor = ctx.read("sysfs", f"{CPU}/cpuidle/current_governor_ro") or \
         ctx.read("sysfs", f"{CPU}/cpuidle/current_governor")

@@ -9,9 +9,9 @@ source), the value found, the value wanted and a one-line fix. Levels, mildest f
     WARN  costs latency or throughput; fix it
     FAIL  broken: guests will not start, cannot be placed, or run at a fraction of their speed
 
-``Roots`` names the trees: a sysfs root, a proc root and a filesystem root (for ``/dev``, ``/run``
-and ``/etc``). ``Roots()`` is this machine. A captured tree gives the roots it has; a root that
-is None is not read, and the checks that need it say SKIP.
+``Roots`` (vmtune/roots.py) names the trees: a sysfs root, a proc root and a filesystem root (for
+``/dev``, ``/run`` and ``/etc``). ``Roots()`` is this machine. A captured tree gives the roots it
+has; a root that is None is not read, and the checks that need it say SKIP.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 
 from .. import cpuset
 from ..config import Config
-from ..errors import InvalidInput
 from ..host import sysfs as files
+from ..roots import Roots
 
 LEVELS = ("OK", "INFO", "SKIP", "WARN", "FAIL")
 SEVERITY = {level: i for i, level in enumerate(LEVELS)}
@@ -63,37 +63,6 @@ def maker(area: str) -> Callable[..., Finding]:
         return Finding(level, area, source, found, want, fix)
 
     return new
-
-
-@dataclass(frozen=True)
-class Roots:
-    sysfs: str | None = "/sys"
-    proc: str | None = "/proc"
-    root: str | None = "/"  # /dev, /run, /etc (and /.dockerenv)
-
-    @classmethod
-    def given(cls, sysfs: str | None = None, proc: str | None = None, root: str | None = None) -> Roots:
-        """This machine when nothing is given; else a captured tree of exactly the roots given."""
-        if sysfs is None and proc is None and root is None:
-            return cls()
-        return cls(sysfs, proc, root)
-
-    @property
-    def live(self) -> bool:
-        """True when the sysfs root is this machine's: only then are its CPUs measured."""
-        return self.sysfs is not None and os.path.realpath(self.sysfs) == "/sys"
-
-    def check(self) -> None:
-        """Raise InvalidInput (one line) for a root that is not the tree it claims to be."""
-        wants = (("--sysfs", self.sysfs, "devices/system/cpu"), ("--proc", self.proc, "cpuinfo"),
-                 ("--root", self.root, None))
-        for flag, path, inside in wants:
-            if path is None:
-                continue
-            if not os.path.isdir(path):
-                raise InvalidInput(f"{flag} {path}: no such directory")
-            if inside and not os.path.exists(os.path.join(path, inside)):
-                raise InvalidInput(f"{flag} {path} does not look like a {flag[2:]} tree (no {inside})")
 
 
 _NUM = re.compile(r"(\d+)")

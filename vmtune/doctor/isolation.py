@@ -1,4 +1,4 @@
-"""The CPUs of running latency domains, kept clear of the host's own work (vmtune/hook/isolation).
+"""The CPUs of running latency domains, kept clear of the host's own work (vmtune/hoststate/isolation).
 
 The CPUs checked are those of the leases whose domain still runs (alive.py, the hook's own rule,
 read-only), less the host's reserved CPUs (``Host.reserved``, the one rule). Each of them should
@@ -17,13 +17,13 @@ from __future__ import annotations
 import time
 
 from .. import cpuset
-from ..hook import alive
-from ..hook.isolation import finders, reserved, tasks
-from ..hook.isolation.items import Item
-from ..hook.state import State
 from ..host.sysfs import online_cpus
+from ..hoststate import alive
+from ..hoststate.document import State
+from ..hoststate.isolation import reserved
+from ..hoststate.kinds import Item, files, tasks
 from .findings import Context, Finding, maker
-from .state import libvirt_rundir, load, state_path
+from .hookstate import libvirt_rundir, load, state_path
 
 new = maker("isolation")
 SHOWN = 3
@@ -63,7 +63,7 @@ def strays(proc: str, rundir: str, held: frozenset[int],
         cpus = item.cpus
         return bool(cpus & held) and bool((cpus if online is None else cpus & online) - held)
 
-    irqs = [i for i in finders.irqs(proc) if i.key != "irq:default" and movable(i)]
+    irqs = [i for i in files.irqs(proc) if movable(i)]
     return [t for t in tasks.scan(proc, rundir) if movable(t)], irqs
 
 

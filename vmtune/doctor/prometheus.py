@@ -33,12 +33,12 @@ import time
 from .. import cpuset
 from ..atomic import write_atomic
 from ..errors import Unavailable
-from ..hook import leases
-from . import AREAS, Report, cpufreq, isolation, memory
+from ..hoststate.document import Damaged, State
+from ..hoststate.statedir import StateDir
+from . import AREAS, Diagnosis, area_of, cpufreq, isolation, memory
 from . import domains as domains_mod
 from .findings import LEVELS, Context
-from .state import libvirt_rundir
-from .state import state_path
+from .hookstate import libvirt_rundir, state_path
 
 INSTALL_HINT = "pip install vmtune[prometheus]"
 CPU = "devices/system/cpu"
@@ -77,8 +77,8 @@ class Metrics:
         return self.client.generate_latest(self.registry).decode("utf-8")
 
 
-def _findings(m: Metrics, report: Report) -> None:
-    areas = [a.__name__.rsplit(".", 1)[1] for a in AREAS] + sorted({f.area for f in report.findings})
+def _findings(m: Metrics, report: Diagnosis) -> None:
+    areas = [area_of(a) for a in AREAS] + sorted({f.area for f in report.findings})
     for area in dict.fromkeys(areas):
         for level in LEVELS:
             n = sum(1 for f in report.findings if f.area == area and f.level == level)
@@ -105,14 +105,14 @@ def _cstates(m: Metrics, ctx: Context) -> None:
                   latency_us=latency if latency.isdigit() else "")
 
 
-def _state(ctx: Context) -> leases.State | str | None:
+def _state(ctx: Context) -> State | str | None:
     """The hook's state, read-only: None when there is none, a string when it cannot be read."""
     path = state_path(ctx)
     if not os.path.lexists(path):
         return None
     try:
-        return leases.Store(folder=os.path.dirname(path), dry_run=True).read()
-    except (OSError, leases.Damaged) as exc:
+        return StateDir(os.path.dirname(path), dry_run=True).read()
+    except (OSError, Damaged) as exc:
         return str(exc) or type(exc).__name__
 
 
@@ -124,7 +124,7 @@ def _leases(m: Metrics, ctx: Context) -> None:
           0 if isinstance(state, str) else 1)
     if isinstance(state, str):
         return
-    state = state or leases.State()
+    state = state or State()
     m.set("vmtune_hook_leases", "leases the hook holds", len(state.leases))
     for key, lease in sorted(state.leases.items()):
         m.set("vmtune_hook_lease_info", "one lease of the hook", 1, domain=lease.name, uuid=key,
@@ -133,7 +133,7 @@ def _leases(m: Metrics, ctx: Context) -> None:
         _isolation(m, ctx, state)
 
 
-def _isolation(m: Metrics, ctx: Context, state: leases.State) -> None:
+def _isolation(m: Metrics, ctx: Context, state: State) -> None:
     live = isolation.live_leases(ctx, state) if state.leases else {}
     held = isolation.held_cpus(ctx, live) if live else frozenset()
     for cpu in sorted(held):
@@ -168,7 +168,7 @@ def _plan(m: Metrics, audit) -> None:
               kind=kind)
 
 
-def text(report: Report) -> str:
+def text(report: Diagnosis) -> str:
     """The report (and the host its context read) as Prometheus text-format metrics."""
     m = Metrics()
     _findings(m, report)
@@ -184,7 +184,7 @@ def text(report: Report) -> str:
     return m.text()
 
 
-def write(report: Report, path: str) -> None:
+def write(report: Diagnosis, path: str) -> None:
     """Write ``text(report)`` to ``path`` atomically (mode 0644, for node_exporter)."""
     write_atomic(path, text(report), mode=0o644)
 

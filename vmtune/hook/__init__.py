@@ -7,33 +7,34 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
   decided before anything heavy is imported, and ``hooks/qemu`` makes the same two checks before
   importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it);
 - ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``:
-  ``profiles.tunes_host``): take a lease with the host CPUs its vCPUs pin (lifecycle.py). vCPU pins
-  that overlap another lease refuse the start (exit 1, one stderr line) unless the config's
-  ``[hook] on_conflict = "warn"``. Hugepage pools on the domain's nodes that are short get topped up
-  (hugepages.py; too few after compaction: exit 1, one line, pools and state as before). The first
-  lease saves the host state and tunes the host (hoststate.py); with ``cstate_scope = "pinned"``
-  only the leases' pinned CPUs get their deep C-states disabled. Every prepare and reconnect
-  completes whatever any lease lacks (a crash);
+  ``profiles.tunes_host``): take a lease with the host CPUs its vCPUs pin (vmtune/hoststate/leases.py).
+  vCPU pins that overlap another lease refuse the start (exit 1, one stderr line) unless the
+  config's ``[hook] on_conflict = "warn"``. Hugepage pools on the domain's nodes that are short get
+  topped up (hoststate/pages.py; too few after compaction: exit 1, one line, pools and state as
+  before). The first lease saves the host state and tunes the host (hoststate/tuning.py); with
+  ``cstate_scope = "pinned"`` only the leases' pinned CPUs get their deep C-states disabled. Every
+  prepare and reconnect completes whatever any lease lacks (a crash);
 - ``release end ANY``: drop the lease (a domain with a UUID is matched by it only; a release whose
-  XML has no UUID or cannot be read drops only a lease kept by name); give back the hugepages it added while they are free; restore
-  its CPUs' C-states unless another lease pins them (scope pinned); the last lease restores the
-  saved host state;
+  XML has no UUID or cannot be read drops only a lease kept by name); give back the hugepages it
+  added while they are free; restore its CPUs' C-states unless another lease pins them (scope
+  pinned); the last lease restores the saved host state;
 - ``reconnect begin``: never fails; makes sure the running domain has its lease (no top-up);
 - ``migrate begin`` / ``restore begin``: print the domain re-pinned for this host, or nothing when
   it is already right here; exit 1 when it cannot be placed here (repin.py);
 - every other op: exit 0, print nothing.
 
-Every CPU and node list of a latency domain's XML is checked against the host before the hook
-reads any (bounds.py), in every op: one domain's XML never makes the hook do more work than the
-host has CPUs.
+This package is an adapter: the host-state engine (vmtune/hoststate/) does the work. It parses
+the domain's XML once per call; every CPU and node list of a latency domain's XML is checked
+against the host before the hook reads any (bounds.py), in every op: one domain's XML never makes
+the hook do more work than the host has CPUs.
 
 Crash safety: the records of what a lease will change are committed to the state file before the
-first sysfs write ("journal first", leases.py); a hook killed half-way leaves them, and the next
-call settles them against sysfs so that the release restores exactly.
+first host write ("journal first", hoststate/engine.py); a hook killed half-way leaves them, and
+the next call settles them so that the release restores exactly.
 
-Logs go to stderr and syslog, never stdout. ``VMTUNE_DRY_RUN=1`` logs and changes nothing;
-``VMTUNE_SYSFS`` (default ``/sys``), ``VMTUNE_PROCFS`` (default: ``proc`` beside the sysfs root,
-for ``vm/compact_memory``) and ``VMTUNE_STATE_DIR`` (default ``/run/vmtune``) move the host.
+Logs go to stderr and syslog, never stdout. The environment is read here, once, into one
+``Roots`` (vmtune/roots.py: ``VMTUNE_SYSFS``, ``VMTUNE_PROCFS``, ``VMTUNE_STATE_DIR``, ...);
+``VMTUNE_DRY_RUN=1`` logs and changes nothing; ``VMTUNE_SYSLOG=0`` keeps syslog out.
 
 libvirtd runs hooks with a scrubbed environment (libvirt 9.0 passes only PATH, HOME, LC_ALL=C and a
 few more), so ``VMTUNE_*`` variables set on the daemon never reach the hook. When the hook runs as
@@ -48,37 +49,11 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 
 MARK = b"https://vmtune.dev/xmlns/1"
 log = logging.getLogger("vmtune.hook")
 
-__all__ = ["HANDLED_OPS", "MARK", "escape", "main", "setup_logging"]
-
-
-def escape(text: str) -> str:
-    """``text`` with every control character escaped (a newline in a domain's ``<name>`` becomes
-    ``\\n``), so that one message is one line: for the logs and for the CLI's output."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-class _Escaped(logging.Formatter):
-    """Control characters are escaped (``escape``): one record, one line."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return escape(super().format(record))
-
-
-class _Stderr(logging.Handler):
-    """Writes to whatever sys.stderr is at the time (pytest swaps it)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            sys.stderr.write(self.format(record) + "\n")
-            sys.stderr.flush()
-        except Exception:  # noqa: BLE001,S110 - logging must never break the hook
-            pass
+__all__ = ["HANDLED_OPS", "MARK", "main"]
 
 
 ENV_FILE = "vmtune.env"
@@ -140,34 +115,29 @@ def load_env_file(path: str | None) -> dict[str, str]:
     return added
 
 
-def setup_logging() -> None:
-    if getattr(log, "_vmtune_ready", False):
-        return
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    err = _Stderr()
-    err.setFormatter(_Escaped("vmtune-hook: %(message)s"))
-    log.addHandler(err)
-    if os.path.exists("/dev/log") and os.environ.get("VMTUNE_SYSLOG", "1") != "0":
-        from logging.handlers import SysLogHandler
-        try:
-            syslog = SysLogHandler(address="/dev/log", facility=SysLogHandler.LOG_DAEMON)
-            syslog.setFormatter(_Escaped("vmtune-hook[%(process)d]: %(message)s"))
-            log.addHandler(syslog)
-        except OSError:
-            pass
-    log._vmtune_ready = True  # type: ignore[attr-defined]
+def _request(name: str, root, dom, roots, dedicated: bool):
+    """The lease a latency domain asks for. Every CPU and node list of its XML is checked against
+    the host first (bounds.py: an id past the last possible CPU is an error, found before any range
+    is expanded), so one domain's XML can never make the hook do more work than the host has CPUs."""
+    from .. import facts
+    from ..errors import InvalidInput
+    from ..host.sysfs import cpu_limit
+    from ..hoststate import pages
+    from ..hoststate.leases import Request
+    from . import bounds
 
-
-@dataclass(frozen=True)
-class Domain:
-    name: str
-    uuid: str
-    profile: str | None
-    cpus: frozenset[int]  # host CPUs the vCPUs are pinned to
-    pages: Mapping[str, int] = field(default_factory=dict)  # hugepages needed per "node:size KiB" pool
-    error: str | None = None  # what is wrong with its pins or nodesets (the prepare is refused)
-    dedicated: bool = True  # its profile pins vCPUs to CPUs of their own (Lease.dedicated)
+    cpus: frozenset[int] = frozenset()
+    need: dict = {}
+    error = None
+    try:
+        bounds.check(root, cpu_limit(roots.sysfs))  # first: every list below is bounded by the host
+        cpus = facts.pinned(dom)
+        need = pages.needs(dom, lambda: pages.default_size(roots))
+    except InvalidInput as exc:
+        error = str(exc)
+    name, uuid = _identity(name, dom)
+    return Request(name=name, uuid=uuid, profile=dom.tagged_profile, cpus=cpus, pages=need, error=error,
+                   dedicated=dedicated)
 
 
 def _identity(name: str, dom) -> tuple[str, str]:
@@ -177,79 +147,62 @@ def _identity(name: str, dom) -> tuple[str, str]:
     return name, dom.uuid or f"name:{name}"
 
 
-def _domain(name: str, xml: bytes, pages: bool = False) -> Domain:
-    """The domain as the hook sees it. Every CPU and node list of its XML is checked against the host
-    first (bounds.py: an id past the last possible CPU is an error, found before any range is
-    expanded), so one domain's XML can never make the hook do more work than the host has CPUs."""
-    from .. import facts, model, xmlsafe
-    from ..errors import InvalidInput
-    from . import bounds, hoststate
+def _config(roots):
+    from .. import config as config_mod
 
-    root = xmlsafe.parse(xml, "domain XML")
-    dom = model.Domain(root)
-    sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
-    limit = hoststate.cpu_limit(sysfs)
-    cpus: frozenset[int] = frozenset()
-    need: dict[str, int] = {}
-    error = None
+    return config_mod.load(roots.config, roots.profiles)
+
+
+def _release(name: str, data: bytes, roots, dry_run: bool) -> int:
+    from ..config import Config
+    from ..hoststate.leases import Leases
+
+    try:  # the name and the UUID are all a release needs: no pin is read
+        from .. import model, xmlsafe
+
+        name, uuid = _identity(name, model.Domain(xmlsafe.parse(data, "domain XML")))
+    except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases a lease kept by name
+        log.warning("%s: cannot read the domain XML (%s); releasing by name (a lease kept by UUID stays)",
+                    name, exc)
+        uuid = None
     try:
-        bounds.check(root, limit)  # first: every list below is bounded by the host
-        cpus = facts.pinned(dom)
-        if pages:
-            from . import hugepages
-
-            need = hugepages.needs(dom, lambda: hugepages.default_size(sysfs))
-    except InvalidInput as exc:
-        error = str(exc)
-    name, uuid = _identity(name, dom)
-    return Domain(name=name, uuid=uuid,
-                  profile=dom.tagged_profile, cpus=cpus, pages=need, error=error)
+        cfg = _config(roots)
+    except Exception as exc:  # noqa: BLE001 - a broken config must not keep the host tuned
+        log.warning("%s: %s; releasing with the default settings", name, exc)
+        cfg = Config(profiles_dir=roots.profiles)
+    return Leases(cfg, roots, dry_run).release(uuid, name)
 
 
-def _run(argv: list[str], data: bytes) -> int:
-    from .. import config as config_mod, profiles
+def _run(argv: list[str], data: bytes, roots, dry_run: bool) -> int:
+    from .. import model, profiles, xmlsafe
 
     name = argv[0] if argv else "?"
     op = (argv[1] if len(argv) > 1 else "", argv[2] if len(argv) > 2 else "")
     if op == ("release", "end"):
-        try:  # the name and the UUID are all a release needs: no pin is read
-            from .. import model, xmlsafe
-
-            name, uuid = _identity(name, model.Domain(xmlsafe.parse(data, "domain XML")))
-        except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases a lease kept by name
-            log.warning("%s: cannot read the domain XML (%s); releasing by name (a lease kept by UUID stays)",
-                        name, exc)
-            uuid = None
-        try:
-            cfg = config_mod.load()
-        except Exception as exc:  # noqa: BLE001 - a broken config must not keep the host tuned
-            log.warning("%s: %s; releasing with the default settings", name, exc)
-            cfg = config_mod.Config()
-        from .lifecycle import Hook
-
-        return Hook(cfg).release(uuid, name)
+        return _release(name, data, roots, dry_run)
     if op in REPIN_OPS:
         from . import repin
 
-        return repin.run(name, data, config_mod.load(), sys.stdout)
+        return repin.run(name, data, _config(roots), roots, sys.stdout)
     # prepare begin / reconnect begin: only latency-tagged domains matter
     try:
-        dom = _domain(name, data)
-        cfg = config_mod.load()
-        latency = profiles.host_tuning(dom.profile, cfg.profiles_dir)
+        root = xmlsafe.parse(data, "domain XML")
+        dom = model.Domain(root)
+        cfg = _config(roots)
+        latency = profiles.host_tuning(dom.tagged_profile, cfg.profiles_dir)
     except Exception as exc:  # noqa: BLE001 - we cannot tell it is ours: log, let it start
         log.error("%s: %s %s: ignoring the domain: %s", name, *op, exc)
         return 0
     if latency is None:
         return 0
-    from .lifecycle import Hook
+    from ..hoststate.leases import Leases
 
     prepare = op == ("prepare", "begin")
-    dom = replace(_domain(name, data, pages=True), dedicated=latency.cpu_pinning == "dedicated")
-    if dom.error:
-        log.error("%s: %s: %s", dom.name, "refusing to start" if prepare else "not tuned", dom.error)
+    request = _request(name, root, dom, roots, latency.dedicated)
+    if request.error:
+        log.error("%s: %s: %s", request.name, "refusing to start" if prepare else "not tuned", request.error)
         return 1 if prepare else 0
-    return Hook(cfg).lease(dom, refuse_conflicts=prepare, top_up=prepare)
+    return Leases(cfg, roots, dry_run).lease(request, refuse_conflicts=prepare, top_up=prepare)
 
 
 def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int:
@@ -269,9 +222,13 @@ def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int
         return 0  # untagged: not ours
     name = argv[0] if argv else "?"
     try:
+        from ..oneline import setup_logging
+        from ..roots import Roots
+
         load_env_file(env_file())
-        setup_logging()
-        return _run(list(argv), data)
+        setup_logging(syslog=os.environ.get("VMTUNE_SYSLOG", "1") != "0")
+        dry_run = os.environ.get("VMTUNE_DRY_RUN", "") not in ("", "0")
+        return _run(list(argv), data, Roots.from_env(os.environ), dry_run)
     except Exception as exc:  # noqa: BLE001 - the hook's last line of defence
         log.error("%s: %s %s failed: %s: %s", name, *op, type(exc).__name__, exc)
         return 1 if op == ("prepare", "begin") else 0

@@ -11,7 +11,7 @@ incoming text (vmtune/splice.py says why), so every other byte (devices, CPU mod
 memory sizes, guest NUMA cells) is what came in. A placement that would need different guest NUMA cells is
 refused rather than applied.
 
-The host comes from sysfs (``$VMTUNE_SYSFS``), the other domains' dedicated CPUs from the leases:
+The host comes from sysfs (``Roots.sysfs``), the other domains' dedicated CPUs from the leases:
 the hook never calls libvirt.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 
 from lxml import etree
 
@@ -27,8 +26,8 @@ from .. import cpuset, facts, profiles, splice
 from ..claims import Claim, Ledger
 from ..errors import DoesNotFit
 from ..host import Host
+from ..hoststate.document import Lease
 from ..model import Domain
-from .state import Lease
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
 log = logging.getLogger("vmtune.hook")  # the hook's logger (hook/__init__.py sets its handlers)
@@ -171,18 +170,17 @@ def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg, limit: int
     return None if text == xml.decode("utf-8") else text
 
 
-def run(name: str, data: bytes, cfg, out) -> int:
+def run(name: str, data: bytes, cfg, roots, out) -> int:
     """The hook op: print the re-pinned XML to ``out`` (or nothing); 1 when it cannot be placed."""
-    from . import leases as leases_mod
-    from .hoststate import cpu_limit
+    from ..host.sysfs import cpu_limit
+    from ..hoststate.statedir import Damaged, StateDir
 
-    sysfs = os.environ.get("VMTUNE_SYSFS") or "/sys"
     try:
-        host = Host.from_sysfs(sysfs)
-        limit = cpu_limit(sysfs)
+        host = Host.from_sysfs(roots.sysfs)
+        limit = cpu_limit(roots.sysfs)
         try:
-            current = leases_mod.Store(sysfs=sysfs, limit=limit).read().leases
-        except leases_mod.Damaged as exc:  # placed without the other leases; the prepare refuses anyway
+            current = StateDir(roots.state, sysfs=roots.sysfs, limit=limit).read().leases
+        except Damaged as exc:  # placed without the other leases; the prepare refuses anyway
             log.warning("%s: %s; re-pinned without the other latency domains' CPUs", name, exc)
             current = {}
         new = filter_xml(data, host, current, cfg, limit)

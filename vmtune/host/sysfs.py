@@ -78,6 +78,15 @@ def online_cpus(sysfs: str) -> list[int]:
     return sorted(online) if online else cpu_dirs(sysfs)
 
 
+def cpu_limit(sysfs: str, default: int = cpuset.MAX_HOST_CPUS) -> int:
+    """One past the highest CPU id the kernel may ever use (``possible``, ``present``, ``online``
+    and the ``cpuN`` directories), so a CPU list from outside can be bounded by the host."""
+    ids = set(cpu_dirs(sysfs))
+    for name in ("possible", "present", "online"):  # a garbled file: the others still count
+        ids |= cpu_list(text(os.path.join(sysfs, CPU_DIR, name)))
+    return max(ids) + 1 if ids else default
+
+
 def meminfo_kib(path: str, key: str = "MemTotal:") -> int | None:
     """``key``'s value in a meminfo file: ``MemTotal:  123 kB`` (proc) or ``Node 0 MemTotal:  123 kB``
     (nodeN/meminfo), in KiB (the kernel's "kB"); None when the file or the key is missing."""

@@ -27,7 +27,8 @@ from .. import cpuset, facts, xmlsafe
 from ..errors import InvalidInput, VmtuneError
 from ..host import Host
 from ..model import Domain
-from . import connect, domains, hostview, originals, planner
+from . import connect, domains, hostview, planner
+from .originals import Originals
 
 NEXT_BOOT = "memory binding, hugepages and device changes take effect at the next boot"
 
@@ -144,6 +145,7 @@ def apply(
     dry_run: bool = False,
     config: config_mod.Config | None = None,
     force_virtio: bool = False,
+    originals: Originals | None = None,
 ) -> list[Outcome]:
     """Tune ``names`` (None: every defined domain, or those whose name matches a ``match`` glob).
 
@@ -151,6 +153,7 @@ def apply(
     ``dry_run``, or when planning fails (InvalidInput, DoesNotFit: the message names the domain).
     """
     config = config or config_mod.Config()
+    originals = originals or Originals()
     every = domains.every(conn, secure=True)
     chosen = _select(conn, uri, every, names, match)
     if not chosen:
@@ -168,7 +171,7 @@ def apply(
         outcomes.append(Outcome(s.name, d.uuid, d.state, d.active, s, d.xml))
     if dry_run:
         return outcomes
-    _define(conn, uri, outcomes)
+    _define(conn, uri, outcomes, originals)
     for o in outcomes:
         if not o.active:
             continue
@@ -191,7 +194,7 @@ def _drifted(host: Host, xml: str, live_xml: str | None) -> bool:
     return bool(live_xml) and live_drift(host, xml, live_xml) is not None
 
 
-def _define(conn, uri: str, outcomes: list[Outcome]) -> None:
+def _define(conn, uri: str, outcomes: list[Outcome], originals: Originals) -> None:
     lv = connect.libvirt()
     done: list[Outcome] = []
     for o in outcomes:
@@ -204,7 +207,7 @@ def _define(conn, uri: str, outcomes: list[Outcome]) -> None:
             o.original_saved = originals.save(o.uuid, o.before)
             conn.defineXML(o.step.result.xml)
         except (lv.libvirtError, VmtuneError) as exc:
-            _roll_back(conn, done + [o])
+            _roll_back(conn, done + [o], originals)
             why = connect.message(exc)
             undone = f"; the {len(done)} domain(s) defined before it have their previous XML again" if done else ""
             with connect.failures(conn, uri):
@@ -215,7 +218,7 @@ def _define(conn, uri: str, outcomes: list[Outcome]) -> None:
         done.append(o)
 
 
-def _roll_back(conn, outcomes: list[Outcome]) -> None:
+def _roll_back(conn, outcomes: list[Outcome], originals: Originals) -> None:
     for o in reversed(outcomes):
         try:
             if o.defined:
@@ -251,10 +254,11 @@ class Original:
                 "original": self.original is not None, "before": self.now, "after": self.original}
 
 
-def original_of(conn, uri: str, name: str) -> Original:
+def original_of(conn, uri: str, name: str, originals: Originals | None = None) -> Original:
     """The kept original of ``name`` (checked to be that domain's), and its XML now; nothing changes."""
     dom = domains.lookup(conn, name, uri)
     uuid = dom.UUIDString()
+    originals = originals or Originals()
     original = originals.load(uuid)
     if original is not None:
         kept = Domain(xmlsafe.parse(original, "original domain XML"))
@@ -265,11 +269,12 @@ def original_of(conn, uri: str, name: str) -> Original:
     return Original(dom.name(), uuid, domains.state_text(dom.state()[0]), now, original)
 
 
-def revert(conn, uri: str, name: str) -> Reverted:
+def revert(conn, uri: str, name: str, originals: Originals | None = None) -> Reverted:
     """Define again the XML ``name`` had before vmtune's first apply, then forget it."""
-    found = original_of(conn, uri, name)
+    originals = originals or Originals()
+    found = original_of(conn, uri, name, originals)
     if found.original is None:
-        raise InvalidInput(f"{name}: no original XML in {originals.directory()} (vmtune apply never changed "
+        raise InvalidInput(f"{name}: no original XML in {originals.folder} (vmtune apply never changed "
                            "it, or it was reverted already)")
     conn.defineXML(found.original)
     originals.remove(found.uuid)

@@ -1,13 +1,14 @@
-"""One reconcile's plan: each item's original value, the value it gets now, and its record.
+"""One reconcile's moves: each item's original value, the value it gets now, and its record.
 
-A record (``IsoRecord``) stays in the state for as long as its item is not at its original value:
+A record (record.Record) stays in the state for as long as its item is not at its original value:
 it goes when the item is restored (the write succeeded), when the item is provably gone (a task
 that exited or whose pid was reused, an IRQ or a group whose folder is gone), or when the item was
-changed by hand (neither its original value nor one the hook wrote: left alone, with a warning). A
-restore that fails, or an item that cannot be read now, keeps its record for the next call.
+changed by hand (record.judge: neither its original value nor one the hook wrote: left alone, with
+a warning). A restore that fails (record.refused), or an item that cannot be read now, keeps its
+record for the next call.
 
-The journal record of a move also accepts the value found before the write (``was``), so a hook
-killed half-way leaves records the next call recognises. After a write, ``after`` is what the
+The journal record of a move marks the value found before the write (``mark``), so a hook killed
+half-way leaves records the next call settles (record.settle). After a write, ``after`` is what the
 kernel (or systemd) reads back, so a value it normalises never looks changed by hand.
 
 **Inherited masks.** A task started while CPUs are isolated inherits its parent's narrowed
@@ -32,10 +33,12 @@ import logging
 from dataclasses import dataclass
 
 from ... import cpuset
-from ..state import MAX_PAIRS, IsoRecord, Isolation, Pair
-from .items import Item
+from ..document import MAX_PAIRS, Isolation, Pair
+from ..kinds import CpuMask, Irq, Item, Key
+from ..record import Record, Verdict, intend, judge, refused, settle
 
-log = logging.getLogger("vmtune.hook")
+log = logging.getLogger("vmtune.hoststate")
+DEFAULT_IRQ = CpuMask("irq:default")  # new IRQs copy it
 
 
 @dataclass
@@ -46,32 +49,31 @@ class Move:
     narrowed: bool  # ``want`` is not ``before``: a record stays after the write
 
 
-class Pass:
+class Moves:
     """One reconcile: the previous isolation, the isolated CPUs wanted, and what was found."""
 
     def __init__(self, previous: Isolation, cpus: frozenset[int], online: frozenset[int], irqs: frozenset[int],
                  since: float):
         self.previous = previous
         self.cpus, self.online, self.irqs, self.since = cpus, online, irqs, since
-        self.records: dict[str, IsoRecord] = {}  # the state's records as of now (journal, then final)
+        self.records: dict[Key, Record] = {}  # the state's records as of now (journal, then final)
         self.moves: list[Move] = []
         self.by_hand: list[Item] = []
         self.kept: list[str] = []  # labels of records kept because a restore failed or the item is unreadable
-        self.seen: set[str] = set()
+        self.seen: set[Key] = set()
         self.stuck = False  # an item that may hold an older imposed mask could not be moved
         self.pairs: list[Pair] = []  # imposed by this pass
         if cpus:
             self.pairs.append(Pair("task", online - cpus, cpus & online, since))
 
-    # -- planning ------------------------------------------------------------------------------
-    def plan(self, item: Item) -> Move | None:
+    # -- deciding -----------------------------------------------------------------------------
+    def decide(self, item: Item) -> Move | None:
         """Decide the item's value; the move to make, if any."""
         self.seen.add(item.key)
-        rec = self.previous.records.get(item.key)
-        if rec is not None and rec.ident != item.ident:
-            rec = None  # another task got the id of the one recorded
-        known = () if rec is None else [v for v in (rec.before, rec.after, rec.was) if v is not None]
-        if rec is not None and not any(item.same(item.raw, v) for v in known):
+        rec = self.previous.records.get(item.key)  # a task's key has its start time: a reused id is another task
+        if rec is not None:
+            rec = settle(rec, item.raw, item.same)
+        if rec is not None and judge(rec, item.raw, item.same) is Verdict.BY_HAND:
             self.by_hand.append(item)
             return None
         before = rec.before if rec is not None else (self._inherited(item) or item.raw)
@@ -81,14 +83,13 @@ class Pass:
         # (a cgroup falls back to its parent's CPUs, the kernel refuses it for a task or an IRQ)
         narrowed = bool(target & self.online) and target != orig
         want = item.kind.format(target) if narrowed else before
-        if narrowed and item.key == "irq:default":  # new IRQs copy the default
+        if narrowed and item.key == DEFAULT_IRQ:
             self.pairs.append(Pair("irq", target, orig - target, self.since))
         if item.same(item.raw, want):
             if narrowed:
-                self.records[item.key] = IsoRecord(before, item.raw, item.label, item.ident)
+                self.records[item.key] = Record(item.key, before, item.raw, None, item.label)
             return None
-        was = None if item.same(item.raw, before) else item.raw
-        self.records[item.key] = IsoRecord(before, want, item.label, item.ident, was)
+        self.records[item.key] = intend(item.key, before, want, item.raw, item.label)
         move = Move(item, before, want, narrowed)
         self.moves.append(move)
         return move
@@ -98,10 +99,10 @@ class Pass:
         if not item.kind.inherits:
             return None
         for pair in self.previous.pairs:
-            if pair.kind != item.kind.name or not self._holds(item, pair):
+            if pair.kind != item.key.kind or not self._holds(item, pair):
                 continue
-            if item.kind.name == "irq":
-                if int(item.key.split(":", 1)[1]) not in self.irqs:
+            if isinstance(item.key, Irq):
+                if item.key.number not in self.irqs:
                     return item.kind.format(item.cpus | pair.removed)
             elif item.born is not None and item.born >= pair.since:
                 return item.kind.format(item.cpus | pair.removed)
@@ -113,17 +114,18 @@ class Pass:
         default mask less the offline CPUs."""
         return bool(item.cpus & self.online) and item.cpus & self.online == pair.mask & self.online
 
-    def unseen(self) -> list[tuple[str, IsoRecord]]:
+    def unseen(self) -> list[tuple[Key, Record]]:
         """The previous records whose item no listing gave."""
-        return [(k, r) for k, r in sorted(self.previous.records.items()) if k not in self.seen]
+        return sorted(((k, r) for k, r in self.previous.records.items() if k not in self.seen),
+                      key=lambda kr: kr[0].text)
 
-    def keep(self, key: str, rec: IsoRecord) -> None:
+    def keep(self, key: Key, rec: Record) -> None:
         """A record whose item cannot be read now: kept as it is."""
         self.seen.add(key)
         self.records[key] = rec
         self.kept.append(rec.label or key)
 
-    def gone(self, key: str) -> None:
+    def gone(self, key: Key) -> None:
         """A record whose item no longer exists: dropped."""
         self.seen.add(key)
 
@@ -131,7 +133,7 @@ class Pass:
     def written(self, move: Move, readback: str | None) -> None:
         item = move.item
         if move.narrowed:
-            self.records[item.key] = IsoRecord(move.before, readback or move.want, item.label, item.ident)
+            self.records[item.key] = Record(item.key, move.before, readback or move.want, None, item.label)
         else:
             self.records.pop(item.key, None)  # restored
 
@@ -140,19 +142,21 @@ class Pass:
         item = move.item
         if any(self._holds(item, p) for p in self.previous.pairs + self.pairs):
             self.stuck = True  # it still holds an imposed set: so may what starts from it (a child, an IRQ)
-        if (item.kind.name == "task" and exc.errno == errno.ESRCH) or item.same(item.raw, move.before):
-            self.records.pop(item.key, None)  # exited, or still at its original value
+        kept = refused(Record(item.key, move.before, move.want, None, item.label), item.raw, item.same)
+        if kept is None or (item.key.kind == "task" and exc.errno == errno.ESRCH):
+            self.records.pop(item.key, None)  # still at its original value, or exited
             return False
-        self.records[item.key] = IsoRecord(move.before, item.raw, item.label, item.ident)
+        self.records[item.key] = kept
         self.kept.append(item.label)
         return True
 
     def journal(self) -> Isolation:
         """What to commit before the writes: every record, with the values found (``was``)."""
         records = dict(self.records)
+        named = {key.text for key in records}  # a task's id is its name: a new task's record wins
         for key, rec in self.previous.records.items():
-            if key not in self.seen:
-                records.setdefault(key, rec)  # not looked up yet
+            if key not in self.seen and key.text not in named:
+                records[key] = rec  # not looked up yet
         return Isolation(self.cpus, self.irqs, self._merged(self.previous.pairs + self.pairs, warn=False), records)
 
     def final(self, settled: bool) -> Isolation | None:

@@ -6,7 +6,7 @@ match an isolated set and returns the new isolation record for the state file. I
 prepare, reconnect and release, so a second lease extends the isolation, its release shrinks it,
 and a reconnect completes whatever a crash left undone.
 
-What moves (finders.py, tasks.py): every task that accepts a new affinity and is not a thread of a
+What moves (the isolation kinds, kinds/): every task that accepts a new affinity and is not a thread of a
 libvirt-managed QEMU; every IRQ whose affinity can be written, and ``default_smp_affinity``; the
 unbound workqueues' ``cpumask``; and the host's cgroups: with systemd on cgroup v2, ``AllowedCPUs``
 of ``init.scope``, ``system.slice`` and ``user.slice`` (``systemctl set-property --runtime``);
@@ -19,14 +19,14 @@ does not change. The record of a moved item keeps its original value (``before``
 kernel read back after the write (``after``); an item found at neither was changed by hand and is
 left alone, with a warning. The records are committed (``commit``) before the first write, so a
 hook killed half-way leaves them, and the next call finishes the job: journal first, as for the
-host knobs. A record stays until its item is restored or provably gone (plan.py), so a restore that
+host knobs. A record stays until its item is restored or provably gone (moves.py), so a restore that
 fails is tried again by the next prepare, release or reconnect.
 
 After the writes, a *sweep* lists the tasks again, reading only threads not seen yet: a child
 forked between the scan and its parent's write (with the parent's old mask), and the tasks of a
 group whose write failed (they are moved one by one), are moved like the others. It repeats until a
 round finds nothing to move, at most ``SWEEP_ROUNDS`` times. Tasks that inherited a mask the hook
-imposed are widened by the history of imposed housekeeping sets (plan.py).
+imposed are widened by the history of imposed housekeeping sets (moves.py).
 
 irqbalance would move the IRQs back: when it runs (a process named ``irqbalance``, whatever its
 cgroup), the hook's log says so.
@@ -38,45 +38,18 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
 
 from ... import cpuset
 from ...host.sysfs import online_cpus
-from ..state import Isolation
-from . import finders, tasks
-from .items import CGROUP, GONE, UNIT, Item
-from .plan import Move, Pass
+from ..document import Isolation
+from ..engine import write
+from ..kinds import GONE, KINDS, Irq, Item, files, groups as group_kind, tasks
+from .moves import Move, Moves
 
-log = logging.getLogger("vmtune.hook")
+log = logging.getLogger("vmtune.hoststate")
 
 SHOWN = 3  # names per kind in a log line
 SWEEP_ROUNDS = 3
-
-
-@dataclass(frozen=True)
-class Roots:
-    """Where the host is: ``/sys``, ``/proc``, ``/sys/fs/cgroup``, ``/run`` and libvirt's run dir."""
-
-    sysfs: str = "/sys"
-    proc: str = "/proc"
-    cgroupfs: str = "/sys/fs/cgroup"
-    runfs: str = "/run"
-    libvirt: str = "/run/libvirt/qemu"
-
-    @classmethod
-    def from_env(cls, sysfs: str, proc: str) -> Roots:
-        """``$VMTUNE_CGROUPFS`` (default ``fs/cgroup`` under the sysfs root), ``$VMTUNE_RUNFS``
-        (default ``run`` beside it: ``/run`` for ``/sys``) and ``$VMTUNE_LIBVIRT_RUNDIR`` (default
-        ``RUNFS/libvirt/qemu``)."""
-        from ..alive import rundir
-
-        runfs = os.environ.get("VMTUNE_RUNFS") or os.path.join(os.path.dirname(sysfs.rstrip("/")) or "/", "run")
-        return cls(sysfs, proc, os.environ.get("VMTUNE_CGROUPFS") or os.path.join(sysfs, "fs", "cgroup"), runfs,
-                   rundir(runfs))
-
-    @property
-    def systemd(self) -> bool:
-        return os.path.isdir(os.path.join(self.runfs, "systemd", "system"))
 
 
 def uptime(proc: str) -> float:
@@ -99,14 +72,14 @@ def reserved(sysfs: str, cfg) -> frozenset[int]:
         return frozenset(getattr(cfg, "reserved_cpus", None) or ())
 
 
-def groups(roots: Roots, online: frozenset[int]) -> list[Item]:
+def groups(roots, online: frozenset[int]) -> list[Item]:
     """The host's cgroups the isolation narrows as a whole: systemd units, or cgroup v2 groups."""
     if roots.systemd:
-        return list(finders.units(roots.cgroupfs, roots.runfs, online))
-    return list(finders.cgroups(roots.cgroupfs, online))
+        return list(group_kind.units(roots.cgroupfs, roots.runfs, online))
+    return list(group_kind.cgroups(roots.cgroupfs, online))
 
 
-def reconcile(previous: Isolation | None, cpus: frozenset[int], roots: Roots, commit: Callable[[Isolation], None],
+def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: Callable[[Isolation], None],
               dry_run: bool = False, only: Collection[int] | None = None) -> Isolation | None:
     """Make the host match the isolated set ``cpus``; return the new isolation record (None: none).
 
@@ -121,14 +94,14 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots: Roots, co
     found = groups(roots, online) if only is None else []
     covered = {g.top for g in found}
     if only is None:
-        found += list(finders.irqs(roots.proc)) + list(finders.workqueue(roots.sysfs))
+        found += list(files.irqs(roots.proc)) + list(files.masks(roots))
     # the IRQs that existed when the isolation began: any other one got default_smp_affinity since
     irqs = (previous.irqs if previous.cpus or previous.pairs
-            else frozenset(int(i.key.split(":", 1)[1]) for i in found if i.kind.name == "irq"))
-    run = Pass(previous, cpus, online, irqs, uptime(roots.proc))
+            else frozenset(i.key.number for i in found if isinstance(i.key, Irq)))
+    run = Moves(previous, cpus, online, irqs, uptime(roots.proc))
     known: set[str] = set()  # the threads read: a sweep reads only others
     for item in found + list(tasks.scan(roots.proc, roots.libvirt, covered, only, known)):
-        run.plan(item)
+        run.decide(item)
     _resolve(run, roots, online)
     _warn(run, roots)
     if dry_run:
@@ -136,7 +109,7 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots: Roots, co
         return previous if previous.cpus or previous.records else None
     failed = _apply(run, list(run.moves), commit)
     uncovered = {m.item.top for m in run.moves
-                 if m.narrowed and m.item.key in failed and m.item.kind in (CGROUP, UNIT)}
+                 if m.narrowed and m.item.key in failed and m.item.key.kind in ("cgroup", "unit")}
     if uncovered:
         log.warning("%s: cannot narrow; moving their tasks one by one", ", ".join(sorted(uncovered)))
     settled = _sweep(run, roots, covered - uncovered, only, known, commit, failed)
@@ -146,26 +119,27 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots: Roots, co
     return run.final(settled)
 
 
-def _resolve(run: Pass, roots: Roots, online: frozenset[int]) -> None:
-    """The records whose item no listing gave: looked up by key, planned, dropped or kept."""
+def _resolve(run: Moves, roots, online: frozenset[int]) -> None:
+    """The records whose item no listing gave: looked up by key (its kind's lookup), decided,
+    dropped or kept."""
     for key, rec in run.unseen():
-        found = finders.lookup(key, rec.ident, roots, online)
+        found = KINDS[key.kind].lookup(key, roots, online)
         if found is GONE:
             run.gone(key)
         elif found is None:
             run.keep(key, rec)
         else:
-            run.plan(found)
+            run.decide(found)
 
 
-def _sweep(run: Pass, roots: Roots, covered: Collection[str], only: Collection[int] | None, known: set[str],
-           commit: Callable[[Isolation], None], failed: set[str]) -> bool:
+def _sweep(run: Moves, roots, covered: Collection[str], only: Collection[int] | None, known: set[str],
+           commit: Callable[[Isolation], None], failed: set) -> bool:
     """List the tasks again for threads not read yet, and move them; True once a round finds none."""
-    known |= {k.partition(":")[2] for k in run.seen if k.startswith("task:")}  # looked up by key
+    known |= {str(k.tid) for k in run.seen if isinstance(k, tasks.Task)}  # looked up by key
     for _ in range(SWEEP_ROUNDS):
         start = len(run.moves)
         for item in tasks.scan(roots.proc, roots.libvirt, covered, only, known=known):
-            run.plan(item)
+            run.decide(item)
         if len(run.moves) == start:
             return True
         failed |= _apply(run, run.moves[start:], commit)
@@ -173,7 +147,7 @@ def _sweep(run: Pass, roots: Roots, covered: Collection[str], only: Collection[i
     return False
 
 
-def _apply(run: Pass, moves: list[Move], commit: Callable[[Isolation], None]) -> set[str]:
+def _apply(run: Moves, moves: list[Move], commit: Callable[[Isolation], None]) -> set:
     """Journal, then write each move and read back what the kernel made of it; the keys that failed."""
     if not moves:
         return set()
@@ -182,14 +156,14 @@ def _apply(run: Pass, moves: list[Move], commit: Callable[[Isolation], None]) ->
     for move in moves:
         item = move.item
         try:
-            item.kind.write(item, move.want)
+            back = write(item, move.want)
         except OSError as exc:
             failed.add(item.key)
             kept = run.refused(move, exc)
-            level = logging.DEBUG if item.kind.name in ("task", "irq") and not kept else logging.WARNING
+            level = logging.DEBUG if item.key.kind in ("task", "irq") and not kept else logging.WARNING
             log.log(level, "%s: cannot set CPUs %s: %s", item.label, move.want or "(unset)", exc.strerror or exc)
             continue
-        run.written(move, item.kind.read(item))
+        run.written(move, back)
     return failed
 
 
@@ -199,7 +173,7 @@ def _names(labels: Iterable[str]) -> str:
     return ", ".join(group[:SHOWN]) + more
 
 
-def _warn(run: Pass, roots: Roots) -> None:
+def _warn(run: Moves, roots) -> None:
     if run.by_hand:
         log.warning("changed since vmtune set them, left alone: %s", _names(i.label for i in run.by_hand))
     if run.cpus:
@@ -213,7 +187,7 @@ def _report(moves: list[Move], failed: set[str], cpus: frozenset[int], prefix: s
     done = [m.item for m in moves if m.item.key not in failed]
     if not done and not failed:
         return
-    counts = Counter(i.kind.name for i in done)
+    counts = Counter(i.key.kind for i in done)
     what = ", ".join(f"{n} {kind}(s)" for kind, n in sorted(counts.items()))
     where = f"off CPUs {cpuset.format(cpus)}" if cpus else "back (no CPU isolated)"
     skipped = f"; {len(failed)} refused (per-CPU kernel threads, managed IRQs, exited tasks)" if failed else ""

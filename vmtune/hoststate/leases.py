@@ -5,16 +5,16 @@ A lease (``prepare begin``; ``reconnect begin`` without the top-up and never ref
 1. settle what a killed hook left (journal records made exact against sysfs), and reap the
    leases of domains that no longer run (alive.py), exactly as their release would;
 2. refuse overlapping vCPU pins (or warn), and a lease that would leave no housekeeping CPU;
-3. plan: the hugepage shortfalls, and the host knobs and C-states (scope ``host``: every CPU's;
+3. find what is missing: the hugepage shortfalls, and the host knobs and C-states (scope ``host``: every CPU's;
    scope ``pinned``: those of every lease's CPUs, not only this one's), verified, never assumed: a
    knob not recorded and not at its value gets a new record (the first lease records them all), a
    recorded knob found back at its original value is written again, one changed by hand since is
    left alone. A prepare or reconnect after any crash leaves the host fully tuned for every lease;
 4. journal: commit the lease with every record it may leave (knob values before, pools' ``nr``
    before and target) before any sysfs write;
-5. compact memory, raise the short pools, read back; too few: lower them again, put the state file
-   back as it was, refuse the start (one line);
-6. apply the host knobs and the C-states;
+5. compact memory, raise the short pools, read back (pages.py); too few: lower them again, put the
+   state file back as it was, refuse the start (one line);
+6. apply the host knobs and the C-states (tuning.py, through the engine);
 7. isolate the leases' CPUs (isolation/): journal, then move the host's tasks, IRQs, workqueues
    and cgroups off them;
 8. commit the records as the kernel read them back (``final``: baseline.json too).
@@ -36,15 +36,34 @@ import copy
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import cpuset
-from . import alive, hoststate, hugepages, isolation, topup
-from .leases import LOCK_TIMEOUT_S, Damaged, LockTimeout, Store, Unsafe
-from .state import KnobRecord, Lease, State
+from ..config import Config, CStateScope, HugepagePolicy, Isolate, OnConflict
+from ..host.sysfs import cpu_limit, online_cpus
+from . import alive, engine, isolation, pages, tuning
+from .document import Damaged, Lease, State, pool_step
+from .engine import Knob
+from .kinds import Pool
+from .record import Record
+from .statedir import LockTimeout, StateDir, Unsafe
 
-log = logging.getLogger("vmtune.hook")
+log = logging.getLogger("vmtune.hoststate")
 TROUBLE = (Damaged, LockTimeout, Unsafe)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A latency domain asking for a lease: what the hook read of its XML."""
+
+    name: str
+    uuid: str  # its UUID, else ``name:NAME``: the lease's key
+    profile: str | None
+    cpus: frozenset[int]  # host CPUs the vCPUs are pinned to
+    pages: Mapping[Pool, int] = field(default_factory=dict)  # hugepages needed per pool
+    error: str | None = None  # what is wrong with its pins or nodesets (the prepare is refused)
+    dedicated: bool = True  # its profile pins vCPUs to CPUs of their own (Lease.dedicated)
 
 
 @dataclass
@@ -53,38 +72,37 @@ class Missing:
     with scope pinned, of C-states per lease key (``cstates``); recorded knobs back at their
     original value (``again``)."""
 
-    fresh: list[KnobRecord] = field(default_factory=list)
-    again: list[hoststate.Knob] = field(default_factory=list)
-    cstates: dict[str, list[KnobRecord]] = field(default_factory=dict)
+    fresh: list[Record] = field(default_factory=list)
+    again: list[Knob] = field(default_factory=list)
+    cstates: dict[str, list[Record]] = field(default_factory=dict)
 
     @property
-    def journal(self) -> list[KnobRecord]:
+    def journal(self) -> list[Record]:
         return self.fresh + [r for records in self.cstates.values() for r in records]
 
     def __len__(self) -> int:
         return len(self.journal) + len(self.again)
 
 
-def _settled(records: list[KnobRecord], journal: list[KnobRecord], applied: dict[str, KnobRecord]) -> list[KnobRecord]:
+def _settled(records: list[Record], journal: list[Record], applied: dict) -> list[Record]:
     """``records`` with the ``journal`` records among them replaced by what was applied."""
     ids = {id(r) for r in journal}
-    return [r for r in records if id(r) not in ids] + [applied[r.path] for r in journal if r.path in applied]
+    return [r for r in records if id(r) not in ids] + [applied[r.key] for r in journal if r.key in applied]
 
 
-class Hook:
-    """One hook call's view of the host: sysfs root, state store, config, dry run."""
+class Leases:
+    """One call's view of the host and its leases: the roots, the state folder, the settings, dry run."""
 
-    def __init__(self, cfg, sysfs: str | None = None, store: Store | None = None, dry_run: bool | None = None):
+    def __init__(self, cfg: Config, roots, dry_run: bool = False):
         self.cfg = cfg
-        self.dry_run = os.environ.get("VMTUNE_DRY_RUN", "") not in ("", "0") if dry_run is None else dry_run
-        self.sysfs = sysfs or os.environ.get("VMTUNE_SYSFS") or "/sys"
-        self.settings = dict(cfg.hook)
-        self.store = store or Store(dry_run=self.dry_run, sysfs=self.sysfs, limit=hoststate.cpu_limit(self.sysfs),
-                                    lock_timeout=float(self.settings.get("lock_timeout_s", LOCK_TIMEOUT_S)))
-        self.max_latency = int(self.settings.get("max_cstate_latency_us", hoststate.DEFAULT_MAX_CSTATE_LATENCY_US))
-        self.pinned = self.settings.get("cstate_scope", "host") == "pinned"
-        self.isolate = self.settings.get("isolate", "on") != "off"
-        self.roots = isolation.Roots.from_env(self.sysfs, hugepages.procfs_root(self.sysfs))
+        self.roots = roots
+        self.sysfs = roots.sysfs
+        self.dry_run = dry_run
+        self.settings = cfg.hook
+        self.store = StateDir(roots.state, dry_run=dry_run, sysfs=self.sysfs, limit=cpu_limit(self.sysfs),
+                              lock_timeout=self.settings.lock_timeout_s)
+        self.pinned = self.settings.cstate_scope == CStateScope.PINNED
+        self.isolate = self.settings.isolate == Isolate.ON
 
     def trouble(self, name: str, exc: Exception, refuse: bool) -> int:
         """One line for a state the hook cannot use; 1 (refused) for a prepare, else 0."""
@@ -100,7 +118,7 @@ class Hook:
         """The CPUs to keep the host's work off: the leases' vCPU CPUs ``held`` less the reserved ones."""
         if not self.isolate or not held:
             return frozenset()
-        return (held - isolation.reserved(self.sysfs, self.cfg)) & frozenset(hoststate.online_cpus(self.sysfs))
+        return (held - isolation.reserved(self.sysfs, self.cfg)) & frozenset(online_cpus(self.sysfs))
 
     def _isolate(self, state: State, cpus: frozenset[int]) -> None:
         """Make the host's isolation match ``cpus``, journal first (isolation.reconcile)."""
@@ -118,15 +136,15 @@ class Hook:
         if any(rec.pending for group in groups for rec in group):
             changed = True
             if state.baseline:
-                state.baseline = hoststate.settle(self.sysfs, state.baseline)
+                state.baseline = engine.settle(self.roots, state.baseline)
             for lease in state.leases.values():
-                lease.cstates = hoststate.settle(self.sysfs, lease.cstates)
+                lease.cstates = engine.settle(self.roots, lease.cstates)
             log.warning("settled the records of a hook that was interrupted")
         for lease in state.leases.values():
-            changed = hugepages.settle(self.sysfs, lease) or changed
+            changed = pages.settle(self.sysfs, lease) or changed
         if state.unrestored and not self.dry_run:  # restores that failed before: tried again first
-            kept: list[KnobRecord] = []
-            hoststate.restore(self.sysfs, state.unrestored, failed=kept)
+            kept: list[Record] = []
+            engine.restore(self.roots, state.unrestored, failed=kept)
             changed = changed or kept != state.unrestored
             state.unrestored = kept
         return changed
@@ -189,7 +207,7 @@ class Hook:
             return State()
 
     # -- prepare / reconnect -------------------------------------------------------------------
-    def lease(self, dom, refuse_conflicts: bool, top_up: bool = True) -> int:
+    def lease(self, dom: Request, refuse_conflicts: bool, top_up: bool = True) -> int:
         """Record the lease and tune the host; 1 if refused (pins overlap, too few hugepages, no
         housekeeping CPU, a state the hook cannot use)."""
         try:
@@ -198,14 +216,14 @@ class Hook:
         except TROUBLE as exc:
             return self.trouble(dom.name, exc, refuse_conflicts)
 
-    def _lease(self, state: State, dom, refuse: bool, top_up: bool) -> int:
+    def _lease(self, state: State, dom: Request, refuse: bool, top_up: bool) -> int:
         if (self._settle(state) | bool(self._reap(state, skip=dom.uuid))) and not self.dry_run:
             self.store.commit(state, final=True)
         if not self._admit(state, dom, refuse):
             return 1
         mine = dom.cpus if dom.dedicated else frozenset()
         iso: frozenset[int] | None = self._isolated(state.held_cpus(but=dom.uuid) | mine)
-        if iso and not set(hoststate.online_cpus(self.sysfs)) - iso:
+        if iso and not set(online_cpus(self.sysfs)) - iso:
             if refuse:
                 log.error("%s: refusing to start: isolating CPUs %s would leave no CPU for the host's own work "
                           "(set reserved_cpus, or [hook] isolate = \"off\")", dom.name, cpuset.format(iso))
@@ -215,40 +233,40 @@ class Hook:
             iso = None
         original = copy.deepcopy(state)
         others = [lease for key, lease in state.leases.items() if key != dom.uuid]
-        shorts: dict[str, tuple[int, int]] = {}
-        if top_up and dom.pages and self.settings.get("hugepages", "top-up") == "top-up":
+        shorts: dict[Pool, tuple[int, int]] = {}
+        if top_up and dom.pages and self.settings.hugepages == HugepagePolicy.TOP_UP:
             try:
-                shorts = hugepages.shortfalls(self.sysfs, dict(dom.pages), others)
-            except hugepages.Shortage as exc:
+                shorts = pages.shortfalls(self.sysfs, dict(dom.pages), others)
+            except pages.Shortage as exc:
                 log.error("%s: refusing to start: %s", dom.name, exc)
                 return 1
         first = state.baseline is None
         lease = state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus, dom.dedicated)
-        topup.record_needs(lease, dom.pages)
-        topup.journal(lease, shorts)
+        pages.record_needs(lease, dom.pages)
+        pages.journal(lease, shorts)
         return self._tune(state, original, lease, first, shorts, others, iso)
 
-    def _admit(self, state: State, dom, refuse: bool) -> bool:
+    def _admit(self, state: State, dom: Request, refuse: bool) -> bool:
         """False (one error line) when the domain's vCPU pins overlap another lease's and overlaps
         are refused; a warning when they are allowed."""
         clashes = state.conflicts(dom.uuid, dom.cpus) if dom.dedicated else []
         if not clashes:
             return True
         what = "; ".join(f"domain {other!r} holds CPUs {cpuset.format(cpus)}" for other, cpus in clashes)
-        if refuse and self.settings.get("on_conflict", "refuse") != "warn":
+        if refuse and self.settings.on_conflict != OnConflict.WARN:
             log.error("%s: refusing to start: its vCPU pins overlap another latency domain: %s", dom.name, what)
             return False
         log.warning("%s: vCPU pins overlap another latency domain: %s", dom.name, what)
         return True
 
-    def _tune(self, state: State, original: State, lease: Lease, first: bool, shorts: dict[str, tuple[int, int]],
+    def _tune(self, state: State, original: State, lease: Lease, first: bool, shorts: dict[Pool, tuple[int, int]],
               others: list[Lease], iso: frozenset[int] | None) -> int:
         """Journal, top up, complete the host's tuning for every lease, isolate, commit (steps 4-8)."""
         todo = self._missing(state)
         if (todo or shorts) and not self.dry_run:
             self.store.commit(state)  # journal first: the records exist before any value changes
         try:
-            if not topup.top_up(self.sysfs, lease, shorts, others, self.dry_run):
+            if not pages.top_up(self.roots, lease, shorts, others, self.dry_run):
                 self.store.commit(original, final=True)
                 return 1
             if first:
@@ -277,12 +295,12 @@ class Hook:
         """What the host lacks for every lease (verify, never assume), its journal records already in
         ``state``: host knobs nobody recorded go into the baseline; with scope pinned, each lease's
         CPUs' C-states nobody recorded go into the earliest lease pinning them."""
-        host = hoststate.plan(self.sysfs, max_cstate_latency_us=self.max_latency,
-                              ksm=str(self.settings.get("ksm", "off")), cstates=not self.pinned)
-        fresh, again = hoststate.complete(self.sysfs, state.baseline or [], host)
-        cstates: dict[str, list[KnobRecord]] = {}
+        latency = self.settings.max_cstate_latency_us
+        host = tuning.knobs(self.sysfs, max_cstate_latency_us=latency, ksm=self.settings.ksm, cstates=not self.pinned)
+        fresh, again = engine.complete(self.roots, state.baseline or [], host)
+        cstates: dict[str, list[Record]] = {}
         if self.pinned:
-            cstates, more = hoststate.complete_cstates(self.sysfs, state.leases, self.max_latency)
+            cstates, more = tuning.cstates_for_leases(self.roots, state.leases, latency)
             again += more
         state.baseline = (state.baseline or []) + fresh
         for key, records in cstates.items():
@@ -291,19 +309,19 @@ class Hook:
 
     def _complete(self, state: State, todo: Missing) -> None:
         """Write what is missing; each journal record becomes what the kernel read back (or goes)."""
-        wanted = [hoststate.Knob(r.path, r.after) for r in todo.journal] + todo.again
-        applied = {r.path: r for r in hoststate.apply(self.sysfs, wanted, dry_run=self.dry_run)}
+        wanted = [Knob(r.key, r.after) for r in todo.journal] + todo.again
+        applied = {r.key: r for r in engine.apply(self.roots, wanted, dry_run=self.dry_run)}
         state.baseline = _settled(state.baseline or [], todo.fresh, applied)
         for key, records in todo.cstates.items():
             lease = state.leases[key]
             lease.cstates = _settled(lease.cstates, records, applied)
 
-    def _undo(self, journal: list[KnobRecord], shorts: dict[str, tuple[int, int]], others: list[Lease]) -> None:
+    def _undo(self, journal: list[Record], shorts: dict[Pool, tuple[int, int]], others: list[Lease]) -> None:
         """Best effort after an error half-way: the journalled knobs and this call's pool raises."""
         try:
-            hoststate.restore(self.sysfs, hoststate.settle(self.sysfs, copy.deepcopy(journal)), dry_run=self.dry_run)
+            engine.restore(self.roots, engine.settle(self.roots, copy.deepcopy(journal)), dry_run=self.dry_run)
             if not self.dry_run:
-                topup.undo(self.sysfs, shorts, others)
+                pages.undo(self.sysfs, shorts, others)
         except Exception as exc:  # noqa: BLE001 - the journal on disk still says what to undo
             log.error("undoing failed too: %s", exc)
 
@@ -345,37 +363,37 @@ class Hook:
         """Everything a release does for the lease ``key``, but the final commit."""
         lease = state.leases[key]
         others = [other for k, other in state.leases.items() if k != key]
-        give = hugepages.give_back_plan(self.sysfs, lease, others)
+        give = pages.give_back_plan(self.sysfs, lease, others)
         if give and not self.dry_run:
             for k, (nr, n) in give.items():
-                lease.hugepages[k].lowering = topup.Step(nr, nr - n)
+                lease.hugepages[k].steps = [pool_step(k, nr, nr - n)]
             self.store.commit(state)  # journal first, as for the top-up
         # journal first: a kill in here leaves the lease, so the next release does it all again
         self._isolate(state, self._isolated(state.held_cpus(but=key)))
         del state.leases[key]
-        hoststate.restore(self.sysfs, self._hand_over(lease, state), dry_run=self.dry_run, failed=state.unrestored)
+        engine.restore(self.roots, self._hand_over(lease, state), dry_run=self.dry_run, failed=state.unrestored)
         for k, (nr, n) in give.items():
             if self.dry_run:
-                log.info("dry run: would lower %s: %d -> %d", hugepages.describe(k), nr, nr - n)
+                log.info("dry run: would lower %s: %d -> %d", k.describe(), nr, nr - n)
                 continue
-            given = hugepages.lower(self.sysfs, k, nr, n)
+            given = pages.lower(self.sysfs, k, nr, n)
             log.info("%s: gave back %d of the %d %s it added", lease.name, given, lease.hugepages[k].added,
-                     hugepages.describe(k))
+                     k.describe())
         if not state.leases and state.baseline is not None:
             log.info("%s: last latency lease released: restoring the host state", lease.name)
-            hoststate.restore(self.sysfs, state.baseline, dry_run=self.dry_run, failed=state.unrestored)
+            engine.restore(self.roots, state.baseline, dry_run=self.dry_run, failed=state.unrestored)
             state.baseline = None
         else:
             log.info("%s: lease released (%d left)", lease.name, len(state.leases))
 
     @staticmethod
-    def _hand_over(lease: Lease, state: State) -> list[KnobRecord]:
+    def _hand_over(lease: Lease, state: State) -> list[Record]:
         """The lease's C-state records to restore now; those of CPUs another lease still pins pass
         to that lease (the earliest), so the last lease on a CPU restores its original value."""
         back = []
         heirs = sorted(state.leases.values(), key=lambda other: other.since)
         for rec in lease.cstates:
-            cpu = hoststate.cpu_of(rec.path)
+            cpu = rec.key.cpu
             heir = next((o for o in heirs if cpu is not None and cpu in o.cpus), None)
             if heir is None:
                 back.append(rec)

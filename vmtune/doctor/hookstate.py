@@ -1,7 +1,7 @@
-"""vmtune's own state: the hook's leases and saved baseline (vmtune/hook/leases.py) against the
-live values (drift), leases that overlap, and leases whose domain no longer runs.
+"""vmtune's own state (area ``state``): the hook's leases and saved baseline (vmtune/hoststate/)
+against the live values (drift), leases that overlap, and leases whose domain no longer runs.
 
-The state files are read with the hook's own reader and validator (leases.Store, state.py), never
+The state files are read with the hook's own reader and validator (statedir.py, document.py), never
 locked or written, so the doctor calls damaged exactly what the hook refuses (``state.json``
 missing while ``baseline.json`` holds leases included). Whether a lease's domain runs is judged as
 the hook judges it (alive.py: libvirt's status files, the QEMU's pid): the doctor is read-only, so
@@ -14,45 +14,46 @@ import os
 import time
 
 from .. import cpuset
-from ..hook import alive, hoststate, leases
-from ..hook.state import KnobRecord
+from ..host.sysfs import cpu_limit
+from ..hoststate import alive, engine
+from ..hoststate.document import Damaged, State
+from ..hoststate.record import Record
+from ..hoststate.statedir import BASELINE_FILE, DEFAULT_CPU_LIMIT, STATE_FILE, StateDir
 from .findings import Context, Finding, maker
 
-new = maker("state")
+AREA = "state"
+new = maker(AREA)
 
 
 def state_path(ctx: Context) -> str:
-    if ctx.roots.root == "/":
-        return os.path.join(leases.state_dir(), leases.STATE_FILE)  # $VMTUNE_STATE_DIR, else /run/vmtune
-    return ctx.path("root", os.path.join(leases.DEFAULT_DIR.lstrip("/"), leases.STATE_FILE))
+    """The hook's state file: this machine's (``Roots.state``: $VMTUNE_STATE_DIR, else /run/vmtune),
+    or the one in the --root tree."""
+    return os.path.join(ctx.roots.state, STATE_FILE)
 
 
-def load(ctx: Context, path: str) -> leases.State | leases.Damaged | str | None:
+def load(ctx: Context, path: str) -> State | Damaged | str | None:
     """The state in ``path`` as the hook reads it; None when neither it nor ``baseline.json`` beside
     it exists; Damaged when the hook would refuse it; "permission denied" when it cannot be read."""
     folder = os.path.dirname(path)
-    if not os.path.lexists(path) and not os.path.lexists(os.path.join(folder, leases.BASELINE_FILE)):
+    if not os.path.lexists(path) and not os.path.lexists(os.path.join(folder, BASELINE_FILE)):
         return None
     sysfs = ctx.roots.sysfs if ctx.has("sysfs") else None
-    store = leases.Store(folder=folder, dry_run=True, sysfs=sysfs,
-                         limit=hoststate.cpu_limit(sysfs) if sysfs else leases.DEFAULT_CPU_LIMIT,
-                         owners=ctx.roots.root == "/")
+    store = StateDir(folder, dry_run=True, sysfs=sysfs, limit=cpu_limit(sysfs) if sysfs else DEFAULT_CPU_LIMIT,
+                     owners=ctx.roots.root == "/")
     try:
         return store.read()
     except PermissionError:
         return "permission denied"
-    except leases.Damaged as exc:
+    except Damaged as exc:
         return "permission denied" if "permission denied" in str(exc).lower() else exc
 
 
 def libvirt_rundir(ctx: Context) -> str:
     """libvirt's run dir as the hook finds it: this machine's, or the one in the --root tree."""
-    if ctx.roots.root == "/":
-        return alive.rundir()
-    return ctx.path("root", "run/libvirt/qemu")
+    return ctx.roots.libvirt
 
 
-def _leases(ctx: Context, state: leases.State, path: str) -> list[Finding]:
+def _leases(ctx: Context, state: State, path: str) -> list[Finding]:
     out = []
     rows = [f"{lease.name} ({lease.profile or '?'}, {'' if lease.dedicated else 'shared '}CPUs "
             f"{cpuset.format(lease.cpus) or '-'})"
@@ -69,7 +70,7 @@ def _leases(ctx: Context, state: leases.State, path: str) -> list[Finding]:
     return out + _stale(ctx, state, path)
 
 
-def _stale(ctx: Context, state: leases.State, path: str) -> list[Finding]:
+def _stale(ctx: Context, state: State, path: str) -> list[Finding]:
     """A WARN per lease whose domain is not running (alive.py, as the hook judges it)."""
     folder = libvirt_rundir(ctx)
     if not state.leases:
@@ -89,12 +90,12 @@ def _stale(ctx: Context, state: leases.State, path: str) -> list[Finding]:
     return out
 
 
-def _records(state: leases.State) -> list[KnobRecord]:
+def _records(state: State) -> list[Record]:
     """Every sysfs record the hook keeps: the host baseline, then each lease's C-states."""
     return list(state.baseline or []) + [r for lease in state.leases.values() for r in lease.cstates]
 
 
-def _baseline(ctx: Context, state: leases.State, path: str) -> list[Finding]:
+def _baseline(ctx: Context, state: State, path: str) -> list[Finding]:
     out = []
     if state.baseline is None and state.leases:
         out.append(new("WARN", path, "leases but no saved baseline: the host state was never saved",
@@ -112,12 +113,12 @@ def _baseline(ctx: Context, state: leases.State, path: str) -> list[Finding]:
         return out
     if not ctx.has("sysfs"):
         return out + [new("SKIP", path, "no sysfs tree given: drift not checked")]
-    drifted = hoststate.verify(ctx.roots.sysfs, [r for r in records if not r.pending])
+    drifted = engine.verify(ctx.roots, [r for r in records if not r.pending])
     if not drifted:
         return out + [new("OK", path, f"{len(records) - len(pending)} value(s) still as the hook set them")]
-    return out + [new("WARN", ctx.path("sysfs", rel), f"{now if now is not None else 'gone'}, but the hook set "
+    return out + [new("WARN", ctx.path("sysfs", key.text), f"{now if now is not None else 'gone'}, but the hook set "
                       f"{wrote}: changed behind its back; left alone at release", wrote,
-                      "find who changed it (tuned? a script?) and set it back") for rel, wrote, now in drifted]
+                      "find who changed it (tuned? a script?) and set it back") for key, wrote, now in drifted]
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -129,7 +130,7 @@ def check(ctx: Context) -> list[Finding]:
         return [new("OK", path, "no state: the hook holds no lease and has not tuned the host")]
     if isinstance(state, str):
         return [new("SKIP", path, state)]
-    if isinstance(state, leases.Damaged):
+    if isinstance(state, Damaged):
         return [new("FAIL", path, f"damaged: {state}", "", "the hook refuses latency domains until "
                     + (state.advice or "`vmtune hook reap` sets it aside and goes on from baseline.json"))]
     unrestored = _unrestored(state, path)
@@ -138,11 +139,11 @@ def check(ctx: Context) -> list[Finding]:
     return unrestored + _leases(ctx, state, path) + _baseline(ctx, state, path)
 
 
-def _unrestored(state: leases.State, path: str) -> list[Finding]:
+def _unrestored(state: State, path: str) -> list[Finding]:
     """Values the kernel refused to take back at a stop: the hook tries them again at every call."""
     if not state.unrestored:
         return []
-    shown = ", ".join(f"{r.path} (to {r.before})" for r in state.unrestored[:3])
+    shown = ", ".join(f"{r.key.text} (to {r.before})" for r in state.unrestored[:3])
     more = f", +{len(state.unrestored) - 3} more" if len(state.unrestored) > 3 else ""
     return [new("WARN", path, f"{len(state.unrestored)} value(s) not restored yet: {shown}{more}",
                 "every value the hook changed restored", "the next start, stop or `vmtune hook reap` tries "

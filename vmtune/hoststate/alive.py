@@ -2,8 +2,8 @@
 
 libvirt keeps ``NAME.xml`` (the live status, with the domain's ``<uuid>``) and ``NAME.pid`` for every
 running QEMU domain in its state dir: ``/run/libvirt/qemu`` for the system daemon (monolithic or
-virtqemud), ``$XDG_RUNTIME_DIR/libvirt/qemu/run`` for a session daemon. ``$VMTUNE_LIBVIRT_RUNDIR``
-overrides it (tests, unusual hosts).
+virtqemud), ``$XDG_RUNTIME_DIR/libvirt/qemu/run`` for a session daemon (``Roots.libvirt``;
+``$VMTUNE_LIBVIRT_RUNDIR`` overrides it for tests and unusual hosts).
 
 A lease is stale when:
 
@@ -30,15 +30,6 @@ import re
 GRACE_S = 120.0
 PROC = "/proc"  # the pids in libvirt's files are this machine's, whatever proc root the hook is given
 UUID = re.compile(rb"<uuid>\s*([0-9a-fA-F-]{32,36})\s*</uuid>")
-
-
-def rundir(runfs: str = "/run") -> str:
-    explicit = os.environ.get("VMTUNE_LIBVIRT_RUNDIR")
-    if explicit:
-        return explicit
-    if os.geteuid() != 0 and os.environ.get("XDG_RUNTIME_DIR"):
-        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "libvirt", "qemu", "run")
-    return os.path.join(runfs, "libvirt", "qemu")
 
 
 def known(folder: str) -> bool:

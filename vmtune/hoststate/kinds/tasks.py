@@ -1,17 +1,18 @@
-"""Tasks as isolation items: every thread under the proc root whose affinity the hook may narrow.
+"""The task kind: a thread's CPU affinity, keyed by its thread id and its start time.
 
-Left out, before any write is tried:
+A task is known by its thread id and its start time (``/proc/T/stat`` field 22, in clock ticks):
+the key ``Task(tid, start)``, so a record of a thread that exited is never applied to a new thread
+that got its id. The state document names it ``task:TID`` with ``ident`` the start time.
+
+``scan`` lists the threads the isolation may narrow. Left out, before any write is tried:
 
 - threads the kernel keeps where they are (``PF_NO_SETAFFINITY`` in ``/proc/T/stat``'s flags: the
   per-CPU kernel threads); a write that still fails with EINVAL is skipped at write time;
 - every thread of a QEMU that libvirt manages: a process in one of libvirt's cgroups (a path with
   ``machine.slice``, ``machine/`` or ``.libvirt-qemu``), or whose pid is in a domain's ``NAME.pid``
-  in libvirt's run dir (``/run/libvirt/qemu``; ``$VMTUNE_LIBVIRT_RUNDIR``). libvirt pins those itself;
+  in libvirt's run dir. libvirt pins those itself;
 - threads whose cgroup v2 top-level group the isolation narrows as a whole (``covered``): the
   cgroup limit already keeps them off.
-
-A task is keyed by its thread id and known by its start time (``/proc/T/stat`` field 22), so a
-record of a thread that exited is never applied to a new thread that got its id.
 
 A task's value is its ``Cpus_allowed_list``: the affinity in effect, which a cgroup v1 ``cpuset``
 may have narrowed below what the task asked for. Since Linux 6.2 the kernel keeps the requested
@@ -26,34 +27,64 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import ClassVar
 
 from ... import cpuset
 from ...host import sysfs as files
-from .items import GONE, Gone, Item, Kind
+from .base import Item, Key, Kind, digits, register
 
 PF_NO_SETAFFINITY = 0x04000000
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc/T/stat's start time unit
 LIBVIRT_GROUP = re.compile(r"(^|/)machine(\.slice)?(/|$)|\.libvirt-qemu(/|$)|(^|/)machine-qemu")
 
 
+class Gone:
+    """A record's item that no longer exists: its record is dropped."""
+
+    def __repr__(self) -> str:
+        return "GONE"
+
+
+GONE = Gone()
+
+
 def setaffinity(tid: int, cpus: frozenset[int]) -> None:
     os.sched_setaffinity(tid, cpus)
 
 
-class Task(Kind):
-    """A thread's affinity: ``item.where`` is its status file, written through ``setaffinity``."""
+@dataclass(frozen=True, order=True)
+class Task(Key):
+    kind: ClassVar[str] = "task"
+    tid: int
+    start: int
+
+    @property
+    def text(self) -> str:
+        return f"task:{self.tid}"
+
+
+@register
+class TaskAffinity(Kind):
+    """A thread's affinity: the item's file is its status file; written through ``setaffinity``."""
 
     name = "task"
+    section = "isolation"
     inherits = True  # a new thread copies its parent's affinity
 
-    def write(self, item: Item, raw: str) -> None:
-        setaffinity(int(item.key.partition(":")[2]), cpuset.parse(raw))
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        head, _, n = text.partition(":")
+        tid, start = (digits(n, 10), digits(ident, 20)) if head == "task" else (None, None)
+        return None if tid is None or start is None else Task(tid, start)
+
+    def write(self, item: Item, value: str) -> None:
+        setaffinity(item.key.tid, cpuset.parse(value))  # type: ignore[attr-defined]
 
     def read(self, item: Item) -> str | None:
         return affinity(files.text(item.where) or "")
 
-
-TASK = Task()
+    def lookup(self, key: Task, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
+        return lookup(roots.proc, key)
 
 
 def libvirt_pids(rundir: str) -> frozenset[int]:
@@ -136,19 +167,20 @@ def scan(proc: str, rundir: str, covered: Collection[str] = (), only: Collection
             continue
         for tid in tids:
             known.add(tid)
-            item = _thread(os.path.join(proc, pid, "task", tid), tid, top)
+            item = _thread(proc, pid, tid, top)
             if item is not None and item is not KTHREAD:
                 yield item
 
 
-KTHREAD = Item("", TASK, "", "", "")  # a thread the kernel keeps where it is
+KTHREAD = Item(Task(0, 0), "", "")  # a thread the kernel keeps where it is
 
 
-def _thread(base: str, tid: str, top: str) -> Item | None:
-    """The thread at ``base`` (``/proc/P/task/T``); None when it exited while we looked."""
-    stat = files.text(os.path.join(base, "stat"))
+def _thread(proc: str, pid: str, tid: str, top: str) -> Item | None:
+    """The thread ``/proc/P/task/T``; None when it exited while we looked."""
+    rel = os.path.join(pid, "task", tid)
+    stat = files.text(os.path.join(proc, rel, "stat"))
     fields = stat_fields(stat or "")
-    mask = affinity(files.text(os.path.join(base, "status")) or "")
+    mask = affinity(files.text(os.path.join(proc, rel, "status")) or "")
     if not fields or len(fields) < 20 or mask is None:
         return None
     try:
@@ -157,19 +189,20 @@ def _thread(base: str, tid: str, top: str) -> Item | None:
         return None
     if flags & PF_NO_SETAFFINITY:
         return KTHREAD
-    return Item(f"task:{tid}", TASK, os.path.join(base, "status"), mask, f"{comm_of(stat or '')}[{tid}]",
-                ident=str(start), born=start / TICK, top=top)
+    return Item(Task(int(tid), start), mask, f"{comm_of(stat or '')}[{tid}]", proc, os.path.join(rel, "status"),
+                born=start / TICK, top=top)
 
 
-def lookup(proc: str, tid: str, ident: str) -> Item | Gone | None:
-    """The thread ``tid`` whatever its cgroup; ``GONE`` when it exited or its id now
-    belongs to another thread (another start time ``ident``); None when it cannot be read now."""
-    base = os.path.join(proc, tid, "task", tid)
-    if not os.path.exists(os.path.join(base, "stat")):
+def lookup(proc: str, key: Task) -> Item | Gone | None:
+    """The thread of ``key`` whatever its cgroup; ``GONE`` when it exited or its id now belongs to
+    another thread (another start time); None when it cannot be read now."""
+    tid = str(key.tid)
+    stat = os.path.join(proc, tid, "task", tid, "stat")
+    if not os.path.exists(stat):
         return GONE
-    item = _thread(base, tid, _groups(proc, tid)[1])
+    item = _thread(proc, tid, tid, _groups(proc, tid)[1])
     if item is None:
-        return GONE if not os.path.exists(os.path.join(base, "stat")) else None
-    if item is KTHREAD or item.ident != ident:
+        return GONE if not os.path.exists(stat) else None
+    if item is KTHREAD or item.key != key:
         return GONE
     return item

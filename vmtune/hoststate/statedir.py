@@ -1,7 +1,7 @@
-"""Where the hook's state lives: ``$VMTUNE_STATE_DIR/state.json`` (default ``/run/vmtune``, so a
-reboot starts clean), read and written only under an exclusive ``flock`` on ``lock`` beside it.
+"""The state folder: ``state.json`` in ``Roots.state`` (``$VMTUNE_STATE_DIR``, default ``/run/vmtune``,
+so a reboot starts clean), read and written only under an exclusive ``flock`` on ``lock`` beside it.
 
-The state's shape, reader and validator are in state.py. ``Store`` adds the file handling:
+The state's shape, reader and validator are in document.py. ``StateDir`` adds the file handling:
 
 - the folder must be a directory (not a symlink) owned by root (or by the user running the tests)
   with mode 0755 or less; anything else is refused with one line (``Unsafe``);
@@ -22,7 +22,7 @@ The state's shape, reader and validator are in state.py. ``Store`` adds the file
 Journal first: before the hook writes a sysfs value it commits the records it is about to create
 (``pending`` knobs, ``raising``/``lowering`` pool steps, isolation records). A hook killed in
 between leaves the journal, and the next call under the lock settles it against sysfs
-(lifecycle.py), so the release still restores exactly what was changed.
+(leases.py), so the release still restores exactly what was changed.
 """
 
 from __future__ import annotations
@@ -38,11 +38,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .. import atomic, cpuset
-from .state import Damaged, State, decode
+from .document import Damaged, State, read_state
 
-log = logging.getLogger("vmtune.hook")
+log = logging.getLogger("vmtune.hoststate")
 
-DEFAULT_DIR = "/run/vmtune"
 STATE_FILE = "state.json"
 BASELINE_FILE = "baseline.json"
 LOCK_FILE = "lock"
@@ -50,8 +49,7 @@ TMP_PREFIX = ".state-"
 LOCK_TIMEOUT_S = 30.0
 DEFAULT_CPU_LIMIT = cpuset.MAX_HOST_CPUS
 
-__all__ = ["BASELINE_FILE", "DEFAULT_DIR", "STATE_FILE", "Damaged", "LockTimeout", "State", "Store", "Unsafe",
-           "state_dir"]
+__all__ = ["BASELINE_FILE", "STATE_FILE", "Damaged", "LockTimeout", "State", "StateDir", "Unsafe"]
 
 
 def _kind(mode: int) -> str:
@@ -68,10 +66,6 @@ class Unsafe(Exception):
 
 class LockTimeout(Exception):
     """Another process held the state lock past the wait cap (one line naming it)."""
-
-
-def state_dir() -> str:
-    return os.environ.get("VMTUNE_STATE_DIR") or DEFAULT_DIR
 
 
 def lock_holder(fd: int) -> str:
@@ -95,7 +89,7 @@ def lock_holder(fd: int) -> str:
     return "an unknown process"
 
 
-class Store:
+class StateDir:
     """The state files in ``folder``; ``dry_run`` reads but never writes (nor creates the folder).
 
     ``limit`` bounds the CPU ids the state may name (the host's possible CPUs); ``sysfs`` is the
@@ -103,9 +97,9 @@ class Store:
     checked (the doctor reading a captured tree, which any user may have copied, does not).
     """
 
-    def __init__(self, folder: str | None = None, dry_run: bool = False, sysfs: str | None = None,
+    def __init__(self, folder: str, dry_run: bool = False, sysfs: str | None = None,
                  limit: int = DEFAULT_CPU_LIMIT, lock_timeout: float = LOCK_TIMEOUT_S, owners: bool = True):
-        self.folder = folder or state_dir()
+        self.folder = folder
         self.dry_run = dry_run
         self.owners = owners
         self.sysfs = sysfs
@@ -144,7 +138,7 @@ class Store:
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise Damaged(f"{path}: not JSON ({'empty' if not raw.strip() else exc})") from None
         try:
-            return decode(data, self.limit, self.sysfs)
+            return read_state(data, self.limit, self.sysfs)
         except Damaged as exc:
             raise Damaged(f"{path}: {exc}") from None
 
@@ -270,7 +264,7 @@ class Store:
             return
         text = json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n"
         try:  # never write what the next call could not read: the file on disk stays the last good one
-            decode(json.loads(text), self.limit, self.sysfs)
+            read_state(json.loads(text), self.limit, self.sysfs)
         except Damaged as exc:
             raise OSError(errno.EINVAL, f"{self.path}: not written: it would not read back: {exc}") from None
         data = text.encode("utf-8")

@@ -1,0 +1,43 @@
+"""The knob kinds, registered in one table (``KINDS``): everything the host-state engine may change.
+
+======  ===========================================  =========  ================================
+kind    what                                         section    module
+======  ===========================================  =========  ================================
+sysfs   a cpufreq governor or EPP, KSM's ``run``     knob       files.py
+cstate  a CPU's idle state ``disable`` flag           knob       files.py
+mask    the default IRQ mask, the workqueue mask     isolation  files.py
+irq     an IRQ's affinity                            isolation  files.py
+task    a thread's affinity (thread id + start)      isolation  tasks.py
+cgroup  a top-level cgroup v2 ``cpuset.cpus``        isolation  groups.py
+unit    a systemd unit's ``AllowedCPUs``             isolation  groups.py
+pool    a node's hugepage pool (counted)             pool       files.py
+======  ===========================================  =========  ================================
+
+base.py has what they share: the key, the live item, the one file reader and writer.
+"""
+
+from __future__ import annotations
+
+from . import files, groups, tasks  # noqa: F401 - each registers its kinds
+from .base import KINDS, Item, Key, Kind, read_file, write_file
+from .files import CState, Cpufreq, CpuMask, Irq, Ksm, Pool
+from .groups import Cgroup, Unit
+from .tasks import GONE, Gone, Task
+
+
+def in_section(section: str) -> list[Kind]:
+    """The kinds whose records the state document keeps in ``section``, in the table's order."""
+    return [kind for kind in KINDS.values() if kind.section == section]
+
+
+def parse_key(section: str, text: str, ident: str = "") -> Key | None:
+    """The key the state document names ``text`` in ``section``; None when no kind of it has one."""
+    for kind in in_section(section):
+        key = kind.parse_key(text, ident)
+        if key is not None:
+            return key
+    return None
+
+
+__all__ = ["GONE", "KINDS", "CState", "Cgroup", "CpuMask", "Cpufreq", "Gone", "Irq", "Item", "Key", "Kind", "Ksm",
+           "Pool", "Task", "Unit", "in_section", "parse_key", "read_file", "write_file"]

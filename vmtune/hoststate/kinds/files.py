@@ -1,0 +1,298 @@
+"""The kinds that are one host file each: sysfs values, C-states, CPU mask files, IRQ affinities and
+hugepage pools.
+
+========  ========================================================  ===========================
+kind      file (key)                                                the state document's name
+========  ========================================================  ===========================
+sysfs     ``devices/system/cpu/cpuN/cpufreq/{scaling_governor,``    the path under the sysfs root
+          ``energy_performance_preference}``, ``kernel/mm/ksm/run``
+cstate    ``devices/system/cpu/cpuN/cpuidle/stateK/disable``        the path under the sysfs root
+mask      ``irq/default_smp_affinity`` (proc), the unbound          ``irq:default``, ``wq:cpumask``
+          workqueues' ``devices/virtual/workqueue/cpumask`` (sysfs)
+irq       ``irq/N/smp_affinity_list`` (proc)                        ``irq:N``
+pool      ``devices/system/node/nodeN/hugepages/hugepages-SkB/``    ``N:S``
+          ``nr_hugepages``
+========  ========================================================  ===========================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...errors import InvalidInput
+from ...host import sysfs as files
+from ...host.sysfs import CPU_DIR, NODE_DIR
+from .base import Item, Key, Kind, digits, read_file, register
+from .tasks import GONE, Gone
+
+CPUFREQ_ATTRS = ("energy_performance_preference", "scaling_governor")
+KSM_RUN = "kernel/mm/ksm/run"
+MAX_CPU_DIGITS = 5
+MAX_IRQ = 1 << 20  # IRQ numbers below it
+
+
+# -- sysfs values: cpufreq and KSM ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cpufreq(Key):
+    """A CPU's ``cpufreq`` attribute (``policy``: under ``cpufreq/policyN``, which a state file may
+    name; the hook writes ``cpuN/cpufreq``)."""
+
+    kind: ClassVar[str] = "sysfs"
+    number: int
+    attr: str
+    policy: bool = False
+
+    @property
+    def text(self) -> str:
+        if self.policy:
+            return f"{CPU_DIR}/cpufreq/policy{self.number}/{self.attr}"
+        return f"{CPU_DIR}/cpu{self.number}/cpufreq/{self.attr}"
+
+    @property
+    def cpu(self) -> int | None:
+        return None if self.policy else self.number
+
+
+@dataclass(frozen=True)
+class Ksm(Key):
+    kind: ClassVar[str] = "sysfs"
+
+    @property
+    def text(self) -> str:
+        return KSM_RUN
+
+
+def _cpu_part(part: str, prefix: str) -> int | None:
+    return digits(part[len(prefix):], MAX_CPU_DIGITS) if part.startswith(prefix) else None
+
+
+class SysfsFile(Kind):
+    """A kind whose key's text is its path under the sysfs root; read as text, and an error other
+    than its absence is raised (a knob the hook cannot read is not taken as gone)."""
+
+    cpus = False
+
+    def read(self, item: Item) -> str | None:
+        return read_file(item.root, item.rel)
+
+    def lookup(self, key: Key, roots, online: frozenset[int] = frozenset()) -> Item | Gone:
+        raw = read_file(roots.sysfs, key.text)
+        return GONE if raw is None else Item(key, raw, key.text, roots.sysfs, key.text)
+
+
+@register
+class SysfsValue(SysfsFile):
+    """A sysfs file whose text vmtune sets (a governor, an EPP, KSM's ``run``): compared as text."""
+
+    name = "sysfs"
+    section = "knob"
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        if text == KSM_RUN:
+            return Ksm()
+        parts = text.split("/")
+        if len(parts) != 6 or parts[:3] != CPU_DIR.split("/") or parts[5] not in CPUFREQ_ATTRS:
+            return None
+        if parts[4] == "cpufreq" and (n := _cpu_part(parts[3], "cpu")) is not None:
+            return Cpufreq(n, parts[5])
+        if parts[3] == "cpufreq" and (n := _cpu_part(parts[4], "policy")) is not None:
+            return Cpufreq(n, parts[5], policy=True)
+        return None
+
+
+# -- C-states ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CState(Key):
+    """A CPU's idle state ``disable`` flag."""
+
+    kind: ClassVar[str] = "cstate"
+    number: int
+    state: int
+
+    @property
+    def text(self) -> str:
+        return f"{CPU_DIR}/cpu{self.number}/cpuidle/state{self.state}/disable"
+
+    @property
+    def cpu(self) -> int | None:
+        return self.number
+
+
+@register
+class CStateDisable(SysfsFile):
+    name = "cstate"
+    section = "knob"
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        parts = text.split("/")
+        if len(parts) != 7 or parts[:3] != CPU_DIR.split("/") or parts[4] != "cpuidle" or parts[6] != "disable":
+            return None
+        cpu, state = _cpu_part(parts[3], "cpu"), _cpu_part(parts[5], "state")
+        return None if cpu is None or state is None or len(parts[5]) > 8 else CState(cpu, state)
+
+
+# -- CPU mask files ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MaskFile:
+    """Where a mask file is: its root (``proc`` or ``sysfs``), the path under it, its label."""
+
+    root: str
+    rel: str
+    label: str
+
+
+MASK_FILES = {
+    "irq:default": MaskFile("proc", "irq/default_smp_affinity", "default IRQ affinity"),
+    "wq:cpumask": MaskFile("sysfs", "devices/virtual/workqueue/cpumask", "unbound workqueue cpumask"),
+}
+
+
+@dataclass(frozen=True)
+class CpuMask(Key):
+    """One of ``MASK_FILES``: a hex CPU mask the isolation narrows."""
+
+    kind: ClassVar[str] = "mask"
+    name: str
+
+    @property
+    def text(self) -> str:
+        return self.name
+
+    @property
+    def file(self) -> MaskFile:
+        return MASK_FILES[self.name]
+
+
+@register
+class CpuMaskFile(Kind):
+    name = "mask"
+    section = "isolation"
+    mask = True
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        return CpuMask(text) if text in MASK_FILES else None
+
+    def lookup(self, key: CpuMask, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
+        """The mask's item; ``GONE`` when its file does not exist; None when it cannot be read."""
+        root = getattr(roots, key.file.root)
+        if not os.path.exists(os.path.join(root, key.file.rel)):
+            return GONE
+        return _valid(key, root, key.file.rel, key.file.label)
+
+
+def _valid(key: Key, root: str, rel: str, label: str) -> Item | None:
+    """The item of the file ``root/rel``; None when it cannot be read, or not as CPUs (a warning)."""
+    raw = files.value(os.path.join(root, rel))
+    if raw is None:
+        return None
+    item = Item(key, raw, label, root, rel)
+    try:
+        item.cpus
+    except InvalidInput:
+        import logging
+
+        logging.getLogger("vmtune.hoststate").warning("%s: cannot read %r as CPUs; left alone", label, raw)
+        return None
+    return item
+
+
+def masks(roots) -> Iterator[Item]:
+    """The mask files that exist: the default IRQ affinity, then the unbound workqueues' mask."""
+    for name in MASK_FILES:
+        found = CpuMaskFile().lookup(CpuMask(name), roots)
+        if isinstance(found, Item):
+            yield found
+
+
+# -- IRQ affinities ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, order=True)
+class Irq(Key):
+    kind: ClassVar[str] = "irq"
+    number: int
+
+    @property
+    def text(self) -> str:
+        return f"irq:{self.number}"
+
+    @property
+    def rel(self) -> str:
+        return f"irq/{self.number}/smp_affinity_list"
+
+
+@register
+class IrqAffinity(Kind):
+    name = "irq"
+    section = "isolation"
+    inherits = True  # a new IRQ starts with default_smp_affinity
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        head, _, n = text.partition(":")
+        number = digits(n, 10) if head == "irq" else None
+        return Irq(number) if number is not None and number < MAX_IRQ else None
+
+    def lookup(self, key: Irq, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
+        if not os.path.isdir(os.path.join(roots.proc, "irq", str(key.number))):
+            return GONE
+        return _valid(key, roots.proc, key.rel, f"IRQ {key.number}")
+
+
+def irqs(proc: str) -> Iterator[Item]:
+    """Every IRQ's ``smp_affinity_list``, in IRQ order."""
+    try:
+        names = sorted((n for n in os.listdir(os.path.join(proc, "irq")) if n.isdigit()), key=int)
+    except OSError:
+        return
+    for n in names:
+        if item := _valid(Irq(int(n)), proc, Irq(int(n)).rel, f"IRQ {n}"):
+            yield item
+
+
+# -- hugepage pools ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, order=True)
+class Pool(Key):
+    """A NUMA node's pool of one page size (KiB)."""
+
+    kind: ClassVar[str] = "pool"
+    node: int
+    size: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.node}:{self.size}"
+
+    def file(self, leaf: str = "nr_hugepages") -> str:
+        return f"{NODE_DIR}/node{self.node}/hugepages/hugepages-{self.size}kB/{leaf}"
+
+    def describe(self) -> str:
+        return f"node {self.node} {self.size} KiB hugepages"
+
+
+@register
+class HugepagePool(SysfsFile):
+    """``nr_hugepages`` of a pool. Counted: a lease records the pages it added, and only those that
+    are free are given back (hoststate/pages.py)."""
+
+    name = "pool"
+    section = "pool"
+
+    def lookup(self, key: Key, roots, online: frozenset[int] = frozenset()) -> Item | Gone:
+        rel = key.file()  # type: ignore[attr-defined]
+        raw = read_file(roots.sysfs, rel)
+        return GONE if raw is None else Item(key, raw, key.describe(), roots.sysfs, rel)  # type: ignore[attr-defined]
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        node, sep, size = text.partition(":")
+        n, s = digits(node, 5), digits(size, 10)
+        return Pool(n, s) if sep and n is not None and s is not None else None
+
+    def check(self, text: str, limit: int) -> None:
+        if digits(text, 19) is None:
+            raise InvalidInput(f"{text!r} is not a page count")

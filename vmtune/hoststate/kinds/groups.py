@@ -1,0 +1,279 @@
+"""The group kinds: a top-level cgroup v2 group's ``cpuset.cpus``, and a systemd unit's ``AllowedCPUs``.
+
+With systemd on cgroup v2, the isolation narrows ``AllowedCPUs`` of ``init.scope``,
+``system.slice`` and ``user.slice`` (``systemctl set-property --runtime``); on cgroup v2 without
+systemd, ``cpuset.cpus`` of every top-level group but libvirt's. libvirt's machine groups are never
+touched. An empty value means every CPU of the parent (``Item.full``).
+
+A group's name may be any directory name: the state document names it ``cgroup:NAME`` or
+``unit:NAME`` with every byte outside ``[A-Za-z0-9_.@:\\-]`` as ``%XX`` (``key_of``), and
+``name_of`` gives the name back. A name read back from the state must be one plain directory entry
+that resolves inside the cgroup root, and a unit one of the three the hook sets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ... import cpuset
+from ...errors import InvalidInput
+from ...host import sysfs as files
+from . import base
+from .base import Item, Key, Kind, register
+from .tasks import GONE, Gone
+
+log = logging.getLogger("vmtune.hoststate")
+
+SYSTEMD_UNITS = ("init.scope", "system.slice", "user.slice")
+SYSTEMCTL_TIMEOUT_S = 10
+DROP_IN = "50-AllowedCPUs.conf"  # what `systemctl set-property --runtime UNIT AllowedCPUs=` writes
+SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.@:-\\")
+MAX_NAME = 255
+
+
+def key_of(kind: str, name: str) -> str:
+    """The state's name of a named item: ``kind:NAME`` with every byte outside ``SAFE`` as ``%XX``."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return kind + ":" + "".join(chr(b) if b in SAFE else f"%{b:02X}" for b in raw)
+
+
+def name_of(key: str) -> str | None:
+    """The name in a ``kind:NAME`` text (``key_of`` undone); None when the escapes are broken or a
+    byte that needs one is bare."""
+    text = key.partition(":")[2]
+    out, i = bytearray(), 0
+    while i < len(text):
+        if text[i] == "%":
+            part = text[i + 1:i + 3]
+            if len(part) != 2 or not all(c in "0123456789ABCDEF" for c in part):
+                return None
+            out.append(int(part, 16))
+            i += 3
+        elif ord(text[i]) < 128 and ord(text[i]) in SAFE:
+            out.append(ord(text[i]))
+            i += 1
+        else:
+            return None
+    return out.decode("utf-8", "surrogateescape") if out and len(out) <= MAX_NAME else None
+
+
+def printable(name: str) -> str:
+    """A name for a log line or a label: escaped when it holds anything unprintable."""
+    return name if name.isprintable() else key_of("", name)[1:]
+
+
+def is_machine_group(name: str) -> bool:
+    """libvirt's groups (``machine.slice``, ``machine``, ``*.libvirt-qemu``, and a domain's own
+    ``<resource><partition>``, which libvirt makes ``NAME.partition`` without systemd): never touched."""
+    return (name in ("machine", "machine.slice") or name.startswith("machine-") or "libvirt" in name
+            or name.endswith(".partition"))
+
+
+def valid(item: Item) -> Item | None:
+    try:
+        item.kind.parse(item.raw, item)
+    except InvalidInput:
+        log.warning("%s: cannot read %r as CPUs; left alone", item.label, item.raw)
+        return None
+    return item
+
+
+# -- cgroup v2 groups -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, order=True)
+class Cgroup(Key):
+    kind: ClassVar[str] = "cgroup"
+    name: str
+
+    @property
+    def text(self) -> str:
+        return key_of("cgroup", self.name)
+
+
+@register
+class CgroupCpuset(Kind):
+    """A top-level cgroup v2 ``cpuset.cpus``: empty means the CPUs of the parent (``item.full``)."""
+
+    name = "cgroup"
+    section = "isolation"
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        name = name_of(text) if text.startswith("cgroup:") else None
+        return None if name is None else Cgroup(name)
+
+    def write(self, item: Item, value: str) -> None:
+        base.write_file(item.root, item.rel, value if value.strip() else "\n")  # an empty cpuset.cpus: a newline
+
+    def lookup(self, key: Cgroup, roots, online: frozenset[int]) -> Item | Gone | None:
+        return lookup_cgroup(roots.cgroupfs, key, online)
+
+
+def cgroup_v2_cpuset(cgroupfs: str) -> bool:
+    """Whether ``cgroupfs`` is a cgroup v2 root with the cpuset controller."""
+    return "cpuset" in (files.value(os.path.join(cgroupfs, "cgroup.controllers")) or "").split()
+
+
+def _group_full(cgroupfs: str, online: frozenset[int]) -> frozenset[int]:
+    root_cpus = files.value(os.path.join(cgroupfs, "cpuset.cpus.effective"))
+    return cpuset.parse(root_cpus) if root_cpus else online
+
+
+def _group(cgroupfs: str, name: str, full: frozenset[int]) -> Item | None:
+    """The group's item; None for libvirt's groups and anything that is not a plain folder of the root."""
+    folder = os.path.join(cgroupfs, name)
+    if is_machine_group(name) or os.path.islink(folder) or not os.path.isdir(folder):
+        return None
+    raw = files.value(os.path.join(folder, "cpuset.cpus"))
+    if raw is None:
+        return None
+    return valid(Item(Cgroup(name), raw, f"cgroup {printable(name)}", cgroupfs, os.path.join(name, "cpuset.cpus"),
+                      full, top=name))
+
+
+def cgroups(cgroupfs: str, online: frozenset[int]) -> Iterator[Item]:
+    """Without systemd: ``cpuset.cpus`` of every top-level cgroup v2 group but libvirt's."""
+    if not cgroup_v2_cpuset(cgroupfs):
+        return
+    full = _group_full(cgroupfs, online)
+    try:
+        names = sorted(os.listdir(cgroupfs))
+    except OSError:
+        return
+    for name in names:
+        if item := _group(cgroupfs, name, full):
+            yield item
+
+
+def _inside(root: str, name: str) -> bool:
+    """Whether ``name`` is one plain entry of ``root`` that resolves inside it."""
+    if not name or "/" in name or "\x00" in name or name in (".", ".."):
+        return False
+    real = os.path.realpath(root).rstrip("/") + "/"
+    return os.path.realpath(os.path.join(root, name)).startswith(real)
+
+
+def lookup_cgroup(cgroupfs: str, key: Cgroup, online: frozenset[int]) -> Item | Gone | None:
+    if not _inside(cgroupfs, key.name) or is_machine_group(key.name):
+        log.warning("isolation record %r names nothing the hook writes: dropped", printable(key.text))
+        return GONE
+    folder = os.path.join(cgroupfs, key.name)
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        return GONE
+    return _group(cgroupfs, key.name, _group_full(cgroupfs, online))
+
+
+# -- systemd units ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, order=True)
+class Unit(Key):
+    kind: ClassVar[str] = "unit"
+    name: str
+
+    @property
+    def text(self) -> str:
+        return key_of("unit", self.name)
+
+
+@register
+class SystemdUnit(Kind):
+    """A systemd unit's ``AllowedCPUs`` (empty: not set, every CPU), through ``systemctl``.
+
+    The item's file is the unit's runtime drop-in (``RUNFS/systemd/system.control/UNIT.d/``
+    ``50-AllowedCPUs.conf``), the file ``set-property --runtime`` writes. Writing the empty value
+    (the unit had no ``AllowedCPUs``) resets the property, as an empty assignment does in a unit
+    file, and then removes that drop-in when it holds nothing but ``AllowedCPUs``: systemd's live
+    value is reset already, and the next ``daemon-reload`` finds the unit's own configuration as
+    it was, with no runtime setting of vmtune's left to override it until the next boot.
+    """
+
+    name = "unit"
+    section = "isolation"
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        name = name_of(text) if text.startswith("unit:") else None
+        return None if name is None else Unit(name)
+
+    def write(self, item: Item, value: str) -> None:
+        systemctl("set-property", "--runtime", item.key.name, f"AllowedCPUs={value.strip()}")  # type: ignore[attr-defined]
+        if not value.strip():
+            remove_drop_in(item.where)
+
+    def read(self, item: Item) -> str | None:
+        try:
+            return allowed_cpus(item.key.name)  # type: ignore[attr-defined]
+        except OSError:
+            return None
+
+    def lookup(self, key: Unit, roots, online: frozenset[int]) -> Item | Gone | None:
+        return lookup_unit(roots.runfs, key, online)
+
+
+def systemctl(*args: str) -> str:
+    """Run ``systemctl ARGS`` (from PATH); its stdout. OSError when it fails."""
+    import subprocess  # here: only the isolation of a systemd host runs systemctl
+
+    try:
+        done = subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OSError(f"systemctl {' '.join(args)}: {exc}") from None
+    if done.returncode != 0:
+        raise OSError(f"systemctl {' '.join(args)}: {(done.stderr or '').strip() or done.returncode}")
+    return done.stdout
+
+
+def allowed_cpus(unit: str) -> str:
+    """The unit's ``AllowedCPUs`` as a CPU list. systemd prints its ranges joined by spaces
+    ("0-1 3", ``cpu_set_to_range_string``): read as the list "0-1,3", which the state keeps and
+    ``set-property`` takes back. OSError when ``systemctl`` fails."""
+    return ",".join(systemctl("show", "-p", "AllowedCPUs", "--value", unit).split())
+
+
+def drop_in(unit: str) -> str:
+    """The unit's runtime drop-in, under the run root."""
+    return os.path.join("systemd", "system.control", f"{unit}.d", DROP_IN)
+
+
+def remove_drop_in(path: str) -> None:
+    """Remove a runtime drop-in that sets nothing but ``AllowedCPUs`` (and its folder, when empty)."""
+    text = files.value(path)
+    if text is None:
+        return
+    lines = [x.strip() for x in text.splitlines() if x.strip() and not x.lstrip().startswith(("#", ";", "["))]
+    if not all(x.startswith("AllowedCPUs=") for x in lines):
+        log.warning("%s: sets more than AllowedCPUs; left in place", path)
+        return
+    try:
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass  # a folder with other drop-ins stays
+
+
+def _unit(runfs: str, unit: str, online: frozenset[int]) -> Item | None:
+    try:
+        raw = allowed_cpus(unit)
+    except OSError as exc:
+        log.warning("unit %s: %s; left alone", unit, exc)
+        return None
+    return valid(Item(Unit(unit), raw, f"unit {unit}", runfs, drop_in(unit), online, top=unit))
+
+
+def units(cgroupfs: str, runfs: str, online: frozenset[int]) -> Iterator[Item]:
+    """With systemd: ``AllowedCPUs`` of the host's own slices and init.scope."""
+    if not cgroup_v2_cpuset(cgroupfs):
+        return
+    for unit in SYSTEMD_UNITS:
+        if os.path.isdir(os.path.join(cgroupfs, unit)) and (item := _unit(runfs, unit, online)):
+            yield item
+
+
+def lookup_unit(runfs: str, key: Unit, online: frozenset[int]) -> Item | Gone | None:
+    if key.name not in SYSTEMD_UNITS:
+        log.warning("isolation record %r names nothing the hook writes: dropped", printable(key.text))
+        return GONE
+    return _unit(runfs, key.name, online)
