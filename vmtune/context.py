@@ -11,7 +11,7 @@ from .profiles import Profile
 
 
 @dataclass(frozen=True)
-class Context:
+class PassContext:
     host: Host
     profile: Profile
     placement: Placement

@@ -13,6 +13,7 @@ from .errors import InvalidInput
 
 MAX_ID = 1 << 16  # the default limit: ids below it
 MAX_HOST_CPUS = 8192  # the largest NR_CPUS of distribution kernels
+MAX_NUMA_NODES = 1024  # the kernel's MAX_NUMNODES at most
 
 
 def ranges(text: str | None, limit: int | None = None, last: str | None = None,

@@ -12,7 +12,8 @@ from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
 from . import profiles, xmlsafe, xmltext
-from .context import Context
+from .profiles import Pinning
+from .context import PassContext
 from .edits import Change, Warn
 from .errors import InvalidInput, Unsupported
 from .host import Host
@@ -79,7 +80,7 @@ def emulator_with_vcpus(virt_type: str, profile) -> bool:
 
 def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod.Placement:
     spread = config.placement != "pack"
-    if profile.cpu_pinning == "dedicated":
+    if profile.dedicated:
         req = placement_mod.Request(
             vcpus=dom.vcpus,
             memory_kib=dom.boot_memory_kib,
@@ -93,7 +94,7 @@ def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod
         )
         return placement_mod.dedicated(host, reserved, ledger, req)
     req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)
-    return placement_mod.shared(host, ledger, req, one_node=profile.cpu_pinning == "node")
+    return placement_mod.shared(host, ledger, req, one_node=profile.cpu_pinning == Pinning.NODE)
 
 
 def serialize(root: etree._Element) -> str:
@@ -115,7 +116,7 @@ class Tuned:
     """A domain placed and tuned: its tree, what placed it, and what the passes did."""
 
     root: etree._Element
-    ctx: Context
+    ctx: PassContext
     changes: tuple[Change, ...]
     warnings: tuple[str, ...]
 
@@ -129,7 +130,7 @@ def prepare(
     ledger: claims_mod.Ledger | None = None,
     force_virtio: bool = False,
     config: config_mod.Config | None = None,
-) -> tuple[etree._Element, Context]:
+) -> tuple[etree._Element, PassContext]:
     """Parse and check the domain, load the profile, add up the claims (or take ``ledger``: what
     the others hold, known another way) and place the domain."""
     config = config or config_mod.Config()
@@ -142,10 +143,10 @@ def prepare(
         ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
     reserved = host.reserved(config)
     placement = placement_for(prof, host, ledger, reserved, dom, config)
-    return root, Context(host, prof, placement, ledger, reserved, virt, force_virtio)
+    return root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio)
 
 
-def run_passes(root: etree._Element, ctx: Context, passes=ORDER) -> tuple[list[Change], list[str]]:
+def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER) -> tuple[list[Change], list[str]]:
     """Run ``passes`` in order, each on the tree the previous ones left; apply every edit."""
     changes: list[Change] = []
     warnings: list[str] = list(ctx.placement.warnings)

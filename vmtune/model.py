@@ -249,7 +249,7 @@ class MemoryDevice(View):
         return (self.block_kib if self.model == self.MODEL_VIRTIO_MEM else None) or self.size_kib
 
 
-class Cell(View):
+class NumaCell(View):
     """A guest NUMA cell. A cell may have no vCPUs (a memory-only cell): ``cpus`` is then empty."""
 
     def __init__(self, node: etree._Element, index: int = 0):
@@ -339,8 +339,8 @@ class Domain(View):
 
     # -- children -----------------------------------------------------------------------------
     @property
-    def cells(self) -> list[Cell]:
-        return [Cell(e, i) for i, e in enumerate(self.node.iterfind("cpu/numa/cell"))]
+    def cells(self) -> list[NumaCell]:
+        return [NumaCell(e, i) for i, e in enumerate(self.node.iterfind("cpu/numa/cell"))]
 
     @property
     def disks(self) -> list[Disk]:

@@ -14,6 +14,7 @@ from . import cpuset, units
 from .claims import Ledger
 from .errors import DoesNotFit
 from .host import Host
+from .profiles import Pinning
 
 MIB = 1024
 
@@ -42,7 +43,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Placement:
-    mode: str  # "dedicated", "node" or "float"
+    mode: Pinning
     nodes: tuple[int, ...] = ()
     pins: tuple[int, ...] = ()  # host CPU of each vCPU (dedicated)
     cells: tuple[GuestCell, ...] = ()
@@ -52,6 +53,11 @@ class Placement:
     hugepage_kib: int | None = None
     hugepage_why: str = ""  # why this page size, when there was a choice (for --explain)
     warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def dedicated(self) -> bool:
+        """The vCPUs have host CPUs of their own (the profile's ``Profile.dedicated``)."""
+        return self.mode == Pinning.DEDICATED
 
     def to_dict(self) -> dict:
         return {
@@ -259,7 +265,7 @@ def _build(host, reserved, blocked, cores, req, nodes, shares, page, parts) -> P
     if any(not host.cell(x).memory_kib for x in nodes):
         warnings.append(f"memory size of node(s) {cpuset.format(nodes)} is unknown; memory fit not checked")
     return Placement(
-        mode="dedicated",
+        mode=Pinning.DEDICATED,
         nodes=tuple(nodes),
         pins=tuple(pins),
         cells=tuple(cells),
@@ -289,7 +295,7 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
     if not free:
         raise DoesNotFit("every host CPU is dedicated to another domain; nothing is left to share")
     if not one_node:
-        return Placement(mode="float", cpuset=free if ledger.dedicated else None)
+        return Placement(mode=Pinning.FLOAT, cpuset=free if ledger.dedicated else None)
     best = None
     for cell in host.cells:
         local = free & frozenset(cell.cpus)
@@ -305,9 +311,9 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
             best = (key, cell.id, local)
     if best is None:
         return Placement(
-            mode="node",
+            mode=Pinning.NODE,
             cpuset=free,
             warnings=(f"{req.memory_kib // MIB} MiB does not fit on one node; vCPUs and memory are not bound to a node",),
         )
     _, node, local = best
-    return Placement(mode="node", nodes=(node,), cpuset=local)
+    return Placement(mode=Pinning.NODE, nodes=(node,), cpuset=local)

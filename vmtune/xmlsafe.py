@@ -1,8 +1,10 @@
-"""Parsing untrusted XML: no entity expansion, no DTD or network loads, bounded size."""
+"""Parsing untrusted XML: no entity expansion, no DTD or network loads, bounded size; and reading it
+(``read``: a file or stdin, at most ``MAX_BYTES``, UTF-8)."""
 
 from __future__ import annotations
 
 import re
+import sys
 
 from lxml import etree
 
@@ -11,6 +13,25 @@ from .errors import InvalidInput
 MAX_BYTES = 8 * 1024 * 1024  # a domain with every device libvirt knows is well under 1 MiB
 # the one DOCTYPE accepted: a bare <!DOCTYPE name>, no internal subset, no SYSTEM or PUBLIC id
 BARE_DOCTYPE = re.compile(rb"<!DOCTYPE\s+[^\s\[\]<>'\"]+\s*>")
+
+
+def read(path: str, what: str) -> str:
+    """The text of the XML file ``path`` (``-``: stdin): InvalidInput (one line) when it cannot be
+    read, is larger than ``MAX_BYTES`` (never more is read) or is not UTF-8."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise InvalidInput(f"{what} {path} is larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{what} {path} is not UTF-8") from None
 
 
 def _parser() -> etree.XMLParser:

@@ -20,26 +20,9 @@ from ..host import Host
 from . import format as fmt
 
 
-def _read(path: str, what: str) -> str:
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(xmlsafe.MAX_BYTES + 1)
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read(xmlsafe.MAX_BYTES + 1)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
-    if len(data) > xmlsafe.MAX_BYTES:
-        raise InvalidInput(f"{what} {path} is larger than {xmlsafe.MAX_BYTES // (1024 * 1024)} MiB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{what} {path} is not UTF-8") from None
-
-
 def _host(args) -> Host:
     if getattr(args, "host", None):
-        return Host.from_capabilities(_read(args.host, "capabilities XML"))
+        return Host.from_capabilities(xmlsafe.read(args.host, "capabilities XML"))
     if getattr(args, "sysfs", None):
         return Host.from_sysfs(args.sysfs)
     return Host.probe()
@@ -86,8 +69,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_rewrite(args, cfg, roots) -> int:
     if args.in_place and args.domain == "-":
         raise InvalidInput("-i needs a file, not stdin")
-    source = _read(args.domain, "domain XML")
-    claims = [_read(path, "claimed domain XML") for path in args.claim]
+    source = xmlsafe.read(args.domain, "domain XML")
+    claims = [xmlsafe.read(path, "claimed domain XML") for path in args.claim]
     result = rewrite(source, _host(args), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
     # -i on a symlink rewrites the file it points to, as sed -i --follow-symlinks would
     target = os.path.realpath(args.domain) if args.in_place else args.output

@@ -23,7 +23,7 @@ from lxml import etree
 from .. import cpuset
 from ..errors import InvalidInput
 
-NODE_LIMIT = 1024  # the kernel's MAX_NUMNODES at most
+NODE_LIMIT = cpuset.MAX_NUMA_NODES
 MAX_GUEST_CPUS = 16384  # more vCPUs than any QEMU machine type takes
 GUEST_LISTS = ("cpus", "vcpus", "iothreads")
 

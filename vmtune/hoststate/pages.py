@@ -30,7 +30,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-from .. import facts
+from .. import cpuset, facts
 from ..host import sysfs as files
 from ..host.sysfs import NODE_DIR
 from .document import Lease, PoolShare, pool_step
@@ -40,7 +40,6 @@ log = logging.getLogger("vmtune.hoststate")
 
 COMPACT = "sys/vm/compact_memory"  # under the proc root
 DEFAULT_SIZE_KIB = 2048
-NODE_LIMIT = 1024  # the kernel's MAX_NUMNODES at most
 
 
 class Shortage(Exception):
@@ -56,7 +55,7 @@ def default_size(roots) -> int:
 def needs(dom, default: Callable[[], int]) -> dict[Pool, int]:
     """Pages per pool that ``dom`` (a model.Domain) takes from host nodes its numatune names
     (facts.memory: the one rule, the rewriter's ledger uses it too)."""
-    pages = facts.memory(dom, default, NODE_LIMIT).hugepages
+    pages = facts.memory(dom, default, cpuset.MAX_NUMA_NODES).hugepages
     return {Pool(node, size): count for (node, size), count in pages.items()}
 
 

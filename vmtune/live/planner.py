@@ -64,11 +64,11 @@ def rank(target: Target, host: Host, config: config_mod.Config) -> tuple:
     dom = Domain(xmlsafe.parse(target.xml, "domain XML"))
     name = _profile_name(target, dom)
     try:
-        pinning = profiles.load(name, config.profiles_dir).cpu_pinning
+        prof = profiles.load(name, config.profiles_dir)
     except InvalidInput:
-        pinning = "float"  # its rewrite will say what is wrong
-    group = pinning if pinning in ("dedicated", "node") else "float"
-    if group != "dedicated" and facts.pinned_alone(dom):
+        prof = profiles.Profile(name)  # floats; its rewrite will say what is wrong
+    group = "dedicated" if prof.dedicated else "node" if prof.cpu_pinning == profiles.Pinning.NODE else "float"
+    if not prof.dedicated and facts.pinned_alone(dom):
         group = "pinned"
     return (RANKS[group], dom.name or "", dom.uuid or "", target.key)
 

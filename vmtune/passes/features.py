@@ -16,7 +16,7 @@ HYPERV_TCG = ("relaxed", "vapic", "spinlocks", "frequencies")
 def run(ctx, dom):
     p = ctx.profile
     edits = []
-    if ctx.kvm and p.cpu_kvm_hint_dedicated and ctx.placement.mode == "dedicated":
+    if ctx.kvm and p.cpu_kvm_hint_dedicated and ctx.placement.dedicated:
         edits.append(Domain.kvm_hint_dedicated.edit(
             dom, True, "tell the guest its vCPUs own their CPUs (no pv spinlocks, idle polling allowed)"))
     if ctx.kvm and p.cpu_kvm_poll_control:

@@ -45,7 +45,7 @@ def _backing(ctx, dom):
     old = dom.find("memoryBacking")
     new = copy(old, "memoryBacking")
     reasons, edits = [], []
-    if pl.mode == "dedicated" and p.memory_hugepages:
+    if pl.dedicated and p.memory_hugepages:
         reasons, edits = _hugepages(ctx, dom, new)
         reasons += _no_anonymous_source(new)
     for flag, wanted, why in (

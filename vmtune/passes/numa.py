@@ -3,6 +3,7 @@
 from .. import cpuset, xmltext
 from ..edits import E, Put, Remove
 from ..model import Domain
+from ..profiles import Pinning
 from . import _cells
 from ._xml import comments, copy, put_under
 
@@ -76,8 +77,8 @@ def clamp(ctx, dom):
 
 def run(ctx, dom):
     mode = ctx.placement.mode
-    if mode == "dedicated":
+    if mode == Pinning.DEDICATED:
         return dedicated(ctx, dom)
-    if mode == "node" and ctx.placement.nodes:
+    if mode == Pinning.NODE and ctx.placement.nodes:
         return node(ctx, dom)
     return clamp(ctx, dom)

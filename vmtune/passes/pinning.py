@@ -5,6 +5,7 @@ from lxml import etree
 from .. import cpuset, xmltext
 from ..edits import E, Put, Remove, clone, insert
 from ..model import Domain
+from ..profiles import Pinning
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
 
@@ -76,7 +77,7 @@ def shared(ctx, dom):
     online = frozenset(ctx.host.cpus)
     edits = []
     current = dom.vcpu_cpuset
-    if pl.mode == "node":
+    if pl.mode == Pinning.NODE:
         target = pl.cpuset
         why = f"vCPUs stay on node {cpuset.format(pl.nodes)} with their memory, off other domains' dedicated cores" if pl.nodes else "vCPUs stay off other domains' dedicated cores"
     elif pl.cpuset is not None:
@@ -111,6 +112,6 @@ def shared(ctx, dom):
 
 
 def run(ctx, dom):
-    if ctx.placement.mode == "dedicated":
+    if ctx.placement.dedicated:
         return dedicated(ctx, dom)
     return shared(ctx, dom)

@@ -21,7 +21,7 @@ def shape(host, placement) -> tuple[int, int, int]:
 
 def run(ctx, dom):
     pl = ctx.placement
-    if pl.mode != "dedicated":
+    if not pl.dedicated:
         return []
     sockets, cores, threads = shape(ctx.host, pl)
     topo = E("topology", {"sockets": sockets, "dies": 1, "cores": cores, "threads": threads})
