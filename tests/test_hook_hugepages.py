@@ -301,10 +301,10 @@ def test_give_back_leaves_what_another_lease_still_waits_for(env):  # noqa: F811
     fake = FakeKernel(env / "sys", env / "proc")
     fake.pool(P0, nr=150, free=150)
     waiting = [Lease("other", hugepages={pool(P0): PoolShare(need=120)})]
-    assert hugepages.plan_shrink(str(env / "sys"), pool(P0), 50, waiting) == (150, 30)
-    assert hugepages.plan_shrink(str(env / "sys"), pool(P0), 50, []) == (150, 50)
+    assert hugepages.spare_pages(str(env / "sys"), pool(P0), 50, waiting) == (150, 30)
+    assert hugepages.spare_pages(str(env / "sys"), pool(P0), 50, []) == (150, 50)
     fake.pool(P0, nr=150, free=40)  # 110 in use: counted as that lease's first
-    assert hugepages.plan_shrink(str(env / "sys"), pool(P0), 50, waiting) == (150, 30)
+    assert hugepages.spare_pages(str(env / "sys"), pool(P0), 50, waiting) == (150, 30)
 
 
 def test_reconnect_records_the_need_without_topping_up(env, kernel):  # noqa: F811

@@ -11,43 +11,20 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
 
 from . import cpuset, schema
 from .errors import InvalidInput
-from .profiles import SmtPolicy
+from .profiles import SmtPolicy, choice
 
 DEFAULT_PATH = "/etc/vmtune/vmtune.toml"
 
 
-class PlacementPolicy(StrEnum):
-    SPREAD = "spread"  # a new VM goes to the node with the most free dedicated CPUs
-    PACK = "pack"  # the fewest
-
-
-class OnConflict(StrEnum):
-    REFUSE = "refuse"
-    WARN = "warn"
-
-
-class CStateScope(StrEnum):
-    HOST = "host"  # every online CPU, from the first lease to the last
-    PINNED = "pinned"  # each lease's pinned CPUs
-
-
-class KsmPolicy(StrEnum):
-    OFF = "off"
-    KEEP = "keep"
-
-
-class Isolate(StrEnum):
-    ON = "on"
-    OFF = "off"
-
-
-class HugepagePolicy(StrEnum):
-    TOP_UP = "top-up"
-    OFF = "off"
+PlacementPolicy = choice("PlacementPolicy", "spread", "pack", module=__name__)  # most free dedicated CPUs; fewest
+OnConflict = choice("OnConflict", "refuse", "warn", module=__name__)
+CStateScope = choice("CStateScope", "host", "pinned", module=__name__)  # every online CPU; the leases' pinned CPUs
+KsmPolicy = choice("KsmPolicy", "off", "keep", module=__name__)
+Isolate = choice("Isolate", "on", "off", module=__name__)
+HugepagePolicy = choice("HugepagePolicy", "top-up", "off", module=__name__)
 
 
 @dataclass(frozen=True)

@@ -16,66 +16,22 @@ DEFAULT = "balanced"
 BUILTIN = ("balanced", "latency", "realtime", "throughput")
 
 
-class CpuMode(StrEnum):
-    HOST = "host"
-    KEEP = "keep"
+def choice(name: str, *values: str, module: str = __name__) -> type[StrEnum]:
+    """A StrEnum of ``values``, each a member named in capitals (``top-up``: ``TOP_UP``): the few
+    words an option may be, declared once."""
+    return StrEnum(name, {v.upper().replace("-", "_"): v for v in values}, module=module)
 
 
-class Pinning(StrEnum):
-    """How vCPUs are placed: on host CPUs of their own, on one node's shared CPUs, or floating."""
-
-    DEDICATED = "dedicated"
-    NODE = "node"
-    FLOAT = "float"
-
-
-class SmtPolicy(StrEnum):
-    THREADS = "threads"
-    ISOLATE = "isolate"
-
-
-class Scheduler(StrEnum):
-    NONE = "none"
-    FIFO = "fifo"
-    RR = "rr"
-
-
-class Pmu(StrEnum):
-    KEEP = "keep"
-    OFF = "off"
-
-
-class Balloon(StrEnum):
-    KEEP = "keep"
-    NONE = "none"
-
-
-class DiskCache(StrEnum):
-    KEEP = "keep"
-    NONE = "none"
-    WRITEBACK = "writeback"
-    WRITETHROUGH = "writethrough"
-    DIRECTSYNC = "directsync"
-    UNSAFE = "unsafe"
-
-
-class DiskIo(StrEnum):
-    KEEP = "keep"
-    NATIVE = "native"
-    THREADS = "threads"
-    IO_URING = "io_uring"
-
-
-class Hpet(StrEnum):
-    KEEP = "keep"
-    OFF = "off"
-
-
-class KvmClock(StrEnum):
-    KEEP = "keep"
-    ON = "on"
-
-
+CpuMode = choice("CpuMode", "host", "keep")
+Pinning = choice("Pinning", "dedicated", "node", "float")  # host CPUs of their own, one node's shared, floating
+SmtPolicy = choice("SmtPolicy", "threads", "isolate")
+Scheduler = choice("Scheduler", "none", "fifo", "rr")
+Pmu = choice("Pmu", "keep", "off")
+Balloon = choice("Balloon", "keep", "none")
+DiskCache = choice("DiskCache", "keep", "none", "writeback", "writethrough", "directsync", "unsafe")
+DiskIo = choice("DiskIo", "keep", "native", "threads", "io_uring")
+Hpet = choice("Hpet", "keep", "off")
+KvmClock = choice("KvmClock", "keep", "on")
 ENUMS = {e.__name__: e for e in (CpuMode, Pinning, SmtPolicy, Scheduler, Pmu, Balloon, DiskCache, DiskIo, Hpet,
                                  KvmClock)}
 

@@ -22,6 +22,7 @@ from ..hoststate import alive
 from ..hoststate.document import State
 from ..hoststate.isolation import reserved
 from ..hoststate.kinds import Item, files, tasks
+from ..roots import Roots
 from .findings import Context, Finding, maker
 from .hookstate import libvirt_rundir, load, state_path
 
@@ -63,7 +64,7 @@ def strays(proc: str, rundir: str, held: frozenset[int],
         cpus = item.cpus
         return bool(cpus & held) and bool((cpus if online is None else cpus & online) - held)
 
-    irqs = [i for i in files.irqs(proc) if movable(i)]
+    irqs = [i for i in files.irqs(Roots(sysfs=None, proc=proc, root=None)) if movable(i)]
     return [t for t in tasks.scan(proc, rundir) if movable(t)], irqs
 
 

@@ -123,7 +123,7 @@ def _request(name: str, root, dom, roots, dedicated: bool):
     from ..errors import InvalidInput
     from ..host.sysfs import cpu_limit
     from ..hoststate import pages
-    from ..hoststate.leases import Request
+    from ..hoststate.leases import LeaseRequest
     from . import bounds
 
     cpus: frozenset[int] = frozenset()
@@ -136,7 +136,7 @@ def _request(name: str, root, dom, roots, dedicated: bool):
     except InvalidInput as exc:
         error = str(exc)
     name, uuid = _identity(name, dom)
-    return Request(name=name, uuid=uuid, profile=dom.tagged_profile, cpus=cpus, pages=need, error=error,
+    return LeaseRequest(name=name, uuid=uuid, profile=dom.tagged_profile, cpus=cpus, pages=need, error=error,
                    dedicated=dedicated)
 
 

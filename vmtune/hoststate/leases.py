@@ -54,7 +54,7 @@ TROUBLE = (Damaged, LockTimeout, Unsafe)
 
 
 @dataclass(frozen=True)
-class Request:
+class LeaseRequest:
     """A latency domain asking for a lease: what the hook read of its XML."""
 
     name: str
@@ -207,7 +207,7 @@ class Leases:
             return State()
 
     # -- prepare / reconnect -------------------------------------------------------------------
-    def lease(self, dom: Request, refuse_conflicts: bool, top_up: bool = True) -> int:
+    def lease(self, dom: LeaseRequest, refuse_conflicts: bool, top_up: bool = True) -> int:
         """Record the lease and tune the host; 1 if refused (pins overlap, too few hugepages, no
         housekeeping CPU, a state the hook cannot use)."""
         try:
@@ -216,7 +216,7 @@ class Leases:
         except TROUBLE as exc:
             return self.trouble(dom.name, exc, refuse_conflicts)
 
-    def _lease(self, state: State, dom: Request, refuse: bool, top_up: bool) -> int:
+    def _lease(self, state: State, dom: LeaseRequest, refuse: bool, top_up: bool) -> int:
         if (self._settle(state) | bool(self._reap(state, skip=dom.uuid))) and not self.dry_run:
             self.store.commit(state, final=True)
         if not self._admit(state, dom, refuse):
@@ -246,7 +246,7 @@ class Leases:
         pages.journal(lease, shorts)
         return self._tune(state, original, lease, first, shorts, others, iso)
 
-    def _admit(self, state: State, dom: Request, refuse: bool) -> bool:
+    def _admit(self, state: State, dom: LeaseRequest, refuse: bool) -> bool:
         """False (one error line) when the domain's vCPU pins overlap another lease's and overlaps
         are refused; a warning when they are allowed."""
         clashes = state.conflicts(dom.uuid, dom.cpus) if dom.dedicated else []
@@ -363,7 +363,7 @@ class Leases:
         """Everything a release does for the lease ``key``, but the final commit."""
         lease = state.leases[key]
         others = [other for k, other in state.leases.items() if k != key]
-        give = pages.give_back_plan(self.sysfs, lease, others)
+        give = pages.to_give_back(self.sysfs, lease, others)
         if give and not self.dry_run:
             for k, (nr, n) in give.items():
                 lease.hugepages[k].steps = [pool_step(k, nr, nr - n)]

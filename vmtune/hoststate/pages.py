@@ -123,7 +123,7 @@ def grow(sysfs: str, k: Pool, nr: int, count: int) -> int:
     return max(0, min(count, now[0] - nr)) if now else 0
 
 
-def plan_shrink(sysfs: str, k: Pool, count: int, others: list[Lease]) -> tuple[int, int]:
+def spare_pages(sysfs: str, k: Pool, count: int, others: list[Lease]) -> tuple[int, int]:
     """(nr_hugepages now, pages to take off): up to ``count`` free pages ``others`` do not wait for."""
     pool = read_pool(sysfs, k)
     if pool is None or count <= 0:
@@ -156,11 +156,11 @@ def settle(sysfs: str, lease: Lease) -> bool:
     return changed
 
 
-def give_back_plan(sysfs: str, lease: Lease, others: list[Lease]) -> dict[Pool, tuple[int, int]]:
+def to_give_back(sysfs: str, lease: Lease, others: list[Lease]) -> dict[Pool, tuple[int, int]]:
     """Pool -> (nr_hugepages now, pages to give back) for what ``lease`` added (release end)."""
     out = {}
     for k, share in sorted(lease.hugepages.items()):
-        nr, n = plan_shrink(sysfs, k, share.added, others)
+        nr, n = spare_pages(sysfs, k, share.added, others)
         if n > 0:
             out[k] = (nr, n)
     return out
@@ -195,7 +195,7 @@ def top_up(roots, lease: Lease, shorts: Mapping[Pool, tuple[int, int]], others: 
     if missing:
         for k, got in gained.items():
             if got:
-                nr, n = plan_shrink(roots.sysfs, k, got, others)
+                nr, n = spare_pages(roots.sysfs, k, got, others)
                 lower(roots.sysfs, k, nr, n)
         what = "; ".join(f"{k.describe()}: {lease.hugepages[k].need} needed, the kernel "
                          f"gave {gained[k]} of the {shorts[k][1]} more asked for" for k in sorted(missing))
@@ -215,5 +215,5 @@ def undo(sysfs: str, shorts: Mapping[Pool, tuple[int, int]], others: list[Lease]
         pool = read_pool(sysfs, k)
         got = max(0, min(short, pool[0] - nr)) if pool else 0
         if got:
-            now, n = plan_shrink(sysfs, k, got, others)
+            now, n = spare_pages(sysfs, k, got, others)
             lower(sysfs, k, now, n)

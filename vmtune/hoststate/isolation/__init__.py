@@ -94,7 +94,7 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
     found = groups(roots, online) if only is None else []
     covered = {g.top for g in found}
     if only is None:
-        found += list(files.irqs(roots.proc)) + list(files.masks(roots))
+        found += list(files.irqs(roots)) + list(files.masks(roots))
     # the IRQs that existed when the isolation began: any other one got default_smp_affinity since
     irqs = (previous.irqs if previous.cpus or previous.pairs
             else frozenset(i.key.number for i in found if isinstance(i.key, Irq)))

@@ -16,8 +16,9 @@ is built from it.
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from ... import cpuset
@@ -39,14 +40,16 @@ def write_file(root: str, rel: str, value: str) -> None:
 
 
 class Key:
-    """A typed key; subclasses are frozen dataclasses and name their kind."""
+    """A typed key; subclasses are frozen dataclasses that name their kind and the ``NAME`` pattern
+    of their text (``str.format`` of their fields)."""
 
     kind: ClassVar[str]
+    NAME: ClassVar[str] = ""
 
     @property
     def text(self) -> str:
         """The state document's name for the key."""
-        raise NotImplementedError
+        return self.NAME.format(**{f.name: getattr(self, f.name) for f in fields(self)})  # type: ignore[arg-type]
 
     @property
     def cpu(self) -> int | None:
@@ -140,6 +143,16 @@ class Kind:
         """The live item of ``key`` under ``roots``; ``GONE`` when it provably no longer exists; None
         when it cannot be read now."""
         raise NotImplementedError
+
+
+def valid(item: Item) -> Item | None:
+    """The item, when its value reads as its kind's; None (with a warning: left alone) when not."""
+    try:
+        item.cpus
+    except InvalidInput:
+        logging.getLogger("vmtune.hoststate").warning("%s: cannot read %r as CPUs; left alone", item.label, item.raw)
+        return None
+    return item
 
 
 KINDS: dict[str, Kind] = {}

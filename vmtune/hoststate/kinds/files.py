@@ -18,14 +18,14 @@ pool      ``devices/system/node/nodeN/hugepages/hugepages-SkB/``    ``N:S``
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ...errors import InvalidInput
 from ...host import sysfs as files
 from ...host.sysfs import CPU_DIR, NODE_DIR
-from .base import Item, Key, Kind, digits, read_file, register
+from .base import KINDS, Item, Key, Kind, digits, read_file, register, valid
 from .tasks import GONE, Gone
 
 CPUFREQ_ATTRS = ("energy_performance_preference", "scaling_governor")
@@ -60,10 +60,7 @@ class Cpufreq(Key):
 @dataclass(frozen=True)
 class Ksm(Key):
     kind: ClassVar[str] = "sysfs"
-
-    @property
-    def text(self) -> str:
-        return KSM_RUN
+    NAME: ClassVar[str] = KSM_RUN
 
 
 def _cpu_part(part: str, prefix: str) -> int | None:
@@ -111,12 +108,9 @@ class CState(Key):
     """A CPU's idle state ``disable`` flag."""
 
     kind: ClassVar[str] = "cstate"
+    NAME: ClassVar[str] = CPU_DIR + "/cpu{number}/cpuidle/state{state}/disable"
     number: int
     state: int
-
-    @property
-    def text(self) -> str:
-        return f"{CPU_DIR}/cpu{self.number}/cpuidle/state{self.state}/disable"
 
     @property
     def cpu(self) -> int | None:
@@ -158,11 +152,8 @@ class CpuMask(Key):
     """One of ``MASK_FILES``: a hex CPU mask the isolation narrows."""
 
     kind: ClassVar[str] = "mask"
+    NAME: ClassVar[str] = "{name}"
     name: str
-
-    @property
-    def text(self) -> str:
-        return self.name
 
     @property
     def file(self) -> MaskFile:
@@ -189,25 +180,7 @@ class CpuMaskFile(Kind):
 def _valid(key: Key, root: str, rel: str, label: str) -> Item | None:
     """The item of the file ``root/rel``; None when it cannot be read, or not as CPUs (a warning)."""
     raw = files.value(os.path.join(root, rel))
-    if raw is None:
-        return None
-    item = Item(key, raw, label, root, rel)
-    try:
-        item.cpus
-    except InvalidInput:
-        import logging
-
-        logging.getLogger("vmtune.hoststate").warning("%s: cannot read %r as CPUs; left alone", label, raw)
-        return None
-    return item
-
-
-def masks(roots) -> Iterator[Item]:
-    """The mask files that exist: the default IRQ affinity, then the unbound workqueues' mask."""
-    for name in MASK_FILES:
-        found = CpuMaskFile().lookup(CpuMask(name), roots)
-        if isinstance(found, Item):
-            yield found
+    return None if raw is None else valid(Item(key, raw, label, root, rel))
 
 
 # -- IRQ affinities ---------------------------------------------------------------------------------
@@ -215,15 +188,8 @@ def masks(roots) -> Iterator[Item]:
 @dataclass(frozen=True, order=True)
 class Irq(Key):
     kind: ClassVar[str] = "irq"
+    NAME: ClassVar[str] = "irq:{number}"
     number: int
-
-    @property
-    def text(self) -> str:
-        return f"irq:{self.number}"
-
-    @property
-    def rel(self) -> str:
-        return f"irq/{self.number}/smp_affinity_list"
 
 
 @register
@@ -240,18 +206,7 @@ class IrqAffinity(Kind):
     def lookup(self, key: Irq, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
         if not os.path.isdir(os.path.join(roots.proc, "irq", str(key.number))):
             return GONE
-        return _valid(key, roots.proc, key.rel, f"IRQ {key.number}")
-
-
-def irqs(proc: str) -> Iterator[Item]:
-    """Every IRQ's ``smp_affinity_list``, in IRQ order."""
-    try:
-        names = sorted((n for n in os.listdir(os.path.join(proc, "irq")) if n.isdigit()), key=int)
-    except OSError:
-        return
-    for n in names:
-        if item := _valid(Irq(int(n)), proc, Irq(int(n)).rel, f"IRQ {n}"):
-            yield item
+        return _valid(key, roots.proc, f"irq/{key.number}/smp_affinity_list", f"IRQ {key.number}")
 
 
 # -- hugepage pools ---------------------------------------------------------------------------------
@@ -261,12 +216,9 @@ class Pool(Key):
     """A NUMA node's pool of one page size (KiB)."""
 
     kind: ClassVar[str] = "pool"
+    NAME: ClassVar[str] = "{node}:{size}"
     node: int
     size: int
-
-    @property
-    def text(self) -> str:
-        return f"{self.node}:{self.size}"
 
     def file(self, leaf: str = "nr_hugepages") -> str:
         return f"{NODE_DIR}/node{self.node}/hugepages/hugepages-{self.size}kB/{leaf}"
@@ -296,3 +248,27 @@ class HugepagePool(SysfsFile):
     def check(self, text: str, limit: int) -> None:
         if digits(text, 19) is None:
             raise InvalidInput(f"{text!r} is not a page count")
+
+
+# -- listings --------------------------------------------------------------------------------------
+
+def found(keys: Iterable[Key], roots) -> Iterator[Item]:
+    """The items of those ``keys`` that exist and can be read, in order."""
+    for key in keys:
+        item = KINDS[key.kind].lookup(key, roots)
+        if isinstance(item, Item):
+            yield item
+
+
+def masks(roots) -> Iterator[Item]:
+    """The mask files that exist: the default IRQ affinity, then the unbound workqueues' mask."""
+    return found((CpuMask(name) for name in MASK_FILES), roots)
+
+
+def irqs(roots) -> Iterator[Item]:
+    """Every IRQ's ``smp_affinity_list`` under the proc root, in IRQ order."""
+    try:
+        names = sorted(int(n) for n in os.listdir(os.path.join(roots.proc, "irq")) if n.isascii() and n.isdigit())
+    except OSError:
+        return iter(())
+    return found((Irq(n) for n in names), roots)

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ... import cpuset
-from ...errors import InvalidInput
 from ...host import sysfs as files
 from . import base
-from .base import Item, Key, Kind, register
+from .base import Item, Key, Kind, register, valid
 from .tasks import GONE, Gone
 
 log = logging.getLogger("vmtune.hoststate")
@@ -73,37 +72,40 @@ def is_machine_group(name: str) -> bool:
             or name.endswith(".partition"))
 
 
-def valid(item: Item) -> Item | None:
-    try:
-        item.kind.parse(item.raw, item)
-    except InvalidInput:
-        log.warning("%s: cannot read %r as CPUs; left alone", item.label, item.raw)
-        return None
-    return item
-
-
-# -- cgroup v2 groups -------------------------------------------------------------------------------
-
 @dataclass(frozen=True, order=True)
-class Cgroup(Key):
-    kind: ClassVar[str] = "cgroup"
+class Group(Key):
+    """A group known by its name: the state names it ``KIND:NAME`` (``key_of``)."""
+
     name: str
 
     @property
     def text(self) -> str:
-        return key_of("cgroup", self.name)
+        return key_of(self.kind, self.name)
+
+
+# -- cgroup v2 groups -------------------------------------------------------------------------------
+
+class Cgroup(Group):
+    kind: ClassVar[str] = "cgroup"
+
+
+class GroupKind(Kind):
+    """A kind whose items are groups, named ``KIND:NAME`` in the state."""
+
+    section = "isolation"
+    key: ClassVar[type[Group]]
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        name = name_of(text) if text.startswith(self.name + ":") else None
+        return None if name is None else self.key(name)
 
 
 @register
-class CgroupCpuset(Kind):
+class CgroupCpuset(GroupKind):
     """A top-level cgroup v2 ``cpuset.cpus``: empty means the CPUs of the parent (``item.full``)."""
 
     name = "cgroup"
-    section = "isolation"
-
-    def parse_key(self, text: str, ident: str = "") -> Key | None:
-        name = name_of(text) if text.startswith("cgroup:") else None
-        return None if name is None else Cgroup(name)
+    key = Cgroup
 
     def write(self, item: Item, value: str) -> None:
         base.write_file(item.root, item.rel, value if value.strip() else "\n")  # an empty cpuset.cpus: a newline
@@ -168,18 +170,12 @@ def lookup_cgroup(cgroupfs: str, key: Cgroup, online: frozenset[int]) -> Item | 
 
 # -- systemd units ----------------------------------------------------------------------------------
 
-@dataclass(frozen=True, order=True)
-class Unit(Key):
+class Unit(Group):
     kind: ClassVar[str] = "unit"
-    name: str
-
-    @property
-    def text(self) -> str:
-        return key_of("unit", self.name)
 
 
 @register
-class SystemdUnit(Kind):
+class SystemdUnit(GroupKind):
     """A systemd unit's ``AllowedCPUs`` (empty: not set, every CPU), through ``systemctl``.
 
     The item's file is the unit's runtime drop-in (``RUNFS/systemd/system.control/UNIT.d/``
@@ -191,11 +187,7 @@ class SystemdUnit(Kind):
     """
 
     name = "unit"
-    section = "isolation"
-
-    def parse_key(self, text: str, ident: str = "") -> Key | None:
-        name = name_of(text) if text.startswith("unit:") else None
-        return None if name is None else Unit(name)
+    key = Unit
 
     def write(self, item: Item, value: str) -> None:
         systemctl("set-property", "--runtime", item.key.name, f"AllowedCPUs={value.strip()}")  # type: ignore[attr-defined]

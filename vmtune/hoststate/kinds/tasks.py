@@ -56,12 +56,9 @@ def setaffinity(tid: int, cpus: frozenset[int]) -> None:
 @dataclass(frozen=True, order=True)
 class Task(Key):
     kind: ClassVar[str] = "task"
+    NAME: ClassVar[str] = "task:{tid}"  # the start time goes along as the record's ``ident``
     tid: int
     start: int
-
-    @property
-    def text(self) -> str:
-        return f"task:{self.tid}"
 
 
 @register
