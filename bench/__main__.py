@@ -12,6 +12,9 @@ The ``host-isolation`` case (bench/host_isolation.py: a busy pinned probe on the
 work around it, without a lease and with the hook's lease, isolation off and on) runs in the full
 run and alone with ``--part host-isolation``. It needs root and two online CPUs, and is skipped
 with a message otherwise.
+
+``--hook-against REV`` (part 2) also times REV's hook in the hook-cost case's interleaved rounds,
+from a temporary git worktree of REV (bench/hook_cost.py): variants ``SHORT:tagged-prepare`` etc.
 """
 
 from __future__ import annotations
@@ -66,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", choices=("1", "2", "host-isolation"),
                     help="only part 1 (guests through libvirt, root), part 2 (vmtune's own cost), "
                          "or the host-isolation case (root)")
+    ap.add_argument("--hook-against", metavar="REV",
+                    help="part 2's hook cost also times REV's hook (a temporary git worktree of REV) "
+                         "in the same interleaved rounds")
     args = ap.parse_args(argv)
+    if args.hook_against and args.part not in (None, "2"):
+        ap.error("--hook-against is part 2's (the hook-cost case)")
     cfg = QUICK if args.quick else FULL
     start = time.monotonic()
 
@@ -86,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.part is None or args.part == "2":
         records += costs.rewrite_throughput(cfg["rewrite_runs"], cfg["rewrite_inner"], log)
         records += costs.placement(cfg["sizes"], cfg["placement_runs"], cfg["place_inner"], args.virt_type, log)
-        records += hook_cost.run(args.quick, log)  # FULL/QUICK sizes in bench/hook_cost.py
+        records += hook_cost.run(args.quick, log, args.hook_against)  # FULL/QUICK sizes in bench/hook_cost.py
     part1, isolation = {"ran": False}, {"ran": False}
     if args.part is None or args.part == "1":
         part1 = _part("part 1 (what a guest gains)", records, log, guests.Unavailable,

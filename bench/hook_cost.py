@@ -25,12 +25,25 @@ Variants are interleaved: round r runs every variant ``inner`` times, in an orde
 with r (a prepare is always followed by its release). Per round: p50 and p99 of the calls, and
 each variant's p50 over the p50 of ``python-c-pass`` and of ``shell-noop`` in the same round. A
 result reports the median over rounds and its spread.
+
+``against=REV`` (``bench/run --part 2 --hook-against REV``) also times REV's hook in the same
+rounds: ``git worktree add --detach`` of REV in a temporary folder (removed at the end), and the
+variants ``SHORT:untagged``, ``SHORT:tagged-ignored-op``, ``SHORT:tagged-prepare`` and
+``SHORT:tagged-release`` (SHORT: REV's short hash), each run as ``sys.executable WORKTREE/hooks/qemu
+...`` with ``PYTHONPATH=WORKTREE`` and a sysfs tree, state dir and config of its own, built the same
+way. PYTHONPATH wins over the venv's editable install (setuptools appends its finder to
+``sys.meta_path``, after the path-based finder); ``Bench.check`` runs each revision's prepare once
+under ``python -v`` and fails unless every vmtune module came from that revision's tree. Each of
+REV's slots runs beside the current one (which of the two goes first alternates by round), and its
+records also carry ``ratio_to_current``: its p50 over the current variant's in the same round.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -48,6 +61,7 @@ CPUS = 8
 SHM = "/dev/shm"  # tmpfs, like /run on a real host (here /run and /tmp are ext4: 3 ms per fsync)
 VARIANTS = ("python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release")
 BASELINES = ("python-c-pass", "shell-noop")
+HOOK_VARIANTS = ("untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release")  # also timed for --hook-against
 
 
 def build_sysfs(root: Path, cpus: int = CPUS, pools: dict[str, int] | None = None) -> Path:
@@ -94,7 +108,8 @@ def untagged_domain() -> bytes:
 class Bench:
     """The temporary host (sysfs tree, state dir, config) and the commands of every variant."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, against: tuple[str, Path] | None = None):
+        """``against``: (label, worktree) of an older revision whose hook is timed too."""
         from vmtune import model, xmlsafe
         from vmtune.hoststate import pages
 
@@ -103,74 +118,152 @@ class Bench:
         if b"https://vmtune.dev/xmlns/1" in self.untagged:
             raise SystemExit("bench: examples/stock-latency.xml is tagged; the untagged case needs it untagged")
         dom = model.Domain(xmlsafe.parse(self.tagged, "bench domain"))
-        name = dom.name
-        need = {k.text: n for k, n in pages.needs(dom, lambda: 2048).items()}
-        self.sysfs = build_sysfs(tmp / "sys", pools={k: n + 64 for k, n in need.items()})
-        (tmp / "profiles").mkdir()
-        (tmp / "vmtune.toml").write_text("")
+        self.name = name = dom.name
+        self.pools = {k.text: n + 64 for k, n in pages.needs(dom, lambda: 2048).items()}
         self.noop = Path(tempfile.mkdtemp(prefix="vmtune-bench-noop-")) / "noop-hook"  # /dev/shm may be noexec
         self.noop.write_text("#!/bin/sh\nexit 0\n")
         self.noop.chmod(0o755)
-        self.env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"), "LC_ALL": "C",
-            "VMTUNE_SYSFS": str(self.sysfs), "VMTUNE_STATE_DIR": str(tmp / "state"),
-            "VMTUNE_CONFIG": str(tmp / "vmtune.toml"), "VMTUNE_PROFILES": str(tmp / "profiles"), "VMTUNE_SYSLOG": "0",
+        self.last_stderr = ""
+        # per prefix ("" for this tree, "LABEL:" for --hook-against): its sysfs tree and source root
+        self.sysfs: dict[str, Path] = {}
+        self.source: dict[str, Path] = {}
+        self.env = self._host("", tmp, ROOT)
+        self.commands: dict[str, tuple[list[str], bytes, dict[str, str]]] = {
+            "python-c-pass": ([sys.executable, "-c", "pass"], self.tagged, self.env),
+            "shell-noop": ([str(self.noop), name, "prepare", "begin", "-"], self.tagged, self.env),
         }
-        hook = [sys.executable, str(HOOK)]
-        self.commands = {
-            "python-c-pass": ([sys.executable, "-c", "pass"], self.tagged),
-            "shell-noop": ([str(self.noop), name, "prepare", "begin", "-"], self.tagged),
-            "untagged": (hook + [name, "prepare", "begin", "-"], self.untagged),
-            "tagged-ignored-op": (hook + [name, "started", "begin", "-"], self.tagged),
-            "tagged-prepare": (hook + [name, "prepare", "begin", "-"], self.tagged),
-            "tagged-release": (hook + [name, "release", "end", "destroyed"], self.tagged),
+        self._hook_variants("", HOOK, self.env)
+        if against is not None:
+            label, worktree = against
+            env = {**self._host(f"{label}:", tmp / label, worktree), "PYTHONPATH": str(worktree)}
+            self._hook_variants(f"{label}:", worktree / "hooks" / "qemu", env)
+
+    def _host(self, prefix: str, where: Path, source: Path) -> dict[str, str]:
+        """A sysfs tree, state dir, empty config and profiles dir under ``where``; the hook's environment."""
+        where.mkdir(parents=True, exist_ok=True)
+        self.sysfs[prefix] = build_sysfs(where / "sys", pools=self.pools)
+        self.source[prefix] = source
+        (where / "profiles").mkdir()
+        (where / "vmtune.toml").write_text("")
+        return {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"), "LC_ALL": "C",
+            "VMTUNE_SYSFS": str(where / "sys"), "VMTUNE_STATE_DIR": str(where / "state"),
+            "VMTUNE_CONFIG": str(where / "vmtune.toml"), "VMTUNE_PROFILES": str(where / "profiles"),
+            "VMTUNE_SYSLOG": "0",
         }
 
-    def call(self, variant: str) -> float:
-        argv, stdin = self.commands[variant]
+    def _hook_variants(self, prefix: str, hook_path: Path, env: dict[str, str]) -> None:
+        hook, name = [sys.executable, str(hook_path)], self.name
+        self.commands.update({
+            f"{prefix}untagged": (hook + [name, "prepare", "begin", "-"], self.untagged, env),
+            f"{prefix}tagged-ignored-op": (hook + [name, "started", "begin", "-"], self.tagged, env),
+            f"{prefix}tagged-prepare": (hook + [name, "prepare", "begin", "-"], self.tagged, env),
+            f"{prefix}tagged-release": (hook + [name, "release", "end", "destroyed"], self.tagged, env),
+        })
+
+    def call(self, variant: str, flags: tuple[str, ...] = ()) -> float:
+        """One timed call. ``flags`` go to the interpreter (for the untimed checks only)."""
+        argv, stdin, env = self.commands[variant]
+        if flags:
+            argv = [argv[0], *flags, *argv[1:]]
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, input=stdin, capture_output=True, env=self.env, check=False, timeout=60)
+        proc = subprocess.run(argv, input=stdin, capture_output=True, env=env, check=False, timeout=60)
         dt = time.perf_counter() - t0
         if proc.returncode != 0 or proc.stdout:
             raise SystemExit(f"bench: {variant} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
+        self.last_stderr = proc.stderr.decode(errors="replace")
         return dt
 
-    def check(self) -> dict:
-        """One prepare/release, not timed: the prepare must tune the tree and the release restore it."""
-        before = self._snapshot()
-        self.call("tagged-prepare")
-        tuned = self._snapshot()
+    def check(self, prefix: str = "") -> dict:
+        """One prepare/release, not timed: the prepare must tune the tree and the release restore it.
+        The prepare runs under ``python -v``: every vmtune module it loads must come from the
+        revision's own tree (``ROOT`` for this one, the worktree for ``--hook-against``)."""
+        before = self._snapshot(prefix)
+        self.call(f"{prefix}tagged-prepare", ("-v",))
+        loaded = sorted(set(re.findall(r"^# code object from '?([^'\n]*/vmtune/[^'\n]*?)'?$",
+                                       self.last_stderr, re.MULTILINE)))
+        package = self.source[prefix].resolve() / "vmtune"
+        foreign = [p for p in loaded if not Path(p).resolve().is_relative_to(package)]
+        if not loaded or foreign:
+            raise SystemExit(f"bench: {prefix}tagged-prepare loaded vmtune from elsewhere than {package}: "
+                             f"{foreign[:3] or 'no vmtune module'}")
+        tuned = self._snapshot(prefix)
         changed = sum(1 for k, v in tuned.items() if before.get(k) != v)
-        self.call("tagged-release")
-        if changed == 0 or self._snapshot() != before:
-            raise SystemExit(f"bench: the hook did not tune and restore the tree ({changed} values changed)")
-        return {"values_tuned_per_prepare": changed, "domain_xml_bytes": len(self.tagged)}
+        self.call(f"{prefix}tagged-release")
+        if changed == 0 or self._snapshot(prefix) != before:
+            raise SystemExit(f"bench: the {prefix or 'current '}hook did not tune and restore the tree "
+                             f"({changed} values changed)")
+        facts = {"values_tuned_per_prepare": changed, "domain_xml_bytes": len(self.tagged)}
+        if prefix:
+            facts |= {"vmtune_loaded_from": str(package), "vmtune_modules_per_prepare": len(loaded)}
+        return facts
 
-    def _snapshot(self) -> dict[str, str]:
-        return {str(p): p.read_text().strip() for p in self.sysfs.rglob("*") if p.is_file()}
+    def _snapshot(self, prefix: str = "") -> dict[str, str]:
+        root = self.sysfs[prefix]
+        return {str(p.relative_to(root)): p.read_text().strip() for p in root.rglob("*") if p.is_file()}
 
 
-def run(quick: bool, log) -> list[dict]:
-    """The hook-cost records (same shape as bench/costs.py's)."""
+@contextlib.contextmanager
+def worktree(rev: str, log):
+    """(short hash, path) of a detached ``git worktree`` of ``rev`` in a temporary folder, removed after."""
+    git = ["git", "-C", str(ROOT)]
+    short = subprocess.run(git + ["rev-parse", "--short", f"{rev}^{{commit}}"], capture_output=True,
+                           text=True, check=False)
+    if short.returncode != 0:
+        raise SystemExit(f"bench: --hook-against {rev}: not a commit here: {short.stderr.strip()}")
+    label = short.stdout.strip()
+    parent = Path(tempfile.mkdtemp(prefix=f"vmtune-bench-{label}-"))
+    path = parent / label
+    subprocess.run(git + ["worktree", "add", "--detach", str(path), label], capture_output=True, check=True)
+    log(f"hook-cost: {rev} ({label}) checked out in {path}")
+    try:
+        yield label, path
+    finally:
+        subprocess.run(git + ["worktree", "remove", "--force", str(path)], capture_output=True, check=False)
+        shutil.rmtree(parent, ignore_errors=True)
+        subprocess.run(git + ["worktree", "prune"], capture_output=True, check=False)
+
+
+def run(quick: bool, log, against: str | None = None) -> list[dict]:
+    """The hook-cost records (same shape as bench/costs.py's). ``against``: a revision whose hook
+    is timed too, in the same rounds (see the module's docstring)."""
+    if against is None:
+        return _run(quick, log, None)
+    with worktree(against, log) as tree:
+        return _run(quick, log, tree)
+
+
+def _run(quick: bool, log, against: tuple[str, Path] | None) -> list[dict]:
     cfg = QUICK if quick else FULL
     runs, inner = cfg["runs"], cfg["inner"]
     shm = os.path.isdir(SHM) and os.access(SHM, os.W_OK)
     tmp = Path(tempfile.mkdtemp(prefix="vmtune-bench-hook-", dir=SHM if shm else None))
     bench = None
+    label = against[0] if against else None
+    variants = VARIANTS + tuple(f"{label}:{v}" for v in HOOK_VARIANTS if label)
     try:
-        bench = Bench(tmp)
-        facts = bench.check()
+        bench = Bench(tmp, against)
+        facts = {"": bench.check()}
+        if label:
+            facts[f"{label}:"] = bench.check(f"{label}:")
         slots = ("python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-lifecycle")
-        rounds: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+        rounds: dict[str, list[dict]] = {v: [] for v in variants}
         for r in range(runs):
-            order = slots[r % len(slots):] + slots[:r % len(slots)]
-            times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            if label:
+                # each of the older hook's slots beside this one's; which goes first alternates by round
+                pairs = [(s, f"{label}:{s}") if r % 2 == 0 else (f"{label}:{s}", s) for s in slots[2:]]
+                base = slots[:2] + tuple(s for pair in pairs for s in pair)
+            else:
+                base = slots
+            order = base[r % len(base):] + base[:r % len(base)]
+            times: dict[str, list[float]] = {v: [] for v in variants}
             gc.collect()
             for slot in order:
                 for _ in range(inner):
-                    if slot == "tagged-lifecycle":
-                        times["tagged-prepare"].append(bench.call("tagged-prepare"))
-                        times["tagged-release"].append(bench.call("tagged-release"))
+                    if slot.endswith("tagged-lifecycle"):
+                        prefix = slot[:-len("tagged-lifecycle")]
+                        times[f"{prefix}tagged-prepare"].append(bench.call(f"{prefix}tagged-prepare"))
+                        times[f"{prefix}tagged-release"].append(bench.call(f"{prefix}tagged-release"))
                     else:
                         times[slot].append(bench.call(slot))
             p50 = {v: quantile(t, 0.5) for v, t in times.items()}
@@ -183,15 +276,19 @@ def run(quick: bool, log) -> list[dict]:
                     "ratio_to_shell_noop": p50[v] / p50["shell-noop"],
                     "samples": len(t),
                 })
+                if label and v.startswith(f"{label}:"):
+                    rounds[v][-1]["ratio_to_current"] = p50[v] / p50[v.split(":", 1)[1]]
             log(f"hook-cost: round {r + 1}/{runs} done")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if bench is not None:
             shutil.rmtree(bench.noop.parent, ignore_errors=True)
     out = []
-    for v in VARIANTS:
-        s = summarize(rounds[v], ("p50_ms", "p99_ms", "mean_ms", "ratio_to_c_pass", "ratio_to_shell_noop"))
-        out.append({
+    for v in variants:
+        older = bool(label) and v.startswith(f"{label}:")
+        keys = ("p50_ms", "p99_ms", "mean_ms", "ratio_to_c_pass", "ratio_to_shell_noop")
+        s = summarize(rounds[v], keys + (("ratio_to_current",) if older else ()))
+        rec = {
             "case": "hook-cost", "variant": v,
             "description": "one hook call as libvirt makes it: a new process, XML on stdin, wall time until it exits",
             "command": _shown(bench.commands[v][0]),
@@ -199,10 +296,18 @@ def run(quick: bool, log) -> list[dict]:
             "ratio_to_c_pass": s["ratio_to_c_pass"]["median"],
             "ratio_to_shell_noop": s["ratio_to_shell_noop"]["median"],
             "spread": s, "runs": runs, "calls_per_run": inner, "baseline": v in BASELINES,
-            "interpreter": sys.executable, "sysfs_cpus": CPUS, **facts,
+            "interpreter": sys.executable, "sysfs_cpus": CPUS, **facts[f"{label}:" if older else ""],
             "tree_and_state_dir": f"{SHM} (tmpfs)" if shm else f"{tempfile.gettempdir()} (not tmpfs)",
             "per_run": rounds[v],
-        })
+        }
+        if older:
+            rec["command"] = f"PYTHONPATH=<worktree of {label}> " + rec["command"].replace(
+                " qemu ", f" <worktree of {label}>/hooks/qemu ", 1)
+            rec["revision"] = label
+            rec["ratio_to_current"] = s["ratio_to_current"]["median"]
+        elif label:
+            rec["compared_with"] = label
+        out.append(rec)
     return out
 
 

@@ -12,7 +12,7 @@ A ``Knob`` is a key and the value vmtune wants in it. The lifecycle of a change:
    changed by hand since is left alone, with a warning; a restore the kernel refuses keeps its
    record in ``failed``, to be tried again; ``verify`` lists the records that drifted.
 
-The isolation (isolation/) plans its own values and uses the same record rules and ``write``.
+The isolation (isolation/) decides its own values and uses the same record rules and ``write``.
 Every item is found through its kind (``lookup``): the kinds' table is the only place that knows
 where a key lives.
 """

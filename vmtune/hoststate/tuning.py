@@ -94,12 +94,12 @@ def cstates_for_leases(roots, leases: Mapping[str, Lease], max_latency_us: int =
     records for its CPUs' knobs nobody recorded; the recorded knobs found back at their original
     value). A CPU two leases pin goes to the earlier one, which is also the one that restores it last."""
     recorded = [r for lease in leases.values() for r in lease.cstates]
-    planned: set = set()
+    taken: set = set()
     fresh_by: dict[str, list[Record]] = {}
     again: list[Knob] = []
     for key, lease in sorted(leases.items(), key=lambda kv: (kv[1].since, kv[0])):
-        todo = [k for k in cstate_knobs(roots.sysfs, lease.cpus, max_latency_us) if k.key not in planned]
-        planned.update(k.key for k in todo)
+        todo = [k for k in cstate_knobs(roots.sysfs, lease.cpus, max_latency_us) if k.key not in taken]
+        taken.update(k.key for k in todo)
         fresh, back = complete(roots, recorded, todo)
         if fresh:
             fresh_by[key] = fresh
