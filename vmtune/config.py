@@ -11,23 +11,30 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 
 from . import cpuset, schema
 from .errors import InvalidInput
-from .profiles import SmtPolicy, choice
 
 DEFAULT_PATH = "/etc/vmtune/vmtune.toml"
 
 
-PlacementPolicy = choice("PlacementPolicy", "spread", "pack", module=__name__)  # most free dedicated CPUs; fewest
-OnConflict = choice("OnConflict", "refuse", "warn", module=__name__)
-CStateScope = choice("CStateScope", "host", "pinned", module=__name__)  # every online CPU; the leases' pinned CPUs
-KsmPolicy = choice("KsmPolicy", "off", "keep", module=__name__)
-Isolate = choice("Isolate", "on", "off", module=__name__)
-HugepagePolicy = choice("HugepagePolicy", "top-up", "off", module=__name__)
+def choice(name: str, *values: str, module: str = __name__) -> type[StrEnum]:
+    """A StrEnum of ``values``, each a member named in capitals (``top-up``: ``TOP_UP``): the few
+    words an option may be, declared once. ``module``: the one that defines it (for pickle)."""
+    return StrEnum(name, {v.upper().replace("-", "_"): v for v in values}, module=module)
 
 
-@dataclass(frozen=True)
+SmtPolicy = choice("SmtPolicy", "threads", "isolate")  # the guest's sibling threads; one vCPU per core
+PlacementPolicy = choice("PlacementPolicy", "spread", "pack")  # most free dedicated CPUs; fewest
+OnConflict = choice("OnConflict", "refuse", "warn")
+CStateScope = choice("CStateScope", "host", "pinned")  # every online CPU; the leases' pinned CPUs
+KsmPolicy = choice("KsmPolicy", "off", "keep")
+Isolate = choice("Isolate", "on", "off")
+HugepagePolicy = choice("HugepagePolicy", "top-up", "off")
+
+
+@dataclass
 class HookSettings:
     """``[hook]``: what the libvirt hook does while latency domains run."""
 
@@ -54,7 +61,7 @@ class Config:
     placement: PlacementPolicy = PlacementPolicy.SPREAD
     profiles_dir: str | None = None
     smt: dict[str, SmtPolicy] = field(default_factory=dict)
-    hook: HookSettings = HookSettings()
+    hook: HookSettings = field(default_factory=HookSettings)
     source: str | None = None
 
     __hash__ = object.__hash__

@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import tomllib
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from pathlib import Path
 
 from . import schema
+from .config import SmtPolicy, choice
 from .errors import InvalidInput
 
 USER_DIR = "/etc/vmtune/profiles"
@@ -16,22 +16,17 @@ DEFAULT = "balanced"
 BUILTIN = ("balanced", "latency", "realtime", "throughput")
 
 
-def choice(name: str, *values: str, module: str = __name__) -> type[StrEnum]:
-    """A StrEnum of ``values``, each a member named in capitals (``top-up``: ``TOP_UP``): the few
-    words an option may be, declared once."""
-    return StrEnum(name, {v.upper().replace("-", "_"): v for v in values}, module=module)
-
-
-CpuMode = choice("CpuMode", "host", "keep")
-Pinning = choice("Pinning", "dedicated", "node", "float")  # host CPUs of their own, one node's shared, floating
-SmtPolicy = choice("SmtPolicy", "threads", "isolate")
-Scheduler = choice("Scheduler", "none", "fifo", "rr")
-Pmu = choice("Pmu", "keep", "off")
-Balloon = choice("Balloon", "keep", "none")
-DiskCache = choice("DiskCache", "keep", "none", "writeback", "writethrough", "directsync", "unsafe")
-DiskIo = choice("DiskIo", "keep", "native", "threads", "io_uring")
-Hpet = choice("Hpet", "keep", "off")
-KvmClock = choice("KvmClock", "keep", "on")
+CpuMode = choice("CpuMode", "host", "keep", module=__name__)
+# vCPUs on host CPUs of their own, on one node's shared CPUs, or floating
+Pinning = choice("Pinning", "dedicated", "node", "float", module=__name__)
+Scheduler = choice("Scheduler", "none", "fifo", "rr", module=__name__)
+Pmu = choice("Pmu", "keep", "off", module=__name__)
+Balloon = choice("Balloon", "keep", "none", module=__name__)
+DiskCache = choice("DiskCache", "keep", "none", "writeback", "writethrough", "directsync", "unsafe",
+                   module=__name__)
+DiskIo = choice("DiskIo", "keep", "native", "threads", "io_uring", module=__name__)
+Hpet = choice("Hpet", "keep", "off", module=__name__)
+KvmClock = choice("KvmClock", "keep", "on", module=__name__)
 ENUMS = {e.__name__: e for e in (CpuMode, Pinning, SmtPolicy, Scheduler, Pmu, Balloon, DiskCache, DiskIo, Hpet,
                                  KvmClock)}
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 
 from .errors import InvalidInput
 
@@ -34,6 +33,8 @@ STATE_DIR = "/run/vmtune"
 CONFIG_FILE = "/etc/vmtune/vmtune.toml"
 PROFILES_DIR = "/etc/vmtune/profiles"
 ORIGINALS_DIR = "/var/lib/vmtune/originals"
+NAMES = ("VMTUNE_SYSFS", "VMTUNE_PROCFS", "VMTUNE_CGROUPFS", "VMTUNE_RUNFS", "VMTUNE_LIBVIRT_RUNDIR",
+         "VMTUNE_STATE_DIR", "VMTUNE_CONFIG", "VMTUNE_PROFILES", "VMTUNE_ORIGINALS_DIR", "XDG_RUNTIME_DIR")
 
 
 def _beside(sysfs: str, name: str) -> str:
@@ -41,37 +42,49 @@ def _beside(sysfs: str, name: str) -> str:
     return os.path.join(os.path.dirname(sysfs.rstrip("/")) or "/", name)
 
 
-@dataclass(frozen=True)
 class Roots:
-    sysfs: str | None = "/sys"
-    proc: str | None = "/proc"
-    root: str | None = "/"  # /dev, /run and /etc of the doctor's checks (None: not given)
-    cgroupfs: str | None = None  # None: fs/cgroup under the sysfs root
-    runfs: str | None = None  # None: run under ``root``, else beside the sysfs root
-    libvirt: str | None = None  # None: RUNFS/libvirt/qemu
-    state: str | None = None  # None: run/vmtune under ``root`` (/run/vmtune)
-    config: str | None = None  # an explicit config file; None: the default, which may be missing
-    profiles: str | None = None  # an explicit profiles folder; None: the config's, else PROFILES_DIR
-    originals: str = ORIGINALS_DIR
+    """The trees and folders (see the module). A folder left None is derived from those given:
+    ``cgroupfs`` is ``fs/cgroup`` under the sysfs root; ``runfs`` is ``run`` under ``root``, else
+    beside the sysfs root; ``libvirt`` is ``RUNFS/libvirt/qemu``; ``state`` is ``run/vmtune``
+    under ``root``. ``config`` and ``profiles`` stay None when not named: the defaults then.
+    (A plain class: the hook imports it at every call, and a dataclass of ten fields costs a
+    millisecond to define.)"""
 
-    def __post_init__(self) -> None:
-        derived = {"cgroupfs": os.path.join(self.sysfs, "fs", "cgroup") if self.sysfs else None}
-        derived["runfs"] = (os.path.join(self.root, "run") if self.root else
-                            _beside(self.sysfs, "run") if self.sysfs else None)
-        for name, value in derived.items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
-        if self.libvirt is None and self.runfs:
-            object.__setattr__(self, "libvirt", os.path.join(self.runfs, "libvirt", "qemu"))
-        if self.state is None:
-            object.__setattr__(self, "state", os.path.join(self.root, STATE_DIR.lstrip("/")) if self.root
-                               else STATE_DIR)
+    FIELDS = ("sysfs", "proc", "root", "cgroupfs", "runfs", "libvirt", "state", "config", "profiles",
+              "originals")
+    __slots__ = FIELDS
+
+    def __init__(self, sysfs: str | None = "/sys", proc: str | None = "/proc", root: str | None = "/",
+                 cgroupfs: str | None = None, runfs: str | None = None, libvirt: str | None = None,
+                 state: str | None = None, config: str | None = None, profiles: str | None = None,
+                 originals: str = ORIGINALS_DIR):
+        self.sysfs, self.proc, self.root = sysfs, proc, root
+        self.cgroupfs = cgroupfs if cgroupfs is not None or not sysfs else os.path.join(sysfs, "fs", "cgroup")
+        if runfs is None and (root or sysfs):
+            runfs = os.path.join(root, "run") if root else _beside(sysfs, "run")  # type: ignore[arg-type]
+        self.runfs = runfs
+        self.libvirt = libvirt if libvirt is not None or not runfs else os.path.join(runfs, "libvirt", "qemu")
+        self.state = state if state is not None else (os.path.join(root, STATE_DIR.lstrip("/")) if root
+                                                      else STATE_DIR)
+        self.config, self.profiles, self.originals = config, profiles, originals
+
+    def replace(self, **changes) -> Roots:
+        """These roots with ``changes`` (the others as they are, none derived again)."""
+        return Roots(**{**{name: getattr(self, name) for name in self.FIELDS}, **changes})
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Roots) and all(getattr(self, n) == getattr(other, n) for n in self.FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Roots(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.FIELDS) + ")"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], sysfs: str | None = None) -> Roots:
         """The roots the ``VMTUNE_*`` variables of ``environ`` name (see the module); ``sysfs``, when
         given, wins over ``VMTUNE_SYSFS``."""
-        env = {k: v for k, v in environ.items() if v}
+        env = {name: environ[name] for name in NAMES if environ.get(name)}
         sysfs = sysfs or env.get("VMTUNE_SYSFS") or "/sys"
         runfs = env.get("VMTUNE_RUNFS") or _beside(sysfs, "run")
         session = os.geteuid() != 0 and env.get("XDG_RUNTIME_DIR")
@@ -92,10 +105,10 @@ class Roots:
         ``here`` (``Roots.from_env``; default ``Roots()``)."""
         here = here or cls()
         if sysfs is None and proc is None and root is None:
-            return replace(here, sysfs="/sys", proc="/proc", root="/")
+            return here.replace(sysfs="/sys", proc="/proc", root="/")
         if root != "/":
             return cls(sysfs, proc, root)
-        return replace(here, sysfs=sysfs, proc=proc, root="/")
+        return here.replace(sysfs=sysfs, proc=proc, root="/")
 
     @property
     def systemd(self) -> bool:

@@ -174,8 +174,6 @@ def _release(name: str, data: bytes, roots, dry_run: bool) -> int:
 
 
 def _run(argv: list[str], data: bytes, roots, dry_run: bool) -> int:
-    from .. import model, profiles, xmlsafe
-
     name = argv[0] if argv else "?"
     op = (argv[1] if len(argv) > 1 else "", argv[2] if len(argv) > 2 else "")
     if op == ("release", "end"):
@@ -185,6 +183,8 @@ def _run(argv: list[str], data: bytes, roots, dry_run: bool) -> int:
 
         return repin.run(name, data, _config(roots), roots, sys.stdout)
     # prepare begin / reconnect begin: only latency-tagged domains matter
+    from .. import model, profiles, xmlsafe
+
     try:
         root = xmlsafe.parse(data, "domain XML")
         dom = model.Domain(root)

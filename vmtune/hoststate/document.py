@@ -39,6 +39,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .. import cpuset
 from ..errors import InvalidInput
@@ -121,8 +122,7 @@ def isolation_json(rec: Record) -> dict:
     return out
 
 
-@dataclass(frozen=True)
-class Pair:
+class Pair(NamedTuple):
     """A mask the isolation imposed on a kind whose new items inherit it (``kind``: task or irq),
     and the CPUs it removed, since when."""
 

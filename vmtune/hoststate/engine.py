@@ -20,7 +20,7 @@ where a key lives.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .kinds import GONE, KINDS, Item, Key
 from .record import Record, Verdict, intend as journal_entry, judge, refused, settle as settle_one, written
@@ -28,8 +28,7 @@ from .record import Record, Verdict, intend as journal_entry, judge, refused, se
 log = logging.getLogger("vmtune.hoststate")
 
 
-@dataclass(frozen=True)
-class Knob:
+class Knob(NamedTuple):
     """A key and the value vmtune wants in it."""
 
     key: Key
@@ -149,7 +148,7 @@ def restore(roots, saved: list[Record], dry_run: bool = False, failed: list[Reco
             log.info("dry run: would restore %s: %s -> %s", rec.key.text, now, rec.before)
         elif verdict is Verdict.OURS:
             try:
-                write(item, rec.before)
+                item.kind.write(item, rec.before)  # no read-back: the record goes either way
             except OSError as exc:
                 log.warning("cannot restore %s to %s: %s%s", rec.key.text, rec.before, exc.strerror or exc,
                             "; kept, to try again at the next start or stop" if failed is not None else "")

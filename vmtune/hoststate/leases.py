@@ -38,6 +38,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .. import cpuset
 from ..config import Config, CStateScope, HugepagePolicy, Isolate, OnConflict
@@ -53,15 +54,14 @@ log = logging.getLogger("vmtune.hoststate")
 TROUBLE = (Damaged, LockTimeout, Unsafe)
 
 
-@dataclass(frozen=True)
-class LeaseRequest:
+class LeaseRequest(NamedTuple):
     """A latency domain asking for a lease: what the hook read of its XML."""
 
     name: str
     uuid: str  # its UUID, else ``name:NAME``: the lease's key
     profile: str | None
     cpus: frozenset[int]  # host CPUs the vCPUs are pinned to
-    pages: Mapping[Pool, int] = field(default_factory=dict)  # hugepages needed per pool
+    pages: Mapping[Pool, int] = {}  # hugepages needed per pool (never changed)
     error: str | None = None  # what is wrong with its pins or nodesets (the prepare is refused)
     dedicated: bool = True  # its profile pins vCPUs to CPUs of their own (Lease.dedicated)
 

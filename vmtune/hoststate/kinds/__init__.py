@@ -18,6 +18,8 @@ base.py has what they share: the key, the live item, the one file reader and wri
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from . import files, groups, tasks  # noqa: F401 - each registers its kinds
 from .base import KINDS, Item, Key, Kind, read_file, write_file
 from .files import CState, Cpufreq, CpuMask, Irq, Ksm, Pool
@@ -30,8 +32,10 @@ def in_section(section: str) -> list[Kind]:
     return [kind for kind in KINDS.values() if kind.section == section]
 
 
+@lru_cache(maxsize=1 << 14)
 def parse_key(section: str, text: str, ident: str = "") -> Key | None:
-    """The key the state document names ``text`` in ``section``; None when no kind of it has one."""
+    """The key the state document names ``text`` in ``section``; None when no kind of it has one.
+    (Remembered: a hook call reads each name of the state twice or more, and keys are immutable.)"""
     for kind in in_section(section):
         key = kind.parse_key(text, ident)
         if key is not None:

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from ...errors import InvalidInput
 from ...host import sysfs as files
@@ -36,15 +35,16 @@ MAX_IRQ = 1 << 20  # IRQ numbers below it
 
 # -- sysfs values: cpufreq and KSM ------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class Cpufreq(Key):
     """A CPU's ``cpufreq`` attribute (``policy``: under ``cpufreq/policyN``, which a state file may
     name; the hook writes ``cpuN/cpufreq``)."""
 
+    __slots__ = ("number", "attr", "policy")
     kind: ClassVar[str] = "sysfs"
+    DEFAULTS: ClassVar[dict] = {"policy": False}
     number: int
     attr: str
-    policy: bool = False
+    policy: bool
 
     @property
     def text(self) -> str:
@@ -57,8 +57,8 @@ class Cpufreq(Key):
         return None if self.policy else self.number
 
 
-@dataclass(frozen=True)
 class Ksm(Key):
+    __slots__ = ()
     kind: ClassVar[str] = "sysfs"
     NAME: ClassVar[str] = KSM_RUN
 
@@ -103,10 +103,10 @@ class SysfsValue(SysfsFile):
 
 # -- C-states ---------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class CState(Key):
     """A CPU's idle state ``disable`` flag."""
 
+    __slots__ = ("number", "state")
     kind: ClassVar[str] = "cstate"
     NAME: ClassVar[str] = CPU_DIR + "/cpu{number}/cpuidle/state{state}/disable"
     number: int
@@ -132,8 +132,7 @@ class CStateDisable(SysfsFile):
 
 # -- CPU mask files ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class MaskFile:
+class MaskFile(NamedTuple):
     """Where a mask file is: its root (``proc`` or ``sysfs``), the path under it, its label."""
 
     root: str
@@ -147,10 +146,10 @@ MASK_FILES = {
 }
 
 
-@dataclass(frozen=True)
 class CpuMask(Key):
     """One of ``MASK_FILES``: a hex CPU mask the isolation narrows."""
 
+    __slots__ = ("name",)
     kind: ClassVar[str] = "mask"
     NAME: ClassVar[str] = "{name}"
     name: str
@@ -185,8 +184,8 @@ def _valid(key: Key, root: str, rel: str, label: str) -> Item | None:
 
 # -- IRQ affinities ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True, order=True)
 class Irq(Key):
+    __slots__ = ("number",)
     kind: ClassVar[str] = "irq"
     NAME: ClassVar[str] = "irq:{number}"
     number: int
@@ -211,10 +210,10 @@ class IrqAffinity(Kind):
 
 # -- hugepage pools ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True, order=True)
 class Pool(Key):
     """A NUMA node's pool of one page size (KiB)."""
 
+    __slots__ = ("node", "size")
     kind: ClassVar[str] = "pool"
     NAME: ClassVar[str] = "{node}:{size}"
     node: int

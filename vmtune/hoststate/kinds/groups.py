@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import ClassVar
 
 from ... import cpuset
@@ -72,10 +71,10 @@ def is_machine_group(name: str) -> bool:
             or name.endswith(".partition"))
 
 
-@dataclass(frozen=True, order=True)
 class Group(Key):
     """A group known by its name: the state names it ``KIND:NAME`` (``key_of``)."""
 
+    __slots__ = ("name",)
     name: str
 
     @property
@@ -86,6 +85,7 @@ class Group(Key):
 # -- cgroup v2 groups -------------------------------------------------------------------------------
 
 class Cgroup(Group):
+    __slots__ = ()
     kind: ClassVar[str] = "cgroup"
 
 
@@ -171,6 +171,7 @@ def lookup_cgroup(cgroupfs: str, key: Cgroup, online: frozenset[int]) -> Item | 
 # -- systemd units ----------------------------------------------------------------------------------
 
 class Unit(Group):
+    __slots__ = ()
     kind: ClassVar[str] = "unit"
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
 from typing import ClassVar
 
 from ... import cpuset
@@ -53,8 +52,8 @@ def setaffinity(tid: int, cpus: frozenset[int]) -> None:
     os.sched_setaffinity(tid, cpus)
 
 
-@dataclass(frozen=True, order=True)
 class Task(Key):
+    __slots__ = ("tid", "start")
     kind: ClassVar[str] = "task"
     NAME: ClassVar[str] = "task:{tid}"  # the start time goes along as the record's ``ident``
     tid: int
