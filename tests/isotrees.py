@@ -2,7 +2,9 @@
 and v1, and a stub ``systemctl``.
 
 ``build(env)`` adds them beside the sysfs tree of test_hook's ``env`` (4 online CPUs, 0-3):
-``env/proc/irq``, ``env/sys/devices/virtual/workqueue/cpumask`` and ``env/sys/fs/cgroup``.
+``env/proc/irq``, ``env/sys/devices/virtual/workqueue/cpumask`` and its workqueues
+(``WORKQUEUES``, linked from ``sys/bus/workqueue/devices``), the sysctls the isolation sets
+(``SYSCTLS``, under ``env/proc/sys``) and ``env/sys/fs/cgroup``.
 ``task(env, pid, ...)`` adds a task under ``env/proc``, and ``Kernel(env)`` stands in for
 ``sched_setaffinity`` on those tasks (tests put it in ``tasks.setaffinity``). Fake pids are above
 any real one (``PID_MAX_LIMIT`` is 4194304), so no real process is ever moved by mistake.
@@ -22,6 +24,8 @@ V2_GROUPS = {"init.scope": "", "system.slice": "", "user.slice": "0-3", "lxc.pay
              "machine.slice": "", "machine": "", "qemu.libvirt-qemu": "2"}
 V1_GROUPS = {"cpuset/cpuset.cpus": "0-3", "cpuset/docker/cpuset.cpus": "0-3"}
 LIBVIRT = ("machine.slice", "machine", "qemu.libvirt-qemu", "production.partition")
+WORKQUEUES = {"writeback": "f", "blkcg_punt_bio": "f", "events_percpu": ""}  # the last one per-CPU: no cpumask
+SYSCTLS = {"kernel/timer_migration": "1", "kernel/watchdog_cpumask": "0-3", "vm/stat_interval": "1"}
 
 
 def put(path: Path, text: str) -> None:
@@ -37,6 +41,16 @@ def build(env: Path, cgroup: str = "v2", systemd: bool = False) -> None:
     put(proc / "irq" / "default_smp_affinity", "f")
     put(proc / "uptime", "1000.00 1800.00")
     put(sysfs / "devices/virtual/workqueue/cpumask", "f")
+    for name, mask in WORKQUEUES.items():  # as the kernel: a folder each, linked from bus/workqueue/devices
+        put(sysfs / "devices/virtual/workqueue" / name / "per_cpu", "0" if mask else "1")
+        if mask:
+            put(sysfs / "devices/virtual/workqueue" / name / "cpumask", mask)
+        link = sysfs / "bus/workqueue/devices" / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():  # build may run twice on one tree
+            link.symlink_to(f"../../../devices/virtual/workqueue/{name}")
+    for rel, value in SYSCTLS.items():
+        put(proc / "sys" / rel, value)
     fs = sysfs / "fs" / "cgroup"
     if cgroup == "v2":
         put(fs / "cgroup.controllers", "cpuset cpu io memory pids")
@@ -153,3 +167,66 @@ class Kernel:
         if not cpus:
             raise OSError(errno.EINVAL, "Invalid argument")
         set_affinity(self.env, tid, cpuset.format(cpus))
+
+
+# -- irqbalance -------------------------------------------------------------------------------------
+
+IRQBALANCE_PID = FAKE_PID + 900
+
+
+class FakeIrqbalance:
+    """irqbalance's control socket, answered in-process (tests put it in
+    ``vmtune.hoststate.kinds.irqbalance.request``): ``setup`` and ``settings cpus LIST|NULL``.
+
+    Its state is files, so that a forked hook call changes it too and ``tree`` compares it:
+    ``run/irqbalance/irqbalance<PID>.sock`` (the socket, empty) holds the ban set over the socket
+    (nothing: none, its own applies); its own ban (its environment's) is ``own``. A ban shows at
+    once (the real one waits for its next cycle). ``silent``: it answers nothing (not root)."""
+
+    def __init__(self, env: Path, pid: int = IRQBALANCE_PID, own: str = "", silent: bool = False):
+        self.env, self.pid, self.own, self.silent = env, pid, own, silent
+        self.calls: list[str] = []
+        self.start()
+
+    @property
+    def socket(self) -> Path:
+        return self.env / "run" / "irqbalance" / f"irqbalance{self.pid}.sock"
+
+    def start(self, pid: int | None = None) -> None:
+        """(Re)start it: a new pid, no ban set over the socket."""
+        if pid is not None:  # the old process is gone, and its socket with it
+            import shutil
+
+            self.socket.unlink(missing_ok=True)
+            shutil.rmtree(self.env / "proc" / str(self.pid))
+            self.pid = pid
+        task(self.env, self.pid, "0-3", comm="irqbalance")
+        stat = (self.env / "proc" / str(self.pid) / "task" / str(self.pid) / "stat").read_text()
+        put(self.env / "proc" / str(self.pid) / "stat", stat.strip())
+        put(self.env / "proc" / str(self.pid) / "environ",
+            f"PATH=/usr/bin\0IRQBALANCE_BANNED_CPULIST={self.own}\0" if self.own else "PATH=/usr/bin\0")
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
+        self.socket.write_text("")
+
+    @property
+    def ui(self) -> str:
+        """The ban set over the socket ("" for none)."""
+        return self.socket.read_text().strip() if self.socket.exists() else ""
+
+    @property
+    def banned(self) -> frozenset[int]:
+        return cpuset.parse(self.ui or self.own)
+
+    def __call__(self, address, text: str) -> bytes:
+        if str(address) != str(self.socket):
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        self.calls.append(text)
+        if self.silent:
+            return b""
+        if text == "setup":
+            return f"SLEEP 2 BANNED {cpuset.format_mask(self.banned):0>8}".encode()
+        if text.startswith("settings cpus "):
+            arg = text.split(" ", 2)[2]
+            self.socket.write_text("" if arg == "NULL" else arg + "\n")
+            return b""
+        raise AssertionError(f"irqbalance request not faked: {text!r}")

@@ -292,8 +292,11 @@ def test_a_kill_at_every_write_point_then_release_restores_exactly(host, phase, 
     before = tree(host)
     with monkeypatch.context() as m:
         kinds = _writes(host, m)
-    # every kind's write is a point: the host knobs' (sysfs, cstate) go through Kind.write too
-    assert set(kinds) == {"sysfs", "cstate", "mask", "irq", "task", "unit" if flavour == "systemd" else "cgroup"}, kinds
+    # every kind's write is a point: the host knobs' (sysfs, cstate) go through Kind.write too, and
+    # so do the sysctls and the watchdog's and the workqueues' masks (issue 17)
+    assert set(kinds) == {"sysfs", "cstate", "mask", "sysctl", "irq", "task",
+                          "unit" if flavour == "systemd" else "cgroup"}, kinds
+    assert kinds["mask"] == 5 and kinds["sysctl"] == 2  # IRQ default, workqueues' global, watchdog, 2 workqueues
     assert kinds["task"] == 2
     assert tree(host) == before
     for n in range(sum(kinds.values()) + 1):

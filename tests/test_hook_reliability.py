@@ -28,6 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hookhost import FakeSystemctl, Libvirt, fake_task_write, memory_dir
+from isotrees import FakeIrqbalance
 from hookhost import build as build_sweep
 from killpoints import KILLED, killed_at
 from isotrees import build, irq, tree
@@ -38,7 +39,7 @@ from test_hook_hugepages import hp_domain
 from vmtune import atomic, cli, cpuset, hook
 from vmtune.hoststate import alive
 from vmtune.hoststate.document import Damaged, read_state as decode
-from vmtune.hoststate.kinds import base, groups, tasks
+from vmtune.hoststate.kinds import base, groups, irqbalance, tasks
 from vmtune.hoststate.statedir import BASELINE_FILE, StateDir
 
 A = domain("vm-a", UUID_A, pins="2")
@@ -86,6 +87,7 @@ POINTS = [(base, "write_file"),  # every file: sysfs knobs, C-states, hugepage p
           # IRQs, the default IRQ mask, the workqueue mask, cgroups: the one writer of host files
           (tasks.TaskAffinity, "write"),  # task affinities (they override Kind.write)
           (groups.SystemdUnit, "write"),  # systemd units' AllowedCPUs (they override Kind.write)
+          (irqbalance.IrqbalanceBan, "write"),  # irqbalance's ban, over its socket (issue 17)
           (os, "replace"),  # inside every state commit: before the rename
           (os, "fsync")]  # inside every state commit: before the temporary file is whole, after the rename
 GRACE = 120.0
@@ -126,6 +128,7 @@ def sweep_host(request, tmp_path, monkeypatch):
     monkeypatch.setattr(base, "write_file", kernel.write)
     monkeypatch.setattr(tasks.TaskAffinity, "write", fake_task_write(root / "proc"))
     monkeypatch.setattr(groups, "systemctl", FakeSystemctl(root / "run" / "units"))
+    monkeypatch.setattr(irqbalance, "request", FakeIrqbalance(root))
     monkeypatch.setattr(os, "fsync", lambda fd: None)  # a memory filesystem: still a kill point
     monkeypatch.setattr(alive, "GRACE_S", 0.0)
     LV["lv"] = Libvirt(root / "libvirt")
@@ -240,6 +243,7 @@ def test_kill_at_every_point_then_every_order(sweep_host, phase):
     kinds = census(host, phase)
     assert kinds["hugepage pool"] and kinds["C-state"] and kinds["TaskAffinity.write"] and kinds["isolation file"]
     assert bool(kinds["SystemdUnit.write"]) == pinned
+    assert kinds["IrqbalanceBan.write"] == 1  # the ban: set at the prepare, given back at the release
     trials, points, seen = sweep(host, pinned, phase, AFTER_PREPARE if phase == "prepare" else AFTER_RELEASE)
     assert points == sum(kinds.values())
     if phase == "prepare":

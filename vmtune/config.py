@@ -34,6 +34,11 @@ Isolate = choice("Isolate", "on", "off")
 HugepagePolicy = choice("HugepagePolicy", "top-up", "off")
 
 
+# the extra isolation items and the [hook] option that turns each off
+EXTRAS = {"timers": "isolate_timers", "watchdog": "isolate_watchdog", "vmstat": "isolate_vmstat",
+          "workqueues": "isolate_workqueues", "irqbalance": "isolate_irqbalance"}
+
+
 @dataclass
 class HookSettings:
     """``[hook]``: what the libvirt hook does while latency domains run."""
@@ -45,6 +50,16 @@ class HookSettings:
     lock_timeout_s: float = 30.0
     isolate: Isolate = Isolate.ON
     hugepages: HugepagePolicy = HugepagePolicy.TOP_UP
+    # what the isolation does beyond tasks, IRQs, the two global masks and cgroups (issue 17)
+    isolate_timers: Isolate = Isolate.ON  # kernel.timer_migration = 0
+    isolate_watchdog: Isolate = Isolate.ON  # kernel.watchdog_cpumask less the isolated CPUs
+    isolate_vmstat: Isolate = Isolate.ON  # vm.stat_interval = 10
+    isolate_workqueues: Isolate = Isolate.ON  # /sys/bus/workqueue/devices/*/cpumask less them
+    isolate_irqbalance: Isolate = Isolate.ON  # a running irqbalance bans them too
+
+    def extras(self) -> frozenset[str]:
+        """The names of the extra isolation items that are on (``EXTRAS``' keys)."""
+        return frozenset(name for name, option in EXTRAS.items() if getattr(self, option) == Isolate.ON)
 
     @classmethod
     def of(cls, table: dict) -> HookSettings:

@@ -25,6 +25,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--no-measure", action="store_true",
                    help="skip the busy-loop clock measurement (0.2 s per core, this machine only)")
+    p.add_argument("--census-seconds", metavar="S", type=float, default=None,
+                   help="how long to sample what interrupts the CPUs running latency domains hold "
+                        "(default 2 on this machine; 0: no census)")
     p.add_argument("--prometheus", metavar="FILE",
                    help="also write the findings and the host's state as node_exporter textfile metrics "
                         "(atomically; needs prometheus_client: pip install vmtune[prometheus])")
@@ -33,14 +36,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_doctor(args, cfg, roots) -> int:
     from ..doctor import Roots, diagnose
+    from ..errors import InvalidInput
     from ..oneline import escape
 
     if args.prometheus:
         from ..doctor import prometheus
 
         prometheus.require()  # before the checks: a missing module is one line, not a wasted run
+    if args.census_seconds is not None and not 0 <= args.census_seconds <= 60:
+        raise InvalidInput(f"--census-seconds {args.census_seconds:g}: from 0 to 60")
     report = diagnose(Roots.given(args.sysfs, args.proc, args.root, roots), measure=not args.no_measure,
-                      connect=args.connect, config=cfg)
+                      census_seconds=args.census_seconds, connect=args.connect, config=cfg)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

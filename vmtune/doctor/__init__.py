@@ -23,20 +23,21 @@ replaces the measurement (tests feed it the figures of a captured tree).
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ..config import Config
 from ..roots import Roots
-from . import cpufreq, cpuidle, environment, hookstate, isolation, memory, tuners, virt
+from . import cpufreq, cpuidle, environment, hookstate, isolation, memory, noise, tuners, virt
 from . import domains as _domains
 from .findings import LEVELS, Context, Finding
 from .measure import Measurement, measurer
 
 __all__ = ["AREAS", "Diagnosis", "Finding", "Measurement", "Roots", "diagnose"]
 
-AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, hookstate, isolation, _domains)
+AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, hookstate, isolation, noise, _domains)
 log = logging.getLogger("vmtune.doctor")
 
 
@@ -56,8 +57,13 @@ class Diagnosis:
         return {level: seen[level] for level in LEVELS if seen[level]}
 
     def to_dict(self) -> dict:
-        return {"ok": not self.failed, "environment": asdict(self.environment), "roots": {"sysfs": self.roots.sysfs, "proc": self.roots.proc, "root": self.roots.root},
-                "counts": self.counts(), "findings": [f.to_dict() for f in self.findings]}
+        out = {"ok": not self.failed, "environment": asdict(self.environment),
+               "roots": {"sysfs": self.roots.sysfs, "proc": self.roots.proc, "root": self.roots.root},
+               "counts": self.counts(), "findings": [f.to_dict() for f in self.findings]}
+        census = getattr(self.context, "census", None)
+        if census is not None:  # the noise census of the held CPUs, when one was taken
+            out["census"] = census.to_dict()
+        return out
 
 
 def area_of(module) -> str:
@@ -67,13 +73,18 @@ def area_of(module) -> str:
 
 def diagnose(roots: Roots | None = None, *, measure: bool | Callable[[int], Measurement | None] = True,
              connect: str | None = None, config: Config | None = None,
-             domains: list[tuple[str, str]] | None = None) -> Diagnosis:
-    """Run every check; raise InvalidInput (one line) when a root is not the tree it claims to be."""
+             domains: list[tuple[str, str]] | None = None, census_seconds: float | None = None,
+             sleep: Callable[[float], None] = time.sleep) -> Diagnosis:
+    """Run every check; raise InvalidInput (one line) when a root is not the tree it claims to be.
+    ``census_seconds``: how long the noise census samples the held CPUs (None: 2 s on this
+    machine, none on a captured tree; 0: none)."""
     roots = roots or Roots()
     roots.check()
     if measure is True:
         measure = measurer(roots.sysfs, roots.proc or "/proc") if roots.live else None
-    ctx = Context(roots, config or Config(), measure=measure or None)
+    if census_seconds is None:
+        census_seconds = noise.DEFAULT_SECONDS if roots.live else 0.0
+    ctx = Context(roots, config or Config(), measure=measure or None, census_seconds=census_seconds, sleep=sleep)
     if domains is not None:
         ctx.domains, ctx.domains_source = list(domains), "given domains"
     else:

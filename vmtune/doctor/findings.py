@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -84,6 +85,9 @@ class Context:
     connect: str | None = None  # the libvirt URI to read the domains from (--connect)
     audit: object = None  # vmtune.audit.Report of the domains, or the error text; None until asked
     measure: Callable[[int], object] | None = None  # cpu -> measure.Measurement | None
+    census_seconds: float = 0.0  # how long the noise census samples the held CPUs (0: not taken)
+    sleep: Callable[[float], None] = time.sleep  # how it waits (tests change the tree meanwhile)
+    census: object = None  # noise.Census, once taken
 
     def has(self, where: str) -> bool:
         return getattr(self.roots, where) is not None

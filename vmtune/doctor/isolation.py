@@ -21,7 +21,7 @@ from ..host.sysfs import online_cpus
 from ..hoststate import alive
 from ..hoststate.document import State
 from ..hoststate.isolation import reserved
-from ..hoststate.kinds import Item, files, tasks
+from ..hoststate.kinds import Item, files, irqbalance, tasks
 from ..roots import Roots
 from .findings import Context, Finding, maker
 from .hookstate import libvirt_rundir, load, state_path
@@ -80,6 +80,31 @@ def check(ctx: Context) -> list[Finding]:
     held = held_cpus(ctx, leases)
     if not held:
         return [new("INFO", state_path(ctx), "the leases hold only reserved CPUs: nothing to keep clear")]
+    return _irqbalance(ctx, held) + _strays(ctx, state, held)
+
+
+def _irqbalance(ctx: Context, held: frozenset[int]) -> list[Finding]:
+    """irqbalance's ban against the held CPUs: the hook tells it to ban them (issue 17)."""
+    found, pid = irqbalance.find(ctx.roots) if ctx.roots.live else (None, None)
+    if pid is None:
+        pids = tasks.named(ctx.roots.proc, "irqbalance")
+        return [new("INFO", ctx.path("proc", f"{pids[0]}/comm"), "irqbalance runs in this tree: its ban is read on "
+                    "the live host only")] if pids else []
+    source = f"irqbalance[{pid}]"
+    if found is None:
+        return [new("WARN", source, "its socket does not answer (not root, or a build without it): it may move IRQs "
+                    f"onto CPUs {cpuset.format(held)}", "irqbalance bans the held CPUs",
+                    f"run the doctor as root; or give irqbalance IRQBALANCE_BANNED_CPULIST={cpuset.format(held)}")]
+    banned = found.cpus
+    if held <= banned:
+        return [new("OK", source, f"bans CPUs {cpuset.format(banned)}: the held CPUs {cpuset.format(held)} among them")]
+    return [new("WARN", source, f"bans CPUs {cpuset.format(banned) or 'none'}, not the held CPUs "
+                f"{cpuset.format(held - banned)}: it may move IRQs onto them", "irqbalance bans the held CPUs",
+                "[hook] isolate_irqbalance = \"on\" (the default); any start or stop of a latency domain, or "
+                "`vmtune hook reap`, sets the ban again")]
+
+
+def _strays(ctx: Context, state: State, held: frozenset[int]) -> list[Finding]:
     source = ctx.path("proc", "*/task/*/status, irq/*/smp_affinity_list")
     found_tasks, found_irqs = strays(ctx.roots.proc, libvirt_rundir(ctx), held, online_of(ctx))
     records = state.isolation.records if state.isolation is not None and state.isolation.cpus else None

@@ -18,6 +18,9 @@ The metrics, all gauges (a CPU, node or page size is a label; absent data gives 
     vmtune_hook_lease_info{domain,uuid,profile,cpus}  1 per lease
     vmtune_isolation_cpu{cpu}                     1 per CPU kept clear for running latency domains
     vmtune_isolation_stray_tasks, _irqs           movable host tasks / IRQs that may still run there
+    vmtune_noise_interrupts_per_second{cpu,source}  what interrupted a held CPU, per second, in the
+                                                  doctor's census (device IRQs, LOC, RES, ..., softirqs)
+    vmtune_noise_task_ms_per_second{cpu}          host tasks' run time on a held CPU, per second
     vmtune_hugepages_pool_pages{node,page_kib}, vmtune_hugepages_free{node,page_kib}  pages in the pool; free
     vmtune_hugepages_needed{node,page_kib,state}  pages the domains need (state: running, stopped);
                                                   node "any" for domains not bound to a node
@@ -142,6 +145,20 @@ def _isolation(m: Metrics, ctx: Context, state: State) -> None:
                                if held else ([], []))
     m.set("vmtune_isolation_stray_tasks", "movable host tasks that may run on the isolated CPUs", len(found_tasks))
     m.set("vmtune_isolation_stray_irqs", "IRQs that may run on the isolated CPUs", len(found_irqs))
+    _census(m, ctx.census)
+
+
+def _census(m: Metrics, census) -> None:
+    """The doctor's noise census, as rates per second (none when it was not taken)."""
+    if census is None or not census.seconds:
+        return
+    for cpu in sorted(census.cpus):
+        counts = {**census.interrupts.get(cpu, {}), **{f"softirq {k}": v for k, v in census.softirqs.get(cpu, {}).items()}}
+        for source, n in sorted(counts.items()):
+            m.set("vmtune_noise_interrupts_per_second", "what interrupted a CPU held by a latency domain, per second",
+                  n / census.seconds, cpu=cpu, source=source)
+        m.set("vmtune_noise_task_ms_per_second", "host tasks' run time on a CPU held by a latency domain, per second",
+              sum(census.tasks.get(cpu, {}).values()) / census.seconds, cpu=cpu)
 
 
 def _hugepages(m: Metrics, ctx: Context, audit) -> None:

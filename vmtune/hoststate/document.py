@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from .. import cpuset
 from ..errors import InvalidInput
-from .kinds import KINDS, Key, Pool, Task, parse_key
+from .kinds import KINDS, Key, Pool, parse_key
 from .record import Record
 
 VERSION = 2  # 2: every key is written, and a missing one is damage (1: read as before)
@@ -115,8 +115,8 @@ def knob_json(rec: Record) -> dict:
 
 def isolation_json(rec: Record) -> dict:
     out: dict = {"before": rec.before, "after": rec.after, "label": rec.label}
-    if isinstance(rec.key, Task):
-        out["ident"] = str(rec.key.start)
+    if rec.key.ident:
+        out["ident"] = rec.key.ident
     if rec.mark is not None and rec.mark.strip() != rec.before.strip():
         out["from"] = rec.mark
     return out
@@ -262,7 +262,7 @@ class _Reader:
         """A value of ``key``'s kind (Kind.check), as text."""
         text = self.typed(value, str, where)
         try:
-            KINDS[key.kind].check(text, self.limit)
+            KINDS[key.kind].check(text, self.limit, key)
         except InvalidInput as exc:
             self.fail(where, str(exc))
         return text

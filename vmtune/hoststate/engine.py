@@ -49,7 +49,7 @@ def live(key: Key, roots) -> str | None:
 def write(item: Item, value: str) -> str | None:
     """Write ``value`` over the item; what the kernel reads back. OSError when it refuses."""
     item.kind.write(item, value)
-    return item.kind.read(item)
+    return item.kind.read_back(item, value)
 
 
 def intend(roots, knobs: list[Knob]) -> list[Record]:

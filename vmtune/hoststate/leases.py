@@ -126,7 +126,8 @@ class Leases:
             state.isolation = record
             self.store.commit(state)
 
-        state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=self.dry_run)
+        state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=self.dry_run,
+                                              extras=self.settings.extras())
 
     # -- what a killed hook left, and leases whose domain is gone --------------------------------
     def _settle(self, state: State) -> bool:
@@ -175,8 +176,9 @@ class Leases:
         return len(stale)
 
     def reap(self) -> list[str]:
-        """``vmtune hook reap``: set a damaged state aside and go on from the last good copy, then
-        reap the leases of domains that no longer run. Returns what was done, one line each."""
+        """``vmtune hook reap``: set a damaged state aside and go on from the last good copy, reap
+        the leases of domains that no longer run, and complete the isolation of the others' CPUs
+        (what a restarted irqbalance lost). Returns what was done, one line each."""
         done: list[str] = []
         with self.store.lock():
             try:
@@ -189,6 +191,11 @@ class Leases:
             for key, why in self._stale(state):
                 done.append(f"reaped the lease of {state.leases[key].name}: {why}")
                 self._drop(state, key)
+            if state.leases or state.isolation is not None:
+                left = copy.deepcopy(state.isolation)
+                self._isolate(state, self._isolated(state.held_cpus()))
+                if state.isolation != left:
+                    done.append("completed the isolation of the leases' CPUs")
             self.store.commit(state, final=True)
         return done
 

@@ -43,7 +43,7 @@ from ... import cpuset
 from ...host.sysfs import online_cpus
 from ..document import Isolation
 from ..engine import write
-from ..kinds import GONE, KINDS, Irq, Item, files, groups as group_kind, tasks
+from ..kinds import GONE, KINDS, Irq, Item, files, groups as group_kind, irqbalance, tasks
 from .moves import Move, Moves
 
 log = logging.getLogger("vmtune.hoststate")
@@ -80,12 +80,15 @@ def groups(roots, online: frozenset[int]) -> list[Item]:
 
 
 def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: Callable[[Isolation], None],
-              dry_run: bool = False, only: Collection[int] | None = None) -> Isolation | None:
+              dry_run: bool = False, only: Collection[int] | None = None,
+              extras: Collection[str] = ()) -> Isolation | None:
     """Make the host match the isolated set ``cpus``; return the new isolation record (None: none).
 
     ``previous`` is the last record (from the state file); ``commit(journal)`` is called with the
     records before the first write. ``only`` limits the pass to these pids' tasks and nothing else
-    (no IRQ, mask or group): tests that use the real ``/proc`` on their own processes.
+    (no IRQ, mask or group): tests that use the real ``/proc`` on their own processes. ``extras``:
+    the extra items that are on (config.EXTRAS: sysctls, the watchdog's and the workqueues' masks,
+    irqbalance); the records of one that is off are restored.
     """
     if not cpus and (previous is None or (not previous.records and not previous.pairs)):
         return None
@@ -94,16 +97,24 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
     found = groups(roots, online) if only is None else []
     covered = {g.top for g in found}
     if only is None:
-        found += list(files.irqs(roots)) + list(files.masks(roots))
+        found += list(files.irqs(roots)) + list(files.masks(roots, extras)) + list(files.sysctls(roots, extras))
+        found += _irqbalance(roots, cpus, extras)
+        if cpus:
+            for path in files.missing(roots, extras):
+                log.warning("%s does not exist here: skipped", path)
     # the IRQs that existed when the isolation began: any other one got default_smp_affinity since
     irqs = (previous.irqs if previous.cpus or previous.pairs
             else frozenset(i.key.number for i in found if isinstance(i.key, Irq)))
-    run = Moves(previous, cpus, online, irqs, uptime(roots.proc))
+    def enabled(key) -> bool:
+        extra = KINDS[key.kind].extra(key)
+        return extra is None or extra in extras
+
+    run = Moves(previous, cpus, online, irqs, uptime(roots.proc), enabled)
     known: set[str] = set()  # the threads read: a sweep reads only others
     for item in found + list(tasks.scan(roots.proc, roots.libvirt, covered, only, known)):
         run.decide(item)
     _resolve(run, roots, online)
-    _warn(run, roots)
+    _warn(run)
     if dry_run:
         _report(run.moves, set(), cpus, "dry run: would ")
         return previous if previous.cpus or previous.records else None
@@ -117,6 +128,21 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
     if run.kept:
         log.warning("not restored yet, kept for the next call: %s", _names(run.kept))
     return run.final(settled)
+
+
+def _irqbalance(roots, cpus: frozenset[int], extras: Collection[str]) -> list[Item]:
+    """The running irqbalance's ban, when it takes one over its socket; else, while CPUs are
+    isolated, one warning: it may move IRQs back onto them."""
+    item, pid = irqbalance.find(roots) if "irqbalance" in extras else (None, None)
+    if item is not None:
+        return [item]
+    pid = pid if "irqbalance" in extras else (tasks.named(roots.proc, "irqbalance") or [None])[0]
+    if cpus and pid is not None:
+        why = "its socket does not answer (a build without it, or not root)" if "irqbalance" in extras else \
+            "[hook] isolate_irqbalance is off"
+        log.warning("irqbalance is running (pid %d) and %s: it may move IRQs back onto the isolated CPUs %s "
+                    "(stop it, or give it IRQBALANCE_BANNED_CPULIST)", pid, why, cpuset.format(cpus))
+    return []
 
 
 def _resolve(run: Moves, roots, online: frozenset[int]) -> None:
@@ -161,7 +187,7 @@ def _apply(run: Moves, moves: list[Move], commit: Callable[[Isolation], None]) -
             failed.add(item.key)
             kept = run.refused(move, exc)
             level = logging.DEBUG if item.key.kind in ("task", "irq") and not kept else logging.WARNING
-            log.log(level, "%s: cannot set CPUs %s: %s", item.label, move.want or "(unset)", exc.strerror or exc)
+            log.log(level, "%s: cannot set %s: %s", item.label, move.want or "(unset)", exc.strerror or exc)
             continue
         run.written(move, back)
     return failed
@@ -173,14 +199,9 @@ def _names(labels: Iterable[str]) -> str:
     return ", ".join(group[:SHOWN]) + more
 
 
-def _warn(run: Moves, roots) -> None:
+def _warn(run: Moves) -> None:
     if run.by_hand:
         log.warning("changed since vmtune set them, left alone: %s", _names(i.label for i in run.by_hand))
-    if run.cpus:
-        pids = tasks.named(roots.proc, "irqbalance")
-        if pids:
-            log.warning("irqbalance is running (pid %d): it may move IRQs back onto the isolated CPUs %s "
-                        "(stop it, or give it IRQBALANCE_BANNED_CPULIST)", pids[0], cpuset.format(run.cpus))
 
 
 def _report(moves: list[Move], failed: set[str], cpus: frozenset[int], prefix: str) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ... import cpuset
@@ -53,8 +54,9 @@ class Moves:
     """One reconcile: the previous isolation, the isolated CPUs wanted, and what was found."""
 
     def __init__(self, previous: Isolation, cpus: frozenset[int], online: frozenset[int], irqs: frozenset[int],
-                 since: float):
+                 since: float, enabled: Callable[[Key], bool] = lambda key: True):
         self.previous = previous
+        self.enabled = enabled  # whether an item is isolated at all (an extra turned off: restored)
         self.cpus, self.online, self.irqs, self.since = cpus, online, irqs, since
         self.records: dict[Key, Record] = {}  # the state's records as of now (journal, then final)
         self.moves: list[Move] = []
@@ -77,13 +79,11 @@ class Moves:
             self.by_hand.append(item)
             return None
         before = rec.before if rec is not None else (self._inherited(item) or item.raw)
-        orig = item.kind.parse(before, item)
-        target = orig - self.cpus
-        # left alone when nothing online would be left: a set of offline CPUs only is no narrowing
-        # (a cgroup falls back to its parent's CPUs, the kernel refuses it for a task or an IRQ)
-        narrowed = bool(target & self.online) and target != orig
-        want = item.kind.format(target) if narrowed else before
-        if narrowed and item.key == DEFAULT_IRQ:
+        isolated = item.kind.isolated(item, before, self.cpus, self.online) if self.enabled(item.key) else None
+        narrowed = isolated is not None
+        want = before if isolated is None else isolated
+        if narrowed and item.key == DEFAULT_IRQ:  # new IRQs copy it
+            orig, target = item.kind.parse(before, item), item.kind.parse(want, item)
             self.pairs.append(Pair("irq", target, orig - target, self.since))
         if item.same(item.raw, want):
             if narrowed:
@@ -103,9 +103,9 @@ class Moves:
                 continue
             if isinstance(item.key, Irq):
                 if item.key.number not in self.irqs:
-                    return item.kind.format(item.cpus | pair.removed)
+                    return item.kind.format(item.cpus | pair.removed, item)
             elif item.born is not None and item.born >= pair.since:
-                return item.kind.format(item.cpus | pair.removed)
+                return item.kind.format(item.cpus | pair.removed, item)
         return None
 
     def _holds(self, item: Item, pair: Pair) -> bool:

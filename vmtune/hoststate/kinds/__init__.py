@@ -5,12 +5,15 @@ kind    what                                         section    module
 ======  ===========================================  =========  ================================
 sysfs   a cpufreq governor or EPP, KSM's ``run``     knob       files.py
 cstate  a CPU's idle state ``disable`` flag           knob       files.py
-mask    the default IRQ mask, the workqueue mask     isolation  files.py
+mask    the IRQ default and workqueue masks,         isolation  files.py
+        kernel.watchdog_cpumask
 irq     an IRQ's affinity                            isolation  files.py
 task    a thread's affinity (thread id + start)      isolation  tasks.py
 cgroup  a top-level cgroup v2 ``cpuset.cpus``        isolation  groups.py
 unit    a systemd unit's ``AllowedCPUs``             isolation  groups.py
 pool    a node's hugepage pool (counted)             pool       files.py
+sysctl  kernel.timer_migration, vm.stat_interval     isolation  files.py
+irqbalance  the CPUs a running irqbalance bans       isolation  irqbalance.py
 ======  ===========================================  =========  ================================
 
 base.py has what they share: the key, the live item, the one file reader and writer.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from . import files, groups, tasks  # noqa: F401 - each registers its kinds
+from . import files, groups, irqbalance, tasks  # noqa: F401 - each registers its kinds
 from .base import KINDS, Item, Key, Kind, read_file, write_file
 from .files import CState, Cpufreq, CpuMask, Irq, Ksm, Pool
 from .groups import Cgroup, Unit

@@ -26,6 +26,45 @@ from ...errors import InvalidInput
 from ...host import sysfs as files
 
 
+# -- names ------------------------------------------------------------------------------------------
+
+MAX_NAME = 255
+SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.@:-\\")
+
+
+def key_of(kind: str, name: str) -> str:
+    """The state's name of a named item: ``kind:NAME`` with every byte outside ``SAFE`` as ``%XX``."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return kind + ":" + "".join(chr(b) if b in SAFE else f"%{b:02X}" for b in raw)
+
+
+def name_of(key: str) -> str | None:
+    """The name in a ``kind:NAME`` text (``key_of`` undone); None when the escapes are broken or a
+    byte that needs one is bare."""
+    text = key.partition(":")[2]
+    out, i = bytearray(), 0
+    while i < len(text):
+        if text[i] == "%":
+            part = text[i + 1:i + 3]
+            if len(part) != 2 or not all(c in "0123456789ABCDEF" for c in part):
+                return None
+            out.append(int(part, 16))
+            i += 3
+        elif ord(text[i]) < 128 and ord(text[i]) in SAFE:
+            out.append(ord(text[i]))
+            i += 1
+        else:
+            return None
+    return out.decode("utf-8", "surrogateescape") if out and len(out) <= MAX_NAME else None
+
+
+def printable(name: str) -> str:
+    """A name for a log line or a label: escaped when it holds anything unprintable."""
+    return name if name.isprintable() else key_of("", name)[1:]
+
+
+# -- files ------------------------------------------------------------------------------------------
+
 def read_file(root: str, rel: str) -> str | None:
     """The value of the host file ``root/rel``, stripped; None when it does not exist (any other
     error is raised)."""
@@ -100,6 +139,12 @@ class Key:
         """The CPU the item belongs to, None for host-wide items."""
         return None
 
+    @property
+    def ident(self) -> str:
+        """What the state keeps beside the key's text to know the item again (a process's start
+        time: its id may be reused); empty for most."""
+        return ""
+
 
 @dataclass
 class Item:
@@ -132,12 +177,14 @@ class Item:
 
 
 class Kind:
-    """How one kind of item is read, parsed, formatted, written and validated.
+    """How one kind of item is read, parsed, formatted, written and validated, and the value it
+    gets while CPUs are isolated.
 
     ``section``: where the state document keeps its records (``knob``: the baseline and a lease's
     C-states; ``isolation``; ``pool``: a lease's hugepages). ``cpus``: its values are CPU sets
     (compared as sets); else plain text (compared as text). ``mask``: a CPU set written as a hex
-    mask. ``inherits``: a new item of the kind copies a mask the isolation imposed.
+    mask (``is_hex`` may decide per key). ``inherits``: a new item of the kind copies a mask the
+    isolation imposed.
     """
 
     name: ClassVar[str]
@@ -151,20 +198,42 @@ class Kind:
         is not one of this kind's."""
         raise NotImplementedError
 
-    def check(self, text: str, limit: int) -> None:
-        """InvalidInput when ``text`` is not a value of this kind on a host of ``limit`` CPUs."""
-        if self.mask:
+    def is_hex(self, key: Key | None) -> bool:
+        """Whether values of ``key`` are hex masks (else CPU lists, or text)."""
+        return self.mask
+
+    def check(self, text: str, limit: int, key: Key | None = None) -> None:
+        """InvalidInput when ``text`` is not a value of ``key`` on a host of ``limit`` CPUs."""
+        if self.is_hex(key):
             cpuset.parse_mask(text, limit)
         elif self.cpus:
             cpuset.check(text, limit)
 
     def parse(self, raw: str, item: Item) -> frozenset[int]:
-        if self.mask:
+        if self.is_hex(item.key):
             return cpuset.parse_mask(raw)
         return cpuset.parse(raw) if raw.strip() or not item.full else item.full
 
-    def format(self, cpus: frozenset[int]) -> str:
-        return cpuset.format_mask(cpus) if self.mask else cpuset.format(cpus)
+    def format(self, cpus: frozenset[int], item: Item | None = None) -> str:
+        return cpuset.format_mask(cpus) if self.is_hex(item.key if item else None) else cpuset.format(cpus)
+
+    def isolated(self, item: Item, before: str, cpus: frozenset[int], online: frozenset[int]) -> str | None:
+        """The value the item gets while ``cpus`` are isolated, its original value being ``before``;
+        None: it keeps ``before``. A CPU set loses the isolated CPUs, unless nothing online would be
+        left (a set of offline CPUs only is no narrowing: a cgroup falls back to its parent's CPUs,
+        the kernel refuses it for a task or an IRQ)."""
+        orig = self.parse(before, item)
+        target = orig - cpus
+        return self.format(target, item) if target & online and target != orig else None
+
+    def extra(self, key: Key) -> str | None:
+        """The ``[hook]`` extra that turns isolating ``key`` on (config.EXTRAS); None: always on."""
+        return None
+
+    def read_back(self, item: Item, value: str) -> str | None:
+        """What the item holds right after ``value`` was written: read again (what the kernel made
+        of it); a kind whose writes take effect later says ``value``."""
+        return self.read(item)
 
     def same(self, a: str, b: str, item: Item) -> bool:
         if a.strip() == b.strip():

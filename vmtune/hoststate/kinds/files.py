@@ -18,13 +18,13 @@ pool      ``devices/system/node/nodeN/hugepages/hugepages-SkB/``    ``N:S``
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import ClassVar, NamedTuple
 
 from ...errors import InvalidInput
 from ...host import sysfs as files
 from ...host.sysfs import CPU_DIR, NODE_DIR
-from .base import KINDS, Item, Key, Kind, digits, read_file, register, valid
+from .base import KINDS, Item, Key, Kind, digits, key_of, name_of, printable, read_file, register, valid
 from .tasks import GONE, Gone
 
 CPUFREQ_ATTRS = ("energy_performance_preference", "scaling_governor")
@@ -133,21 +133,27 @@ class CStateDisable(SysfsFile):
 # -- CPU mask files ---------------------------------------------------------------------------------
 
 class MaskFile(NamedTuple):
-    """Where a mask file is: its root (``proc`` or ``sysfs``), the path under it, its label."""
+    """Where a mask file is: its root (``proc`` or ``sysfs``), the path under it, its label, and
+    whether it holds a hex mask (else a CPU list)."""
 
     root: str
     rel: str
     label: str
+    hex: bool = True
 
 
 MASK_FILES = {
     "irq:default": MaskFile("proc", "irq/default_smp_affinity", "default IRQ affinity"),
     "wq:cpumask": MaskFile("sysfs", "devices/virtual/workqueue/cpumask", "unbound workqueue cpumask"),
+    "sysctl:kernel.watchdog_cpumask": MaskFile("proc", "sys/kernel/watchdog_cpumask", "kernel.watchdog_cpumask",
+                                               hex=False),
 }
+WORKQUEUES = "bus/workqueue/devices"  # under the sysfs root: the WQ_SYSFS workqueues, each a folder
 
 
 class CpuMask(Key):
-    """One of ``MASK_FILES``: a hex CPU mask the isolation narrows."""
+    """A file holding a CPU set that the isolation narrows: one of ``MASK_FILES``, or the cpumask
+    of an unbound workqueue of ``WORKQUEUES`` (``wq:NAME``, its name escaped as a group's)."""
 
     __slots__ = ("name",)
     kind: ClassVar[str] = "mask"
@@ -155,25 +161,97 @@ class CpuMask(Key):
     name: str
 
     @property
-    def file(self) -> MaskFile:
-        return MASK_FILES[self.name]
+    def file(self) -> MaskFile | None:
+        """Where it is; None for a name that is not one (a workqueue name that is not one folder)."""
+        if self.name in MASK_FILES:
+            return MASK_FILES[self.name]
+        wq = name_of(self.name) if self.name.startswith("wq:") else None
+        if not wq or "/" in wq or "\x00" in wq or wq in (".", ".."):
+            return None
+        return MaskFile("sysfs", f"{WORKQUEUES}/{wq}/cpumask", f"workqueue {printable(wq)} cpumask")
+
+
+def workqueue(name: str) -> CpuMask:
+    return CpuMask(key_of("wq", name))
 
 
 @register
 class CpuMaskFile(Kind):
     name = "mask"
     section = "isolation"
-    mask = True
+
+    def is_hex(self, key: Key | None) -> bool:
+        file = key.file if isinstance(key, CpuMask) else None
+        return file is None or file.hex
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
-        return CpuMask(text) if text in MASK_FILES else None
+        key = CpuMask(text)
+        return key if key.file is not None else None
+
+    def extra(self, key: Key) -> str | None:
+        name = key.name  # type: ignore[attr-defined]
+        return "watchdog" if name == "sysctl:kernel.watchdog_cpumask" else None if name in MASK_FILES else "workqueues"
 
     def lookup(self, key: CpuMask, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
-        """The mask's item; ``GONE`` when its file does not exist; None when it cannot be read."""
-        root = getattr(roots, key.file.root)
-        if not os.path.exists(os.path.join(root, key.file.rel)):
+        """The mask's item; ``GONE`` when its file does not exist (or leaves its root); None when it
+        cannot be read."""
+        file = key.file
+        root = getattr(roots, file.root) if file else None
+        path = os.path.join(root, file.rel) if root and file else None
+        if path is None or not os.path.exists(path) or not _inside(root, path):
             return GONE
-        return _valid(key, root, key.file.rel, key.file.label)
+        return _valid(key, root, file.rel, file.label)
+
+
+def _inside(root: str, path: str) -> bool:
+    """Whether ``path`` resolves inside ``root`` (sysfs' workqueue folders are links inside it)."""
+    return os.path.realpath(path).startswith(os.path.realpath(root).rstrip("/") + "/")
+
+
+# -- sysctls set to a value while CPUs are isolated -------------------------------------------------
+
+SYSCTLS = {  # name -> (the value while CPUs are isolated, the [hook] extra that turns it on)
+    "kernel.timer_migration": ("0", "timers"),  # timers stay on the CPU that armed them
+    "vm.stat_interval": ("10", "vmstat"),  # vmstat's per-CPU update every 10 s, not every second
+}
+
+
+class Sysctl(Key):
+    """A ``/proc/sys`` value of ``SYSCTLS``."""
+
+    __slots__ = ("name",)
+    kind: ClassVar[str] = "sysctl"
+    NAME: ClassVar[str] = "sysctl:{name}"
+    name: str
+
+    @property
+    def rel(self) -> str:
+        return "sys/" + self.name.replace(".", "/")
+
+
+@register
+class SysctlValue(Kind):
+    name = "sysctl"
+    section = "isolation"
+    cpus = False
+
+    def parse_key(self, text: str, ident: str = "") -> Key | None:
+        head, _, name = text.partition(":")
+        return Sysctl(name) if head == "sysctl" and name in SYSCTLS else None
+
+    def extra(self, key: Key) -> str | None:
+        return SYSCTLS[key.name][1]  # type: ignore[attr-defined]
+
+    def lookup(self, key: Sysctl, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
+        path = os.path.join(roots.proc, key.rel)
+        if not os.path.exists(path):
+            return GONE
+        raw = files.value(path)
+        return None if raw is None else Item(key, raw, key.name, roots.proc, key.rel)
+
+    def isolated(self, item: Item, before: str, cpus: frozenset[int], online: frozenset[int]) -> str | None:
+        want = SYSCTLS[item.key.name][0]  # type: ignore[attr-defined]
+        return want if cpus and before.strip() != want else None
 
 
 def _valid(key: Key, root: str, rel: str, label: str) -> Item | None:
@@ -259,9 +337,46 @@ def found(keys: Iterable[Key], roots) -> Iterator[Item]:
             yield item
 
 
-def masks(roots) -> Iterator[Item]:
-    """The mask files that exist: the default IRQ affinity, then the unbound workqueues' mask."""
-    return found((CpuMask(name) for name in MASK_FILES), roots)
+def mask_keys(roots, extras: Collection[str] = ()) -> list[CpuMask]:
+    """The CPU mask files the isolation narrows: the default IRQ affinity, the unbound workqueues'
+    global mask, and, with the extras ``watchdog`` and ``workqueues``, kernel.watchdog_cpumask and
+    every unbound workqueue's own (those that have a ``cpumask``)."""
+    keys = [CpuMask("irq:default"), CpuMask("wq:cpumask")]
+    if "watchdog" in extras:
+        keys.append(CpuMask("sysctl:kernel.watchdog_cpumask"))
+    if "workqueues" in extras:
+        try:
+            names = sorted(os.listdir(os.path.join(roots.sysfs, WORKQUEUES)))
+        except OSError:
+            names = []
+        keys += [workqueue(n) for n in names if os.path.exists(os.path.join(roots.sysfs, WORKQUEUES, n, "cpumask"))]
+    return keys
+
+
+def masks(roots, extras: Collection[str] = ()) -> Iterator[Item]:
+    """The items of ``mask_keys`` that exist."""
+    return found(mask_keys(roots, extras), roots)
+
+
+def sysctl_keys(extras: Collection[str] = ()) -> list[Sysctl]:
+    """The ``SYSCTLS`` whose extra is on."""
+    return [Sysctl(name) for name, (_, extra) in SYSCTLS.items() if extra in extras]
+
+
+def sysctls(roots, extras: Collection[str] = ()) -> Iterator[Item]:
+    return found(sysctl_keys(extras), roots)
+
+
+def missing(roots, extras: Collection[str] = ()) -> list[str]:
+    """The files of the extras that are on that this host lacks (a kernel without the watchdog, a
+    container's ``/proc/sys``): skipped, each named once."""
+    keys: list[Key] = [CpuMask("sysctl:kernel.watchdog_cpumask")] if "watchdog" in extras else []
+    out = []
+    for key in keys + sysctl_keys(extras):
+        path = os.path.join(roots.proc, key.rel if isinstance(key, Sysctl) else key.file.rel)
+        if not os.path.exists(path):
+            out.append(path)
+    return out
 
 
 def irqs(roots) -> Iterator[Item]:

@@ -21,7 +21,7 @@ from typing import ClassVar
 from ... import cpuset
 from ...host import sysfs as files
 from . import base
-from .base import Item, Key, Kind, register, valid
+from .base import Item, Key, Kind, key_of, name_of, printable, register, valid
 from .tasks import GONE, Gone
 
 log = logging.getLogger("vmtune.hoststate")
@@ -29,41 +29,6 @@ log = logging.getLogger("vmtune.hoststate")
 SYSTEMD_UNITS = ("init.scope", "system.slice", "user.slice")
 SYSTEMCTL_TIMEOUT_S = 10
 DROP_IN = "50-AllowedCPUs.conf"  # what `systemctl set-property --runtime UNIT AllowedCPUs=` writes
-SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.@:-\\")
-MAX_NAME = 255
-
-
-def key_of(kind: str, name: str) -> str:
-    """The state's name of a named item: ``kind:NAME`` with every byte outside ``SAFE`` as ``%XX``."""
-    raw = name.encode("utf-8", "surrogateescape")
-    return kind + ":" + "".join(chr(b) if b in SAFE else f"%{b:02X}" for b in raw)
-
-
-def name_of(key: str) -> str | None:
-    """The name in a ``kind:NAME`` text (``key_of`` undone); None when the escapes are broken or a
-    byte that needs one is bare."""
-    text = key.partition(":")[2]
-    out, i = bytearray(), 0
-    while i < len(text):
-        if text[i] == "%":
-            part = text[i + 1:i + 3]
-            if len(part) != 2 or not all(c in "0123456789ABCDEF" for c in part):
-                return None
-            out.append(int(part, 16))
-            i += 3
-        elif ord(text[i]) < 128 and ord(text[i]) in SAFE:
-            out.append(ord(text[i]))
-            i += 1
-        else:
-            return None
-    return out.decode("utf-8", "surrogateescape") if out and len(out) <= MAX_NAME else None
-
-
-def printable(name: str) -> str:
-    """A name for a log line or a label: escaped when it holds anything unprintable."""
-    return name if name.isprintable() else key_of("", name)[1:]
-
-
 def is_machine_group(name: str) -> bool:
     """libvirt's groups (``machine.slice``, ``machine``, ``*.libvirt-qemu``, and a domain's own
     ``<resource><partition>``, which libvirt makes ``NAME.partition`` without systemd): never touched."""

@@ -59,6 +59,10 @@ class Task(Key):
     tid: int
     start: int
 
+    @property
+    def ident(self) -> str:
+        return str(self.start)
+
 
 @register
 class TaskAffinity(Kind):
@@ -99,7 +103,7 @@ def libvirt_pids(rundir: str) -> frozenset[int]:
     return frozenset(out)
 
 
-def _groups(proc: str, pid: str) -> tuple[bool, str]:
+def cgroups_of(proc: str, pid: str) -> tuple[bool, str]:
     """(whether the process is in one of libvirt's cgroups, its cgroup v2 top-level group)."""
     libvirt, top = False, ""
     for line in (files.text(os.path.join(proc, pid, "cgroup")) or "").splitlines():
@@ -158,7 +162,7 @@ def scan(proc: str, rundir: str, covered: Collection[str] = (), only: Collection
             continue  # exited
         if not tids:
             continue
-        libvirt, top = _groups(proc, pid)
+        libvirt, top = cgroups_of(proc, pid)
         if libvirt or (top and top in covered):
             continue
         for tid in tids:
@@ -196,7 +200,7 @@ def lookup(proc: str, key: Task) -> Item | Gone | None:
     stat = os.path.join(proc, tid, "task", tid, "stat")
     if not os.path.exists(stat):
         return GONE
-    item = _thread(proc, tid, tid, _groups(proc, tid)[1])
+    item = _thread(proc, tid, tid, cgroups_of(proc, tid)[1])
     if item is None:
         return GONE if not os.path.exists(stat) else None
     if item is KTHREAD or item.key != key:

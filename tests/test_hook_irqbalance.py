@@ -1,0 +1,117 @@
+"""Issue 17: a running irqbalance is told, over its control socket, to ban the isolated CPUs too,
+for exactly as long as they are isolated, and gets its own ban back after the last lease; a
+restarted irqbalance is banned again; without the socket, one warning.
+
+A fake irqbalance (isotrees.FakeIrqbalance, in ``kinds.irqbalance.request``) on test_hook_isolation's
+fake host; the real Debian irqbalance, started by the test, in test_hook_irqbalance_real.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from isotrees import FakeIrqbalance, tree
+from test_hook import call, env, state  # noqa: F401 - env is a fixture
+from test_hook_isolation import A, B, host  # noqa: F401 - host is a fixture
+
+from vmtune.hoststate.kinds import irqbalance
+
+
+@pytest.fixture
+def daemon(host, monkeypatch) -> FakeIrqbalance:
+    fake = FakeIrqbalance(host)
+    monkeypatch.setattr(irqbalance, "request", fake)
+    return fake
+
+
+def test_the_isolated_cpus_are_banned_while_held_and_its_own_ban_comes_back(host, daemon):
+    """vm-a (CPU 2) and vm-b (CPU 3): irqbalance bans 2, then 2-3, then 2 again; after the last
+    release it follows its own rules again (``settings cpus NULL``), and the host is as before."""
+    before = tree(host)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert daemon.banned == {2}
+    assert call(B, "vm-b", "prepare", "begin") == 0
+    assert daemon.banned == {2, 3}
+    record = next(r for k, r in state(host)["isolation"]["records"].items() if k.startswith("irqbalance:"))
+    assert record["before"] == "" and record["after"] == "2-3" and record["ident"]
+    assert call(A, "vm-a", "release", "end") == 0
+    assert daemon.banned == {3}
+    assert call(B, "vm-b", "release", "end") == 0
+    assert daemon.ui == "" and daemon.calls[-1] == "settings cpus NULL"
+    assert tree(host) == before
+
+
+def test_its_own_ban_is_kept_beside_the_isolated_cpus(host, monkeypatch):
+    """irqbalance started with IRQBALANCE_BANNED_CPULIST=1: while CPU 2 is isolated it bans 1-2 (the
+    admin's CPU stays banned), and gets back exactly its own after."""
+    fake = FakeIrqbalance(host, own="1")
+    monkeypatch.setattr(irqbalance, "request", fake)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert fake.banned == {1, 2}
+    assert call(A, "vm-a", "release", "end") == 0
+    assert fake.banned == {1} and fake.ui == ""
+
+
+def test_a_restarted_irqbalance_is_banned_again(host, daemon):
+    """irqbalance restarts while vm-a runs (a new pid, its ban lost): the next call (vm-b's prepare)
+    bans the isolated CPUs on the new one; the releases give it its own ban back."""
+    before = tree(host)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    daemon.start(pid=daemon.pid + 1)
+    assert daemon.banned == frozenset()
+    assert call(B, "vm-b", "prepare", "begin") == 0
+    assert daemon.banned == {2, 3}
+    call(A, "vm-a", "release", "end")
+    call(B, "vm-b", "release", "end")
+    assert daemon.ui == ""
+    after = tree(host)
+    assert {k for k in after if k not in before} == {k for k in after if f"/{daemon.pid}/" in k or
+                                                     k.endswith(f"irqbalance{daemon.pid}.sock")}
+
+
+def test_a_ban_changed_by_hand_is_left_alone(host, daemon, capsys):
+    """The admin sets irqbalance's ban over its socket while vm-a runs: left as the admin set it."""
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    daemon.socket.write_text("0\n")
+    capsys.readouterr()
+    assert call(A, "vm-a", "release", "end") == 0
+    assert "left alone" in capsys.readouterr().err and daemon.ui == "0"
+
+
+@pytest.mark.parametrize("why", ["silent", "off"])
+def test_without_its_socket_one_warning_and_the_lease_works(host, monkeypatch, capsys, why):
+    """irqbalance answers nothing on its socket (not root, or a build without it), or the option is
+    off: the lease is taken and isolated, the ban untouched, and one warning names
+    IRQBALANCE_BANNED_CPULIST."""
+    fake = FakeIrqbalance(host, silent=why == "silent")
+    monkeypatch.setattr(irqbalance, "request", fake)
+    if why == "off":
+        (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nisolate_irqbalance = "off"\n')
+    before = tree(host)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    err = capsys.readouterr().err
+    assert err.count("IRQBALANCE_BANNED_CPULIST") == 1 and f"irqbalance is running (pid {fake.pid})" in err, err
+    assert fake.ui == "" and not [c for c in fake.calls if c.startswith("settings")]
+    assert call(A, "vm-a", "release", "end") == 0
+    assert tree(host) == before
+
+
+def test_reap_bans_a_restarted_irqbalance_again(host, daemon, capsys):
+    """irqbalance restarts while vm-a runs; no domain starts or stops: ``vmtune hook reap`` finds the
+    ban gone and sets it again."""
+    from vmtune import cli
+
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    daemon.start(pid=daemon.pid + 1)
+    capsys.readouterr()
+    assert cli.main(["hook", "reap"]) == 0
+    assert "completed the isolation" in capsys.readouterr().out
+    assert daemon.banned == {2}
+    assert call(A, "vm-a", "release", "end") == 0
+    assert daemon.ui == ""
+
+
+def test_no_irqbalance_no_word(host, capsys):
+    """No irqbalance on the host: nothing about it in the log."""
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert "irqbalance" not in capsys.readouterr().err
+    assert call(A, "vm-a", "release", "end") == 0
