@@ -18,9 +18,9 @@ from vmtune.hoststate.kinds import irqbalance
 
 @pytest.fixture
 def daemon(host, monkeypatch) -> FakeIrqbalance:
-    fake = FakeIrqbalance(host)
-    monkeypatch.setattr(irqbalance, "request", fake)
-    return fake
+    """A fake irqbalance on the fake host, answering the hook's requests."""
+    monkeypatch.setattr(irqbalance, "request", FakeIrqbalance(host))
+    return irqbalance.request
 
 
 def test_the_isolated_cpus_are_banned_while_held_and_its_own_ban_comes_back(host, daemon):

@@ -79,10 +79,10 @@ def write_file(root: str, rel: str, value: str) -> None:
 
 
 class Key:
-    """A typed key: a small immutable value. A subclass declares its fields as ``__slots__`` (with
-    their types as annotations, and ``DEFAULTS`` for the optional ones), its ``kind``, and the
-    ``NAME`` pattern of its text (``str.format`` of its fields). Keys of two classes are never
-    equal. (Plain classes, not dataclasses: a hook call imports them all, and a frozen dataclass
+    """A typed key: a small immutable value. A subclass declares its fields as ``__slots__``
+    (``DEFAULTS`` for the optional ones), and its kind and the pattern of its text (``str.format`` of
+    its fields) as class keywords: ``class Irq(Key, kind="irq", name="irq:{number}")``. Keys of two
+    classes are never equal. (Plain classes, not dataclasses: a hook call imports them all, and a frozen dataclass
     costs half a millisecond to define.)"""
 
     __slots__ = ("_id", "_text")  # (class name, fields), for equality and hashing; the text, once made
@@ -91,8 +91,12 @@ class Key:
     DEFAULTS: ClassVar[dict] = {}
     FIELDS: ClassVar[tuple[str, ...]] = ()  # every class's slots, the base's first
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, kind: str | None = None, name: str | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
+        if kind is not None:
+            cls.kind = kind
+        if name is not None:
+            cls.NAME = name
         cls.FIELDS = tuple(name for c in reversed(cls.__mro__[:-2]) for name in c.__dict__.get("__slots__", ()))
 
     def __init__(self, *values, **named) -> None:

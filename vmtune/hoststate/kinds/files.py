@@ -35,16 +35,12 @@ MAX_IRQ = 1 << 20  # IRQ numbers below it
 
 # -- sysfs values: cpufreq and KSM ------------------------------------------------------------------
 
-class Cpufreq(Key):
+class Cpufreq(Key, kind="sysfs"):
     """A CPU's ``cpufreq`` attribute (``policy``: under ``cpufreq/policyN``, which a state file may
     name; the hook writes ``cpuN/cpufreq``)."""
 
     __slots__ = ("number", "attr", "policy")
-    kind: ClassVar[str] = "sysfs"
     DEFAULTS: ClassVar[dict] = {"policy": False}
-    number: int
-    attr: str
-    policy: bool
 
     @property
     def text(self) -> str:
@@ -57,10 +53,8 @@ class Cpufreq(Key):
         return None if self.policy else self.number
 
 
-class Ksm(Key):
+class Ksm(Key, kind="sysfs", name=KSM_RUN):
     __slots__ = ()
-    kind: ClassVar[str] = "sysfs"
-    NAME: ClassVar[str] = KSM_RUN
 
 
 def _cpu_part(part: str, prefix: str) -> int | None:
@@ -103,14 +97,10 @@ class SysfsValue(SysfsFile):
 
 # -- C-states ---------------------------------------------------------------------------------------
 
-class CState(Key):
+class CState(Key, kind="cstate", name=CPU_DIR + "/cpu{number}/cpuidle/state{state}/disable"):
     """A CPU's idle state ``disable`` flag."""
 
     __slots__ = ("number", "state")
-    kind: ClassVar[str] = "cstate"
-    NAME: ClassVar[str] = CPU_DIR + "/cpu{number}/cpuidle/state{state}/disable"
-    number: int
-    state: int
 
     @property
     def cpu(self) -> int | None:
@@ -151,14 +141,11 @@ MASK_FILES = {
 WORKQUEUES = "bus/workqueue/devices"  # under the sysfs root: the WQ_SYSFS workqueues, each a folder
 
 
-class CpuMask(Key):
+class CpuMask(Key, kind="mask", name="{name}"):
     """A file holding a CPU set that the isolation narrows: one of ``MASK_FILES``, or the cpumask
     of an unbound workqueue of ``WORKQUEUES`` (``wq:NAME``, its name escaped as a group's)."""
 
     __slots__ = ("name",)
-    kind: ClassVar[str] = "mask"
-    NAME: ClassVar[str] = "{name}"
-    name: str
 
     @property
     def file(self) -> MaskFile | None:
@@ -216,13 +203,10 @@ SYSCTLS = {  # name -> (the value while CPUs are isolated, the [hook] extra that
 }
 
 
-class Sysctl(Key):
+class Sysctl(Key, kind="sysctl", name="sysctl:{name}"):
     """A ``/proc/sys`` value of ``SYSCTLS``."""
 
     __slots__ = ("name",)
-    kind: ClassVar[str] = "sysctl"
-    NAME: ClassVar[str] = "sysctl:{name}"
-    name: str
 
     @property
     def rel(self) -> str:
@@ -262,11 +246,10 @@ def _valid(key: Key, root: str, rel: str, label: str) -> Item | None:
 
 # -- IRQ affinities ---------------------------------------------------------------------------------
 
-class Irq(Key):
+class Irq(Key, kind="irq", name="irq:{number}"):
+    """An IRQ, by its number (``/proc/irq/N``)."""
+
     __slots__ = ("number",)
-    kind: ClassVar[str] = "irq"
-    NAME: ClassVar[str] = "irq:{number}"
-    number: int
 
 
 @register
@@ -288,14 +271,10 @@ class IrqAffinity(Kind):
 
 # -- hugepage pools ---------------------------------------------------------------------------------
 
-class Pool(Key):
+class Pool(Key, kind="pool", name="{node}:{size}"):
     """A NUMA node's pool of one page size (KiB)."""
 
     __slots__ = ("node", "size")
-    kind: ClassVar[str] = "pool"
-    NAME: ClassVar[str] = "{node}:{size}"
-    node: int
-    size: int
 
     def file(self, leaf: str = "nr_hugepages") -> str:
         return f"{NODE_DIR}/node{self.node}/hugepages/hugepages-{self.size}kB/{leaf}"

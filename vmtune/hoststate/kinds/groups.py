@@ -49,9 +49,8 @@ class Group(Key):
 
 # -- cgroup v2 groups -------------------------------------------------------------------------------
 
-class Cgroup(Group):
+class Cgroup(Group, kind="cgroup"):
     __slots__ = ()
-    kind: ClassVar[str] = "cgroup"
 
 
 class GroupKind(Kind):
@@ -135,9 +134,8 @@ def lookup_cgroup(cgroupfs: str, key: Cgroup, online: frozenset[int]) -> Item | 
 
 # -- systemd units ----------------------------------------------------------------------------------
 
-class Unit(Group):
+class Unit(Group, kind="unit"):
     __slots__ = ()
-    kind: ClassVar[str] = "unit"
 
 
 @register

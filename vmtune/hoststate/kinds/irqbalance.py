@@ -30,7 +30,7 @@ from ... import cpuset
 from ...errors import InvalidInput
 from ...host import sysfs as files
 from .base import Item, Key, Kind, digits, register
-from .tasks import GONE, Gone, named, stat_fields
+from .tasks import GONE, Gone, Started, named, stat_fields
 
 SOCKET_DIR = "irqbalance"  # under the run root
 ABSTRACT = b"\0" * 108
@@ -39,16 +39,10 @@ MAX_REPLY = 1 << 16
 ENV = ("IRQBALANCE_BANNED_CPUS", "IRQBALANCE_BANNED_CPULIST")  # hex mask; CPU list (the first set wins)
 
 
-class Irqbalance(Key):
-    __slots__ = ("pid", "start")
-    kind: ClassVar[str] = "irqbalance"
-    NAME: ClassVar[str] = "irqbalance:{pid}"  # the start time goes along as the record's ``ident``
-    pid: int
-    start: int
+class Irqbalance(Started, kind="irqbalance", name="irqbalance:{pid}"):
+    """The running irqbalance, known by its pid and start time: a restarted one is another."""
 
-    @property
-    def ident(self) -> str:
-        return str(self.start)
+    __slots__ = ("pid", "start")
 
 
 def request(address: str | bytes, text: str) -> bytes:

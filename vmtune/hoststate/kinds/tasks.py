@@ -52,16 +52,20 @@ def setaffinity(tid: int, cpus: frozenset[int]) -> None:
     os.sched_setaffinity(tid, cpus)
 
 
-class Task(Key):
-    __slots__ = ("tid", "start")
-    kind: ClassVar[str] = "task"
-    NAME: ClassVar[str] = "task:{tid}"  # the start time goes along as the record's ``ident``
-    tid: int
+class Started(Key):
+    """A key of a process or thread: its id and its start time (``/proc/PID/stat`` field 22), which
+    the state keeps as the record's ``ident`` (an id may be reused)."""
+
+    __slots__ = ()
     start: int
 
     @property
     def ident(self) -> str:
         return str(self.start)
+
+
+class Task(Started, kind="task", name="task:{tid}"):
+    __slots__ = ("tid", "start")
 
 
 @register
