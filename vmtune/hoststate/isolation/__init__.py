@@ -132,12 +132,15 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
 
 def _irqbalance(roots, cpus: frozenset[int], extras: Collection[str]) -> list[Item]:
     """The running irqbalance's ban, when it takes one over its socket; else, while CPUs are
-    isolated, one warning: it may move IRQs back onto them."""
+    isolated, one warning: it may move IRQs back onto them. With no CPU isolated nothing is looked
+    for: a ban the hook set is found again by its record."""
+    if not cpus:
+        return []
     item, pid = irqbalance.find(roots) if "irqbalance" in extras else (None, None)
     if item is not None:
         return [item]
     pid = pid if "irqbalance" in extras else (tasks.named(roots.proc, "irqbalance") or [None])[0]
-    if cpus and pid is not None:
+    if pid is not None:
         why = "its socket does not answer (a build without it, or not root)" if "irqbalance" in extras else \
             "[hook] isolate_irqbalance is off"
         log.warning("irqbalance is running (pid %d) and %s: it may move IRQs back onto the isolated CPUs %s "
