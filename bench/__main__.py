@@ -11,7 +11,10 @@ their own). ``--part 1|2`` runs one part only.
 The ``host-isolation`` case (bench/host_isolation.py: a busy pinned probe on the host, with host
 work around it, without a lease and with the hook's lease, isolation off and on) runs in the full
 run and alone with ``--part host-isolation``. It needs root and two online CPUs, and is skipped
-with a message otherwise.
+with a message otherwise. So does the ``host-noise`` case (bench/host_noise.py: oslat from rt-tests on
+the CPU a lease holds, idle, with host hogs, and with the hook's lease: isolation off, on without
+the knobs of issue 17, on with them, and with a real irqbalance running), alone with
+``--part host-noise``.
 
 ``--hook-against REV`` (part 2) also times REV's hook in the hook-cost case's interleaved rounds,
 from a temporary git worktree of REV (bench/hook_cost.py): variants ``SHORT:tagged-prepare`` etc.
@@ -26,12 +29,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import costs, guests, hook_cost, host_isolation
+from . import costs, guests, hook_cost, host_isolation, host_noise
 from .common import ROOT, machine, versions, write_result
 
 # The --part values that run the host-isolation case (None: the full run). Not "1" yet:
 # tests/test_bench.py's part-1 test expects exactly the guest cases in a --part 1 run.
 ISOLATION_PARTS = (None, "host-isolation")
+NOISE_PARTS = (None, "host-noise")
 
 FULL = {"rewrite_runs": 9, "rewrite_inner": 5, "sizes": (10, 30, 100, 300), "placement_runs": 5, "place_inner": 10}
 QUICK = {"rewrite_runs": 3, "rewrite_inner": 1, "sizes": (10, 30, 100), "placement_runs": 3, "place_inner": 3}
@@ -66,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="recorded in every result; type= of the generated domains (default qemu: TCG)")
     ap.add_argument("--cprofile", action="store_true",
                     help="also write a cProfile of planning the largest N (not timed)")
-    ap.add_argument("--part", choices=("1", "2", "host-isolation"),
+    ap.add_argument("--part", choices=("1", "2", "host-isolation", "host-noise"),
                     help="only part 1 (guests through libvirt, root), part 2 (vmtune's own cost), "
-                         "or the host-isolation case (root)")
+                         "the host-isolation case or the host-noise case (oslat; root)")
     ap.add_argument("--hook-against", metavar="REV",
                     help="part 2's hook cost also times REV's hook (a temporary git worktree of REV) "
                          "in the same interleaved rounds")
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         records += costs.rewrite_throughput(cfg["rewrite_runs"], cfg["rewrite_inner"], log)
         records += costs.placement(cfg["sizes"], cfg["placement_runs"], cfg["place_inner"], args.virt_type, log)
         records += hook_cost.run(args.quick, log, args.hook_against)  # FULL/QUICK sizes in bench/hook_cost.py
-    part1, isolation = {"ran": False}, {"ran": False}
+    part1, isolation, noise = {"ran": False}, {"ran": False}, {"ran": False}
     if args.part is None or args.part == "1":
         part1 = _part("part 1 (what a guest gains)", records, log, guests.Unavailable,
                       (guests.GuestError, guests.guestimage.BuildError),
@@ -104,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         isolation = _part("host-isolation", records, log, host_isolation.Unavailable,
                           (host_isolation.IsolationError, guests.guestimage.BuildError),
                           lambda: host_isolation.run(args.quick, log))  # FULL/QUICK sizes in bench/host_isolation.py
+    if args.part in NOISE_PARTS:
+        noise = _part("host-noise", records, log, host_noise.Unavailable,
+                      (host_noise.NoiseError, host_isolation.IsolationError, guests.guestimage.BuildError),
+                      lambda: host_noise.run(args.quick, log))  # FULL/QUICK sizes in bench/host_noise.py
     # how part 1 ran its tuned guests: the hook's setup and teardown (every part-1 record has it too)
     part1_hook = next((r["setup"]["hook"] for r in records if r["case"].startswith("guest-")
                        and "hook" in r.get("setup", {})), None)
@@ -119,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                for r in records]
     index = {"quick": args.quick, "virt_type": args.virt_type, "elapsed_s": time.monotonic() - start,
              "files": [p.name for p in written], "summary": summary, "part1": part1, "part1_hook": part1_hook,
-             "host_isolation": isolation}
+             "host_isolation": isolation, "host_noise": noise}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     for row in summary:
@@ -128,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{len(written)} result files in {args.out}")
     if any(r["case"] == host_isolation.CASE for r in records):
         print(host_isolation.table([r for r in records if r["case"] == host_isolation.CASE]), end="")
-    return 1 if "failed" in part1 or "failed" in isolation else 0
+    if any(r["case"] == host_noise.CASE for r in records):
+        print(host_noise.table([r for r in records if r["case"] == host_noise.CASE]), end="")
+    return 1 if "failed" in part1 or "failed" in isolation or "failed" in noise else 0
 
 
 if __name__ == "__main__":

@@ -123,3 +123,14 @@ def write_result(out_dir: Path, record: dict) -> Path:
     tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def print_table(argv: list[str], case: str, variants, table) -> int:
+    """``python -m bench.CASE [DIR]``: the case's table of the results in DIR (default bench/results)."""
+    out_dir = Path(argv[0]) if argv else ROOT / "bench" / "results"
+    recs = {r["variant"]: r for r in (json.loads(p.read_text()) for p in out_dir.glob(f"{case}--*.json"))}
+    if not recs:
+        sys.stdout.write(f"no {case} results in {out_dir}\n")
+        return 1
+    sys.stdout.write(table([recs[v] for v in variants if v in recs]))
+    return 0

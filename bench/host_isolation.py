@@ -61,7 +61,7 @@ from pathlib import Path
 from vmtune import cpuset
 
 from . import guestimage, stats
-from .common import ROOT, spread
+from .common import ROOT, print_table, spread
 from .guests import cleanup_on_signals
 
 CASE = "host-isolation"
@@ -86,11 +86,22 @@ WATCHED = ("/sys/devices/virtual/workqueue/cpumask", "/proc/irq/default_smp_affi
 
 
 class Unavailable(Exception):
-    """The case cannot run here (not root, one CPU); the message says why."""
+    """The case cannot run here (not root, one CPU, no oslat for host-noise); the message says why."""
 
 
 class IsolationError(RuntimeError):
     """A hook call failed, or the probe did not measure."""
+
+
+def held_cpu(why_root: str) -> tuple[int, frozenset[int]]:
+    """(the CPU a case's lease holds: the last online one, the online CPUs). Unavailable when not
+    root (``why_root`` says why it is needed) or with one CPU."""
+    if os.geteuid() != 0:
+        raise Unavailable(f"needs root ({why_root})")
+    cpus = online_cpus()
+    if len(cpus) < 2:
+        raise Unavailable(f"needs at least 2 online CPUs (this host has {len(cpus)})")
+    return max(cpus), cpus
 
 
 def online_cpus() -> frozenset[int]:
@@ -200,7 +211,7 @@ class Host:
         return run
 
 
-def _cpu_seconds() -> dict[str, float]:
+def cpu_seconds() -> dict[str, float]:
     """The machine's busy and steal CPU seconds (/proc/stat), and what this process and its
     waited-for children (hogs, probe, hook) used: their difference is everybody else's work."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -210,12 +221,12 @@ def _cpu_seconds() -> dict[str, float]:
             "ours": t.user + t.system + t.children_user + t.children_system}
 
 
-def _foreign(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def foreign(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     d = {k: after[k] - before[k] for k in before}
     return {"foreign_cpu_ms": round(max(0.0, d["busy"] - d["ours"]) * 1000), "steal_ms": round(d["steal"] * 1000)}
 
 
-def _watched() -> dict:
+def watched() -> dict:
     out: dict = {"own_affinity": cpuset.format(frozenset(os.sched_getaffinity(0))),
                  "pid1_affinity": cpuset.format(frozenset(os.sched_getaffinity(1)))}
     for path in WATCHED:
@@ -233,7 +244,7 @@ def _watched() -> dict:
     return out
 
 
-def _changes(before: dict, after: dict) -> dict:
+def changes(before: dict, after: dict) -> dict:
     """What differs: {key: [before, after]} (per IRQ for the IRQ affinities)."""
     out = {k: [before.get(k), after.get(k)] for k in before if k != "irq_affinity" and before.get(k) != after.get(k)}
     b, a = before["irq_affinity"], after["irq_affinity"]
@@ -243,13 +254,8 @@ def _changes(before: dict, after: dict) -> dict:
 
 def run(quick: bool, log: Callable[[str], None]) -> list[dict]:
     """The host-isolation records (without the common context). Raises Unavailable."""
-    if os.geteuid() != 0:
-        raise Unavailable("needs root (the hook tunes the real /sys, and the probe's CPU is isolated)")
-    cpus = online_cpus()
-    if len(cpus) < 2:
-        raise Unavailable(f"needs at least 2 online CPUs (this host has {len(cpus)})")
+    cpu, cpus = held_cpu("the hook tunes the real /sys, and the probe's CPU is isolated")
     cfg = QUICK if quick else FULL
-    cpu = max(cpus)
     host = Host(build_probe(), cpu)
     WORK.mkdir(mode=0o700, exist_ok=True)
     with open(WORK / ".lock", "w") as lock, cleanup_on_signals():
@@ -257,7 +263,7 @@ def run(quick: bool, log: Callable[[str], None]) -> list[dict]:
         (WORK / "profiles").mkdir(exist_ok=True)
         if host.stale_release():
             log(f"{CASE}: released the lease an earlier run left in {WORK}")
-        before = start = _watched()
+        before = start = watched()
         isolated_at_start = any(v is not None and not int(v.replace(",", ""), 16) >> cpu & 1
                                 for v in (before[p] for p in WATCHED))
         if isolated_at_start:  # every variant then runs with the IRQs and workqueues already off it
@@ -267,20 +273,20 @@ def run(quick: bool, log: Callable[[str], None]) -> list[dict]:
         changed: list[dict] = []
         for r in range(cfg["rounds"]):
             for v in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
-                t0 = _cpu_seconds()
+                t0 = cpu_seconds()
                 res = host.repetition(v, cfg, hogs=len(cpus))
-                res.update(_foreign(t0, _cpu_seconds()))
+                res.update(foreign(t0, cpu_seconds()))
                 runs[v].append(res)
                 log(f"{CASE}: round {r + 1}/{cfg['rounds']} {v:17} p50 {res['p50_us']:7.1f} us  p99 "
                     f"{res['p99_us']:7.1f} us  p99.9 {res['p999_us']:7.1f} us  missed {res['missed']:3}  "
                     f"others' CPU {res['foreign_cpu_ms']} ms")
-                diff = _changes(before, _watched())
+                diff = changes(before, watched())
                 if diff:  # a release that did not give everything back (or someone else)
                     res["host_changed_after"] = diff
                     changed.append({"round": r + 1, "variant": v, "changes": diff})
                     log(f"{CASE}: WARNING: after {v}, the host is not as before the run: {diff}")
-                    before = _watched()  # report each change once
-        after = _watched()
+                    before = watched()  # report each change once
+        after = watched()
     setup = {**cfg, "probe_cpu": cpu, "online_cpus": cpuset.format(cpus), "hogs": len(cpus),
              "work_us": WORK_US, "period_us": PERIOD_US, "domain_xml": host.xml.decode(),
              "interpreter": sys.executable, "hook": str(HOOK), "work_dir": str(WORK),
@@ -357,13 +363,7 @@ def table(records: list[dict]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    out_dir = Path(argv[0]) if argv else ROOT / "bench" / "results"
-    recs = {r["variant"]: r for r in (json.loads(p.read_text()) for p in out_dir.glob(f"{CASE}--*.json"))}
-    if not recs:
-        sys.stdout.write(f"no {CASE} results in {out_dir}\n")
-        return 1
-    sys.stdout.write(table([recs[v] for v in VARIANTS if v in recs]))
-    return 0
+    return print_table(argv, CASE, VARIANTS, table)
 
 
 if __name__ == "__main__":

@@ -131,6 +131,20 @@ def test_bench_run_quick_part1(tmp_path: Path):
     assert sorted(index["files"]) == [p.name for p in files]
 
 
+def run_host_part(out: Path, part: str, timeout: int) -> list[dict] | None:
+    """``bench/run --quick --part PART``: its records; None when the part says it cannot run here
+    (not root, one CPU), as it must then."""
+    proc = subprocess.run([str(ROOT / "bench" / "run"), "--quick", "--part", part, "--out", str(out)],
+                          cwd=out.parent, capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ran = json.loads((out / "index.json").read_text())[part.replace("-", "_")]
+    if os.geteuid() != 0 or (os.cpu_count() or 1) < 2:
+        assert ran["ran"] is False
+        return None
+    assert ran == {"ran": True}, ran
+    return [json.loads(p.read_text()) for p in out.glob(f"{part}--*.json")]
+
+
 ISOLATION_VARIANTS = {"no-hog", "no-lease", "lease-isolate-off", "lease-isolated"}
 
 
@@ -141,15 +155,9 @@ def test_bench_run_quick_host_isolation(tmp_path: Path):
     masks = ("/proc/irq/default_smp_affinity", "/sys/devices/virtual/workqueue/cpumask",
              *map(str, Path("/proc/irq").glob("*/smp_affinity_list")))  # every IRQ's, as it was
     before = {p: Path(p).read_text() for p in masks if os.path.exists(p)}
-    proc = subprocess.run([str(ROOT / "bench" / "run"), "--quick", "--part", "host-isolation", "--out", str(out)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    index = json.loads((out / "index.json").read_text())
-    if os.geteuid() != 0 or (os.cpu_count() or 1) < 2:
-        assert index["host_isolation"]["ran"] is False
+    records = run_host_part(out, "host-isolation", 600)
+    if records is None:
         return
-    assert index["host_isolation"] == {"ran": True}, index["host_isolation"]
-    records = [json.loads(p.read_text()) for p in out.glob("host-isolation--*.json")]
     assert {r["variant"] for r in records} == ISOLATION_VARIANTS
     for rec in records:
         assert _number(rec["p50_ms"]) and _number(rec["p99_ms"]), rec["variant"]
@@ -157,3 +165,66 @@ def test_bench_run_quick_host_isolation(tmp_path: Path):
     assert _number(isolated["vs_lease_isolate_off"]["p99"]["ratio"])  # compared with today's behaviour
     assert {p: Path(p).read_text() for p in before if os.path.exists(p)} == {
         p: v for p, v in before.items() if os.path.exists(p)}  # (an IRQ freed meanwhile is no leak)
+
+
+def _irqbalance_pids() -> set[str]:
+    out = set()
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "irqbalance":
+                out.add(comm.parent.name)
+        except OSError:  # exited meanwhile
+            pass
+    return out
+
+
+NOISE_VARIANTS = {"idle", "hogs", "lease-isolate-off", "lease-isolated", "lease-isolated-knobs", "lease-knobs-irqbalance"}
+
+
+def test_bench_run_quick_host_noise(tmp_path: Path):
+    """``--part host-noise``: as root with two CPUs, one record per variant (the irqbalance one unless
+    the bench says why not) with oslat's max, its stalls per minute and the census; the host's IRQ
+    affinities, masks and sysctls are as before, and no irqbalance is left running; else a skip."""
+    out = tmp_path / "results"
+    watched = ("/proc/irq/default_smp_affinity", "/sys/devices/virtual/workqueue/cpumask",
+               "/proc/sys/kernel/timer_migration", "/proc/sys/kernel/watchdog_cpumask", "/proc/sys/vm/stat_interval",
+               *map(str, Path("/sys/bus/workqueue/devices").glob("*/cpumask")),
+               *map(str, Path("/proc/irq").glob("*/smp_affinity_list")))  # every IRQ's, as it was
+    before = {p: Path(p).read_text() for p in watched if os.path.exists(p)}
+    irqbalance_before = _irqbalance_pids()
+    records = run_host_part(out, "host-noise", 300)
+    if records is None:
+        return
+    setup = records[0]["setup"]
+    expected = NOISE_VARIANTS if setup["irqbalance_variant_skipped"] is None else NOISE_VARIANTS - {
+        "lease-knobs-irqbalance"}
+    assert {r["variant"] for r in records} == expected
+    for rec in records:
+        missing = [k for k in REQUIRED if k not in rec]
+        assert not missing, (rec["variant"], missing)
+        assert rec["runs"] == len(rec["per_run"]) >= 1 and _number(rec["max_us"]), rec["variant"]
+        assert set(rec["stalls_per_min"]) == {"over_10us", "over_50us", "over_100us"}, rec["variant"]
+        s = rec["stalls_per_min"]
+        assert all(map(_number, s.values())) and s["over_10us"] >= s["over_50us"] >= s["over_100us"], rec["variant"]
+        assert _number(rec["census"]["interrupts_per_s_median"]) and rec["census"]["top_interrupts_per_s"]
+        assert _number(rec["foreign_cpu_ms_median"]), rec["variant"]
+        for run in rec["per_run"]:
+            assert run["samples"] > 0 and run["max_us"] >= run["p99_us"] >= 1, rec["variant"]
+            assert _number(run["census"]["interrupts_total_per_s"]), rec["variant"]  # 0 under nohz_full
+            if rec["lease"]:
+                assert run["prepare"]["rc"] == 0 and run["release"]["rc"] == 0, rec["variant"]
+        if rec["variant"] != "lease-isolate-off":
+            assert rec["vs_lease_isolate_off"]["max"]["n"] == rec["runs"]
+    by = {r["variant"]: r for r in records}
+    # the knobs are what differs between the two isolated variants, while the lease holds the CPU
+    if "/proc/sys/vm/stat_interval" in before:
+        assert by["lease-isolated"]["per_run"][0]["knobs_during"]["vm.stat_interval"] == before[
+            "/proc/sys/vm/stat_interval"].strip()
+        assert by["lease-isolated-knobs"]["per_run"][0]["knobs_during"]["vm.stat_interval"] == "10"
+    if "lease-knobs-irqbalance" in by:
+        for run in by["lease-knobs-irqbalance"]["per_run"]:
+            assert run["irqbalance"]["exit"] is not None  # stopped
+    assert setup["host_restored"] is True and not setup["host_changes"], setup["host_changes"]
+    assert {p: Path(p).read_text() for p in before if os.path.exists(p)} == {
+        p: v for p, v in before.items() if os.path.exists(p)}  # (an IRQ freed meanwhile is no leak)
+    assert _irqbalance_pids() <= irqbalance_before  # none of the bench's left running

@@ -62,7 +62,7 @@ class Census:
                             for cpu in sorted(self.cpus)}}
 
 
-def _table(text: str | None) -> tuple[list[int], dict[str, list[int]], dict[str, str]]:
+def read_table(text: str | None) -> tuple[list[int], dict[str, list[int]], dict[str, str]]:
     """(CPU ids of the columns, source -> counts, source -> label) of /proc/interrupts or /proc/softirqs."""
     lines = (text or "").splitlines()
     if not lines:
@@ -112,12 +112,12 @@ def _threads(proc: str, rundir: str, held: frozenset[int]) -> dict[str, tuple[in
 def take(ctx: Context, held: frozenset[int], seconds: float, sleep: Callable[[float], None] = time.sleep) -> Census:
     """Read, wait ``seconds``, read again: what grew on each held CPU."""
     proc = ctx.roots.proc
-    first = [_table(ctx.read("proc", name)) for name in ("interrupts", "softirqs")]
+    first = [read_table(ctx.read("proc", name)) for name in ("interrupts", "softirqs")]
     tasks_first = _threads(proc, libvirt_rundir(ctx), held)
     sleep(seconds)
     census = Census(seconds, held)
     for (cpus, before, labels), name in zip(first, ("interrupts", "softirqs")):
-        cpus2, after, _ = _table(ctx.read("proc", name))
+        cpus2, after, _ = read_table(ctx.read("proc", name))
         out = getattr(census, name)
         for source, values in after.items():
             for cpu in held & set(cpus) & set(cpus2):
