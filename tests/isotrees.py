@@ -181,10 +181,12 @@ class FakeIrqbalance:
     Its state is files, so that a forked hook call changes it too and ``tree`` compares it:
     ``run/irqbalance/irqbalance<PID>.sock`` (the socket, empty) holds the ban set over the socket
     (nothing: none, its own applies); its own ban (its environment's) is ``own``. A ban shows at
-    once (the real one waits for its next cycle). ``silent``: it answers nothing (not root)."""
+    once, or with ``lag`` as the real one's: from its next cycle on (``tick``), the last one sent
+    (kept meanwhile in ``run/irqbalance/pending``). ``silent``: it answers nothing (not root)."""
 
-    def __init__(self, env: Path, pid: int = IRQBALANCE_PID, own: str = "", silent: bool = False):
-        self.env, self.pid, self.own, self.silent = env, pid, own, silent
+    def __init__(self, env: Path, pid: int = IRQBALANCE_PID, own: str = "", silent: bool = False,
+                 lag: bool = False):
+        self.env, self.pid, self.own, self.silent, self.lag = env, pid, own, silent, lag
         self.calls: list[str] = []
         self.start()
 
@@ -209,6 +211,16 @@ class FakeIrqbalance:
         self.socket.write_text("")
 
     @property
+    def pending(self) -> Path:
+        return self.socket.parent / "pending"
+
+    def tick(self) -> None:
+        """Its next cycle: the last ban sent applies."""
+        if self.pending.exists():
+            self.socket.write_text(self.pending.read_text())
+            self.pending.unlink()
+
+    @property
     def ui(self) -> str:
         """The ban set over the socket ("" for none)."""
         return self.socket.read_text().strip() if self.socket.exists() else ""
@@ -227,6 +239,6 @@ class FakeIrqbalance:
             return f"SLEEP 2 BANNED {cpuset.format_mask(self.banned):0>8}".encode()
         if text.startswith("settings cpus "):
             arg = text.split(" ", 2)[2]
-            self.socket.write_text("" if arg == "NULL" else arg + "\n")
+            (self.pending if self.lag else self.socket).write_text("" if arg == "NULL" else arg + "\n")
             return b""
         raise AssertionError(f"irqbalance request not faked: {text!r}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from vmtune import cli, hook
-from vmtune.hook import install
+from vmtune import hookfile as install
 from vmtune.hoststate import engine, tuning
 from vmtune.hoststate.kinds import base, parse_key
 from vmtune.hoststate.record import Record

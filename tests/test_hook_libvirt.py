@@ -22,7 +22,7 @@ import vmtune
 from libvirt_env import minimal_domain, started, virsh
 from test_hook import CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
 from vmtune import cli
-from vmtune.hook import install
+from vmtune import hookfile as install
 
 HOOKS_DIR = Path("/etc/libvirt/hooks")
 ENV_FILE = HOOKS_DIR / "vmtune.env"

@@ -110,7 +110,7 @@ def load(path: str | None = None, profiles_dir: str | None = None) -> Config:
         raise InvalidInput(f"{where}:{line}: reserved_cpus: {exc}" if line else f"{where}: {exc}") from None
     return Config(
         reserved_cpus=reserved_cpus,
-        placement=PlacementPolicy(data.get("placement", PlacementPolicy.SPREAD)),
+        placement=PlacementPolicy(data.get("placement", Config.placement)),
         profiles_dir=data.get("profiles_dir") or profiles_dir,
         smt={name: SmtPolicy(v) for name, v in data.get("smt", {}).items()},
         hook=HookSettings.of(data.get("hook", {})),

@@ -81,10 +81,10 @@ class Roots:
         return "Roots(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.FIELDS) + ")"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], sysfs: str | None = None) -> Roots:
-        """The roots the ``VMTUNE_*`` variables of ``environ`` name (see the module); ``sysfs``, when
-        given, wins over ``VMTUNE_SYSFS``."""
-        env = {name: environ[name] for name in NAMES if environ.get(name)}
+    def from_env(cls, variables: Mapping[str, str], sysfs: str | None = None) -> Roots:
+        """The roots the ``VMTUNE_*`` ``variables`` name (the environment, which only the edges pass;
+        see the module); ``sysfs``, when given, wins over ``VMTUNE_SYSFS``."""
+        env = {name: variables[name] for name in NAMES if variables.get(name)}
         sysfs = sysfs or env.get("VMTUNE_SYSFS") or "/sys"
         runfs = env.get("VMTUNE_RUNFS") or _beside(sysfs, "run")
         session = os.geteuid() != 0 and env.get("XDG_RUNTIME_DIR")

@@ -121,7 +121,7 @@ def cmd_profiles(args, cfg, roots) -> int:
 
 
 def cmd_hook(args, cfg, roots) -> int:
-    from ..hook import install
+    from .. import hookfile as install
 
     if args.action == "reap":
         return _reap(cfg, roots)

@@ -5,7 +5,7 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
 - an op outside ``HANDLED_OPS``, any domain: exit 0, silent, without reading stdin; an untagged
   domain (no ``https://vmtune.dev/xmlns/1`` in the XML bytes), any op: exit 0, silent. Both are
   decided before anything heavy is imported, and ``hooks/qemu`` makes the same two checks before
-  importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it);
+  importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it: vmtune/hookfile.py);
 - ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``:
   ``profiles.tunes_host``): take a lease with the host CPUs its vCPUs pin (vmtune/hoststate/leases.py).
   vCPU pins that overlap another lease refuse the start (exit 1, one stderr line) unless the
@@ -50,18 +50,14 @@ import os
 import stat
 import sys
 
-MARK = b"https://vmtune.dev/xmlns/1"
+from ..hookfile import HANDLED_OPS, MARK, REPIN_OPS
+
 log = logging.getLogger("vmtune.hook")
 
 __all__ = ["HANDLED_OPS", "MARK", "main"]
 
 
 ENV_FILE = "vmtune.env"
-LEASE_OPS = (("prepare", "begin"), ("release", "end"), ("reconnect", "begin"))
-REPIN_OPS = (("migrate", "begin"), ("restore", "begin"))  # libvirt reads stdout as the new XML
-# Every op the hook acts on. `vmtune hook install` writes this list into the script (install.py),
-# which exits on any other op before reading stdin or importing vmtune.
-HANDLED_OPS = LEASE_OPS + REPIN_OPS
 
 
 def env_file(script: str | None = None) -> str | None:

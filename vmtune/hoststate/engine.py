@@ -81,7 +81,7 @@ def complete(roots, saved: list[Record], knobs: list[Knob]) -> tuple[list[Record
     return fresh, again
 
 
-def settle(roots, records: list[Record]) -> list[Record]:
+def settle_journal(roots, records: list[Record]) -> list[Record]:
     """The journal entries of a hook that died, made exact (record.settle); the others as they are."""
     out = []
     for rec in records:
@@ -159,4 +159,4 @@ def restore(roots, saved: list[Record], dry_run: bool = False, failed: list[Reco
     return left
 
 
-__all__ = ["GONE", "Knob", "apply", "complete", "intend", "live", "lookup", "restore", "settle", "verify", "write"]
+__all__ = ["GONE", "Knob", "apply", "complete", "intend", "live", "lookup", "restore", "settle_journal", "verify", "write"]

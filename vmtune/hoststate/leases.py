@@ -137,12 +137,12 @@ class Leases:
         if any(rec.pending for group in groups for rec in group):
             changed = True
             if state.baseline:
-                state.baseline = engine.settle(self.roots, state.baseline)
+                state.baseline = engine.settle_journal(self.roots, state.baseline)
             for lease in state.leases.values():
-                lease.cstates = engine.settle(self.roots, lease.cstates)
+                lease.cstates = engine.settle_journal(self.roots, lease.cstates)
             log.warning("settled the records of a hook that was interrupted")
         for lease in state.leases.values():
-            changed = pages.settle(self.sysfs, lease) or changed
+            changed = pages.settle_steps(self.sysfs, lease) or changed
         if state.unrestored and not self.dry_run:  # restores that failed before: tried again first
             kept: list[Record] = []
             engine.restore(self.roots, state.unrestored, failed=kept)
@@ -326,7 +326,7 @@ class Leases:
     def _undo(self, journal: list[Record], shorts: dict[Pool, tuple[int, int]], others: list[Lease]) -> None:
         """Best effort after an error half-way: the journalled knobs and this call's pool raises."""
         try:
-            engine.restore(self.roots, engine.settle(self.roots, copy.deepcopy(journal)), dry_run=self.dry_run)
+            engine.restore(self.roots, engine.settle_journal(self.roots, copy.deepcopy(journal)), dry_run=self.dry_run)
             if not self.dry_run:
                 pages.undo(self.sysfs, shorts, others)
         except Exception as exc:  # noqa: BLE001 - the journal on disk still says what to undo

@@ -8,8 +8,10 @@ neither counted nor topped up.
 
 Pools are the ``pool`` kind (kinds/files.py): ``nr_hugepages`` and ``free_hugepages`` under
 ``devices/system/node/nodeN/hugepages/hugepages-<size>kB``, keyed ``Pool(node, size)`` (size in
-KiB; ``N:S`` in the state, as claims.py prints them). The kind is counted: a lease records what it
-needs and what its prepare added (``PoolShare``), never a value to write back.
+KiB; ``N:S`` in the state, as claims.py prints them), written through the kind. The kind is
+counted: a lease records what it needs and what its prepare added (``PoolShare``), never a value
+to write back, so a pool's journal step is settled by counting what moved (``settle_steps``), not
+by the engine's record rules: pages in use are never taken back.
 
 What is free for a new domain: ``free_hugepages`` less what other leases were promised and do not
 use yet. A lease records its ``need`` per pool; pages in use on a pool count against the other
@@ -34,7 +36,7 @@ from .. import cpuset, facts
 from ..host import sysfs as files
 from ..host.sysfs import NODE_DIR
 from .document import Lease, PoolShare, pool_step
-from .kinds import Pool, base, read_file
+from .kinds import KINDS, Item, Pool, base, read_file
 
 log = logging.getLogger("vmtune.hoststate")
 
@@ -111,7 +113,7 @@ def compact(roots, dry_run: bool = False) -> None:
 
 def _set(sysfs: str, k: Pool, nr: int, what: str) -> tuple[int, int] | None:
     try:
-        base.write_file(sysfs, k.file(), str(nr))
+        KINDS["pool"].write(Item(k, "", k.describe(), sysfs, k.file()), str(nr))
     except OSError as exc:
         log.warning("cannot %s %s: %s", what, k.describe(), exc.strerror or exc)
     return read_pool(sysfs, k)
@@ -138,7 +140,7 @@ def lower(sysfs: str, k: Pool, nr: int, count: int) -> int:
     return max(0, min(count, nr - now[0])) if now else 0
 
 
-def settle(sysfs: str, lease: Lease) -> bool:
+def settle_steps(sysfs: str, lease: Lease) -> bool:
     """Make exact what a killed hook left in ``lease``: a top-up's journal step (a raise) becomes
     ``added``, a give-back's (a lowering) is taken off ``added``. True if there was any."""
     changed = False

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .. import atomic, cpuset
+from ..config import HookSettings
 from .document import Damaged, State, read_state
 
 log = logging.getLogger("vmtune.hoststate")
@@ -46,7 +47,7 @@ STATE_FILE = "state.json"
 BASELINE_FILE = "baseline.json"
 LOCK_FILE = "lock"
 TMP_PREFIX = ".state-"
-LOCK_TIMEOUT_S = 30.0
+LOCK_TIMEOUT_S = HookSettings.lock_timeout_s
 DEFAULT_CPU_LIMIT = cpuset.MAX_HOST_CPUS
 
 __all__ = ["BASELINE_FILE", "STATE_FILE", "Damaged", "LockTimeout", "State", "StateDir", "Unsafe"]

@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 
-from ..config import HookSettings
+from ..config import HookSettings, KsmPolicy
 from ..host.sysfs import CPU_DIR, online_cpus
 from .engine import Knob, complete
 from .kinds import CState, Cpufreq, Ksm, read_file
@@ -61,18 +61,18 @@ def _cpuidle(sysfs: str, cpu: int, max_latency_us: int) -> list[Knob]:
     return knobs
 
 
-def knobs(sysfs: str, max_cstate_latency_us: int = DEFAULT_MAX_CSTATE_LATENCY_US, ksm: str = "off",
+def knobs(sysfs: str, max_cstate_latency_us: int = DEFAULT_MAX_CSTATE_LATENCY_US, ksm: KsmPolicy = KsmPolicy.OFF,
           cpus: list[int] | None = None, cstates: bool = True) -> list[Knob]:
     """The host's low-latency state, in the order to apply it: per CPU EPP then governor, the
     C-states deeper than ``max_cstate_latency_us`` (unless ``cstates`` is false: scope ``pinned``
-    leaves them to ``cstate_knobs``), then KSM off (unless ``ksm == "keep"``)."""
+    leaves them to ``cstate_knobs``), then KSM off (unless ``ksm`` is ``KsmPolicy.KEEP``)."""
     targets = online_cpus(sysfs) if cpus is None else sorted(cpus)
     out: list[Knob] = []
     for cpu in targets:
         out += _cpufreq(sysfs, cpu)
     if cstates:
         out += cstate_knobs(sysfs, targets, max_cstate_latency_us)
-    if ksm == "off" and read_file(sysfs, Ksm().text) is not None:
+    if ksm == KsmPolicy.OFF and read_file(sysfs, Ksm().text) is not None:
         out.append(Knob(Ksm(), "0"))
     return out
 

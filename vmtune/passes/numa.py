@@ -76,9 +76,8 @@ def clamp(ctx, dom):
 
 
 def run(ctx, dom):
-    mode = ctx.placement.mode
-    if mode == Pinning.DEDICATED:
+    if ctx.placement.dedicated:
         return dedicated(ctx, dom)
-    if mode == Pinning.NODE and ctx.placement.nodes:
+    if ctx.placement.mode == Pinning.NODE and ctx.placement.nodes:
         return node(ctx, dom)
     return clamp(ctx, dom)

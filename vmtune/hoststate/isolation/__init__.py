@@ -28,8 +28,11 @@ group whose write failed (they are moved one by one), are moved like the others.
 round finds nothing to move, at most ``SWEEP_ROUNDS`` times. Tasks that inherited a mask the hook
 imposed are widened by the history of imposed housekeeping sets (moves.py).
 
-irqbalance would move the IRQs back: when it runs (a process named ``irqbalance``, whatever its
-cgroup), the hook's log says so.
+The kernel's own machinery is kept off too, each piece turned off by its ``[hook]`` extra:
+``kernel.timer_migration``, ``vm.stat_interval``, ``kernel.watchdog_cpumask`` and every unbound
+workqueue's ``cpumask`` (kinds/files.py). A running irqbalance (a process named ``irqbalance``,
+whatever its cgroup) is told over its socket to ban the isolated CPUs (kinds/irqbalance.py); when
+its socket does not answer, or that extra is off, the log says it may move IRQs back.
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
         return previous if previous.cpus or previous.records else None
     failed = _apply(run, list(run.moves), commit)
     uncovered = {m.item.top for m in run.moves
-                 if m.narrowed and m.item.key in failed and m.item.key.kind in ("cgroup", "unit")}
+                 if m.narrowed and m.item.key in failed and m.item.kind.holds_tasks}
     if uncovered:
         log.warning("%s: cannot narrow; moving their tasks one by one", ", ".join(sorted(uncovered)))
     settled = _sweep(run, roots, covered - uncovered, only, known, commit, failed)
@@ -189,8 +192,8 @@ def _apply(run: Moves, moves: list[Move], commit: Callable[[Isolation], None]) -
         except OSError as exc:
             failed.add(item.key)
             kept = run.refused(move, exc)
-            level = logging.DEBUG if item.key.kind in ("task", "irq") and not kept else logging.WARNING
-            log.log(level, "%s: cannot set %s: %s", item.label, move.want or "(unset)", exc.strerror or exc)
+            level = logging.DEBUG if item.kind.quiet and not kept else logging.WARNING
+            log.log(level, "%s: cannot set %s: %s", item.label, move.want or "(empty)", exc.strerror or exc)
             continue
         run.written(move, back)
     return failed
@@ -207,12 +210,14 @@ def _warn(run: Moves) -> None:
         log.warning("changed since vmtune set them, left alone: %s", _names(i.label for i in run.by_hand))
 
 
-def _report(moves: list[Move], failed: set[str], cpus: frozenset[int], prefix: str) -> None:
+def _report(moves: list[Move], failed: set, cpus: frozenset[int], prefix: str) -> None:
     done = [m.item for m in moves if m.item.key not in failed]
     if not done and not failed:
         return
     counts = Counter(i.key.kind for i in done)
     what = ", ".join(f"{n} {kind}(s)" for kind, n in sorted(counts.items()))
     where = f"off CPUs {cpuset.format(cpus)}" if cpus else "back (no CPU isolated)"
-    skipped = f"; {len(failed)} refused (per-CPU kernel threads, managed IRQs, exited tasks)" if failed else ""
+    quiet = all(m.item.kind.quiet for m in moves if m.item.key in failed)
+    why = " (per-CPU kernel threads, managed IRQs, exited tasks)" if quiet else " (see above)"
+    skipped = f"; {len(failed)} refused{why}" if failed else ""
     log.info("%smove host work %s: %s%s", prefix, where, what or "nothing", skipped)

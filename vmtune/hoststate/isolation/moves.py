@@ -45,7 +45,7 @@ DEFAULT_IRQ = CpuMask("irq:default")  # new IRQs copy it
 @dataclass
 class Move:
     item: Item
-    before: str  # the item's original value
+    original: str  # the item's original value
     want: str  # the value written now
     narrowed: bool  # ``want`` is not ``before``: a record stays after the write
 
@@ -75,7 +75,8 @@ class Moves:
         rec = self.previous.records.get(item.key)  # a task's key has its start time: a reused id is another task
         if rec is not None:
             rec = settle(rec, item.raw, item.same)
-        if rec is not None and judge(rec, item.raw, item.same) is Verdict.BY_HAND:
+        ours = rec is not None and item.kind.deferred  # its live value may lag: whatever it shows is ours
+        if rec is not None and not ours and judge(rec, item.raw, item.same) is Verdict.BY_HAND:
             self.by_hand.append(item)
             return None
         before = rec.before if rec is not None else (self._inherited(item) or item.raw)
@@ -85,7 +86,7 @@ class Moves:
         if narrowed and item.key == DEFAULT_IRQ:  # new IRQs copy it
             orig, target = item.kind.parse(before, item), item.kind.parse(want, item)
             self.pairs.append(Pair("irq", target, orig - target, self.since))
-        if item.same(item.raw, want):
+        if item.same(item.raw, want) and not ours:
             if narrowed:
                 self.records[item.key] = Record(item.key, before, item.raw, None, item.label)
             return None
@@ -133,7 +134,7 @@ class Moves:
     def written(self, move: Move, readback: str | None) -> None:
         item = move.item
         if move.narrowed:
-            self.records[item.key] = Record(item.key, move.before, readback or move.want, None, item.label)
+            self.records[item.key] = Record(item.key, move.original, readback or move.want, None, item.label)
         else:
             self.records.pop(item.key, None)  # restored
 
@@ -142,8 +143,8 @@ class Moves:
         item = move.item
         if any(self._holds(item, p) for p in self.previous.pairs + self.pairs):
             self.stuck = True  # it still holds an imposed set: so may what starts from it (a child, an IRQ)
-        kept = refused(Record(item.key, move.before, move.want, None, item.label), item.raw, item.same)
-        if kept is None or (item.key.kind == "task" and exc.errno == errno.ESRCH):
+        kept = refused(Record(item.key, move.original, move.want, None, item.label), item.raw, item.same)
+        if kept is None or (item.kind.exits and exc.errno == errno.ESRCH):
             self.records.pop(item.key, None)  # still at its original value, or exited
             return False
         self.records[item.key] = kept

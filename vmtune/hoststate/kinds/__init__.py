@@ -6,7 +6,7 @@ kind    what                                         section    module
 sysfs   a cpufreq governor or EPP, KSM's ``run``     knob       files.py
 cstate  a CPU's idle state ``disable`` flag           knob       files.py
 mask    the IRQ default and workqueue masks,         isolation  files.py
-        kernel.watchdog_cpumask
+        kernel.watchdog_cpumask, each workqueue's
 irq     an IRQ's affinity                            isolation  files.py
 task    a thread's affinity (thread id + start)      isolation  tasks.py
 cgroup  a top-level cgroup v2 ``cpuset.cpus``        isolation  groups.py
@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from . import files, groups, irqbalance, tasks  # noqa: F401 - each registers its kinds
 from .base import KINDS, Item, Key, Kind, read_file, write_file
-from .files import CState, Cpufreq, CpuMask, Irq, Ksm, Pool
+from .files import CState, Cpufreq, CpuMask, Irq, Ksm, Pool, Sysctl, Workqueue
 from .groups import Cgroup, Unit
 from .tasks import GONE, Gone, Task
 
@@ -47,4 +47,4 @@ def parse_key(section: str, text: str, ident: str = "") -> Key | None:
 
 
 __all__ = ["GONE", "KINDS", "CState", "Cgroup", "CpuMask", "Cpufreq", "Gone", "Irq", "Item", "Key", "Kind", "Ksm",
-           "Pool", "Task", "Unit", "in_section", "parse_key", "read_file", "write_file"]
+           "Pool", "Sysctl", "Task", "Unit", "Workqueue", "in_section", "parse_key", "read_file", "write_file"]

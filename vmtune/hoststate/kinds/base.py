@@ -1,8 +1,8 @@
 """What every knob kind has: a typed key, a live item, one file reader and one file writer.
 
 A **key** names one thing the engine may change (CPU 3's governor, IRQ 24, the task 1234 started
-at tick 4242, pool ``0:2048``): a frozen dataclass of typed fields, never a string to be parsed
-back apart. Its ``text`` is the name the state document gives it; its kind's ``parse_key`` reads
+at tick 4242, pool ``0:2048``): a small immutable value of typed fields (``Key``), never a string
+to be parsed back apart. Its ``text`` is the name the state document gives it; its kind's ``parse_key`` reads
 that name back, at the document's edge only.
 
 An **item** is a key as found on the live host: its value (``raw``, the text as read), a label for
@@ -188,7 +188,11 @@ class Kind:
     C-states; ``isolation``; ``pool``: a lease's hugepages). ``cpus``: its values are CPU sets
     (compared as sets); else plain text (compared as text). ``mask``: a CPU set written as a hex
     mask (``is_hex`` may decide per key). ``inherits``: a new item of the kind copies a mask the
-    isolation imposed.
+    isolation imposed. ``deferred``: a write takes effect later (the live value may still show an
+    older one): while the hook holds a record every value is its own, and it writes at every call.
+    ``exits``: an item may vanish under a write (ESRCH: gone, not refused). ``holds_tasks``: the
+    item narrows the tasks in it as a whole (when it refuses, they are moved one by one).
+    ``quiet``: refusals are expected (per-CPU kernel threads, managed IRQs): not warned about.
     """
 
     name: ClassVar[str]
@@ -196,6 +200,10 @@ class Kind:
     cpus: ClassVar[bool] = True
     mask: ClassVar[bool] = False
     inherits: ClassVar[bool] = False
+    deferred: ClassVar[bool] = False
+    exits: ClassVar[bool] = False
+    holds_tasks: ClassVar[bool] = False
+    quiet: ClassVar[bool] = False
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         """The key the state document names ``text`` (``ident``: a task's start time); None when it

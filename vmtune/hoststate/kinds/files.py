@@ -1,5 +1,5 @@
-"""The kinds that are one host file each: sysfs values, C-states, CPU mask files, IRQ affinities and
-hugepage pools.
+"""The kinds that are one host file each: sysfs values, C-states, CPU mask files, sysctls, IRQ
+affinities and hugepage pools.
 
 ========  ========================================================  ===========================
 kind      file (key)                                                the state document's name
@@ -7,8 +7,12 @@ kind      file (key)                                                the state do
 sysfs     ``devices/system/cpu/cpuN/cpufreq/{scaling_governor,``    the path under the sysfs root
           ``energy_performance_preference}``, ``kernel/mm/ksm/run``
 cstate    ``devices/system/cpu/cpuN/cpuidle/stateK/disable``        the path under the sysfs root
-mask      ``irq/default_smp_affinity`` (proc), the unbound          ``irq:default``, ``wq:cpumask``
-          workqueues' ``devices/virtual/workqueue/cpumask`` (sysfs)
+mask      ``irq/default_smp_affinity`` (proc), the unbound          ``irq:default``, ``wq:cpumask``,
+          workqueues' ``devices/virtual/workqueue/cpumask`` and     ``wq:NAME``,
+          each one's ``bus/workqueue/devices/NAME/cpumask``         ``sysctl:kernel.watchdog_cpumask``
+          (sysfs), ``sys/kernel/watchdog_cpumask`` (proc, a list)
+sysctl    ``sys/kernel/timer_migration``, ``sys/vm/stat_interval``  ``sysctl:NAME``
+          (proc)
 irq       ``irq/N/smp_affinity_list`` (proc)                        ``irq:N``
 pool      ``devices/system/node/nodeN/hugepages/hugepages-SkB/``    ``N:S``
           ``nr_hugepages``
@@ -142,24 +146,33 @@ WORKQUEUES = "bus/workqueue/devices"  # under the sysfs root: the WQ_SYSFS workq
 
 
 class CpuMask(Key, kind="mask", name="{name}"):
-    """A file holding a CPU set that the isolation narrows: one of ``MASK_FILES``, or the cpumask
-    of an unbound workqueue of ``WORKQUEUES`` (``wq:NAME``, its name escaped as a group's)."""
+    """One of ``MASK_FILES``: a file holding a CPU set that the isolation narrows."""
 
     __slots__ = ("name",)
 
     @property
-    def file(self) -> MaskFile | None:
-        """Where it is; None for a name that is not one (a workqueue name that is not one folder)."""
-        if self.name in MASK_FILES:
-            return MASK_FILES[self.name]
-        wq = name_of(self.name) if self.name.startswith("wq:") else None
-        if not wq or "/" in wq or "\x00" in wq or wq in (".", ".."):
-            return None
-        return MaskFile("sysfs", f"{WORKQUEUES}/{wq}/cpumask", f"workqueue {printable(wq)} cpumask")
+    def file(self) -> MaskFile:
+        return MASK_FILES[self.name]
 
 
-def workqueue(name: str) -> CpuMask:
-    return CpuMask(key_of("wq", name))
+class Workqueue(Key, kind="mask"):
+    """An unbound workqueue of ``WORKQUEUES``, by its name (``wq:NAME`` in the state, escaped as a
+    group's name is): its ``cpumask``, a hex mask the isolation narrows."""
+
+    __slots__ = ("name",)
+
+    @property
+    def text(self) -> str:
+        return key_of("wq", self.name)
+
+    @property
+    def file(self) -> MaskFile:
+        return MaskFile("sysfs", f"{WORKQUEUES}/{self.name}/cpumask", f"workqueue {printable(self.name)} cpumask")
+
+
+def _plain(name: str | None) -> bool:
+    """Whether ``name`` is one plain directory entry."""
+    return bool(name) and "/" not in name and "\x00" not in name and name not in (".", "..")
 
 
 @register
@@ -168,18 +181,20 @@ class CpuMaskFile(Kind):
     section = "isolation"
 
     def is_hex(self, key: Key | None) -> bool:
-        file = key.file if isinstance(key, CpuMask) else None
-        return file is None or file.hex
+        return not isinstance(key, (CpuMask, Workqueue)) or key.file.hex
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
-        key = CpuMask(text)
-        return key if key.file is not None else None
+        if text in MASK_FILES:
+            return CpuMask(text)
+        wq = name_of(text) if text.startswith("wq:") else None
+        return Workqueue(wq) if _plain(wq) else None
 
     def extra(self, key: Key) -> str | None:
-        name = key.name  # type: ignore[attr-defined]
-        return "watchdog" if name == "sysctl:kernel.watchdog_cpumask" else None if name in MASK_FILES else "workqueues"
+        if isinstance(key, Workqueue):
+            return "workqueues"
+        return "watchdog" if key == CpuMask("sysctl:kernel.watchdog_cpumask") else None
 
-    def lookup(self, key: CpuMask, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
+    def lookup(self, key: CpuMask | Workqueue, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
         """The mask's item; ``GONE`` when its file does not exist (or leaves its root); None when it
         cannot be read."""
         file = key.file
@@ -226,6 +241,11 @@ class SysctlValue(Kind):
     def extra(self, key: Key) -> str | None:
         return SYSCTLS[key.name][1]  # type: ignore[attr-defined]
 
+    def check(self, text: str, limit: int, key: Key | None = None) -> None:
+        """Each of ``SYSCTLS`` is a whole number."""
+        if digits(text.strip(), 19) is None:
+            raise InvalidInput(f"{text!r} is not a whole number")
+
     def lookup(self, key: Sysctl, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
         path = os.path.join(roots.proc, key.rel)
         if not os.path.exists(path):
@@ -257,6 +277,7 @@ class IrqAffinity(Kind):
     name = "irq"
     section = "isolation"
     inherits = True  # a new IRQ starts with default_smp_affinity
+    quiet = True  # managed IRQs refuse
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         head, _, n = text.partition(":")
@@ -316,7 +337,7 @@ def found(keys: Iterable[Key], roots) -> Iterator[Item]:
             yield item
 
 
-def mask_keys(roots, extras: Collection[str] = ()) -> list[CpuMask]:
+def mask_keys(roots, extras: Collection[str] = ()) -> list[CpuMask | Workqueue]:
     """The CPU mask files the isolation narrows: the default IRQ affinity, the unbound workqueues'
     global mask, and, with the extras ``watchdog`` and ``workqueues``, kernel.watchdog_cpumask and
     every unbound workqueue's own (those that have a ``cpumask``)."""
@@ -328,7 +349,7 @@ def mask_keys(roots, extras: Collection[str] = ()) -> list[CpuMask]:
             names = sorted(os.listdir(os.path.join(roots.sysfs, WORKQUEUES)))
         except OSError:
             names = []
-        keys += [workqueue(n) for n in names if os.path.exists(os.path.join(roots.sysfs, WORKQUEUES, n, "cpumask"))]
+        keys += [Workqueue(n) for n in names if os.path.exists(os.path.join(roots.sysfs, WORKQUEUES, n, "cpumask"))]
     return keys
 
 

@@ -57,6 +57,7 @@ class GroupKind(Kind):
     """A kind whose items are groups, named ``KIND:NAME`` in the state."""
 
     section = "isolation"
+    holds_tasks = True
     key: ClassVar[type[Group]]
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:

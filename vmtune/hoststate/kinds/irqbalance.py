@@ -14,8 +14,12 @@ from root only (it checks the sender's credentials, which the kernel attaches):
 While CPUs are isolated the ban is its own plus the isolated CPUs (``isolated``). The item's value
 is the ban as a CPU list; its ``full`` is irqbalance's own ban (what ``NULL`` gives back), so that a
 restore to it says ``NULL`` and irqbalance follows its own rules again. A ban takes effect at its
-next cycle, so a write reads back as what was written (``read_back``). The key is the daemon's pid
-and start time: a restarted irqbalance is another item, whose ban is set again.
+next cycle: a write reads back as what was written (``read_back``), and the kind is ``deferred``:
+while the hook holds a record, whatever ``setup`` shows (the ban before, or one of the hook's own
+not applied yet) is the hook's, and the ban is sent again at every call, so that the last one is
+what irqbalance applies. A ban set by hand over the socket while CPUs are isolated is replaced at
+the next call. The key is the daemon's pid and start time: a restarted irqbalance is another item,
+whose ban is set again.
 
 Each request is sent in one write, and its answer read to the end: irqbalance 1.9.2 takes a
 connection closed without a request for root replaying its last one, and may die of SIGPIPE.
@@ -24,7 +28,6 @@ connection closed without a request for root replaying its last one, and may die
 from __future__ import annotations
 
 import os
-from typing import ClassVar
 
 from ... import cpuset
 from ...errors import InvalidInput
@@ -104,6 +107,7 @@ def own_ban(roots, pid: int) -> frozenset[int]:
 class IrqbalanceBan(Kind):
     name = "irqbalance"
     section = "isolation"
+    deferred = True  # a ban shows in ``setup`` from irqbalance's next cycle on
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         head, _, n = text.partition(":")

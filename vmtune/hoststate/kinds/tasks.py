@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection, Iterator
-from typing import ClassVar
 
 from ... import cpuset
 from ...host import sysfs as files
@@ -75,6 +74,8 @@ class TaskAffinity(Kind):
     name = "task"
     section = "isolation"
     inherits = True  # a new thread copies its parent's affinity
+    exits = True
+    quiet = True  # per-CPU kernel threads refuse
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         head, _, n = text.partition(":")

@@ -1,8 +1,10 @@
-"""Installing the hook as ``HOOKS_DIR/qemu.d/50-vmtune`` (libvirt >= 6.5 runs every executable there).
+"""The hook's file: the script libvirt runs for every domain, the ops it acts on, and installing it
+as ``HOOKS_DIR/qemu.d/50-vmtune`` (libvirt >= 6.5 runs every executable there).
 
 The installed file is ``hooks/qemu`` with the interpreter that runs vmtune now (``sys.executable``,
 so the hook never goes through a slow shim) in its ``#!`` line. An existing ``HOOKS_DIR/qemu`` (a
-monolithic hook of someone else's) is never touched.
+monolithic hook of someone else's) is never touched. The hook's entry (vmtune/hook/) and the
+command line (``vmtune hook install``) both use this module; neither imports the other.
 """
 
 from __future__ import annotations
@@ -10,15 +12,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .. import atomic
-from ..errors import InvalidInput
+from . import atomic
+from .errors import InvalidInput
+
+MARK = b"https://vmtune.dev/xmlns/1"  # in every domain vmtune tuned (its tag): any other is not vmtune's
+LEASE_OPS = (("prepare", "begin"), ("release", "end"), ("reconnect", "begin"))
+REPIN_OPS = (("migrate", "begin"), ("restore", "begin"))  # libvirt reads stdout as the new XML
+# Every op the hook acts on. `vmtune hook install` writes this list into the script, which exits on
+# any other op before reading stdin or importing vmtune.
+HANDLED_OPS = LEASE_OPS + REPIN_OPS
 
 DEFAULT_HOOKS_DIR = "/etc/libvirt/hooks"
 HOOK_NAME = "50-vmtune"
 SIGNATURE = "# vmtune libvirt hook"
 
 # Kept in sync with hooks/qemu (tests/test_hook.py checks): the only difference is the #! line.
-# The ops list comes from vmtune.hook.HANDLED_OPS, so it is defined in one place.
+# The ops list comes from HANDLED_OPS, so it is defined in one place.
 SCRIPT = '''#!{python}
 {signature}: `vmtune hook install` writes this file, `vmtune hook uninstall` removes it.
 """libvirt qemu hook (qemu NAME OP SUBOP EXTRA, domain XML on stdin): see vmtune/hook/__init__.py."""
@@ -75,9 +84,7 @@ if __name__ == "__main__":
 
 
 def script(python: str | None = None) -> str:
-    from . import HANDLED_OPS
-
-    ops = "(  # vmtune.hook.HANDLED_OPS\n" + "".join(f"    {op!r},\n" for op in HANDLED_OPS) + ")"
+    ops = "(  # vmtune.hookfile.HANDLED_OPS\n" + "".join(f"    {op!r},\n" for op in HANDLED_OPS) + ")"
     return SCRIPT.format(python=python or sys.executable, signature=SIGNATURE, ops=ops)
 
 
