@@ -158,3 +158,15 @@ def test_a_workqueue_name_from_the_state_never_leaves_sysfs(host, tmp_path, caps
     assert call(A, "vm-a", "release", "end") == 0
     assert "is not an item key the isolation writes" in capsys.readouterr().err
     assert (outside / "cpumask").read_text() == "b\n" and tree(host) == before
+
+
+def test_a_sysctl_value_that_is_not_a_number_is_damage(host, capsys):
+    """A state whose sysctl record holds ``not-a-number``: damage (one line), and nothing is written
+    to /proc/sys."""
+    _isolation_state(host, {"sysctl:kernel.timer_migration": {"before": "not-a-number", "after": "0",
+                                                             "label": "kernel.timer_migration"}})
+    before = tree(host)
+    capsys.readouterr()
+    assert call(A, "vm-a", "release", "end") == 0
+    assert "not a whole number" in capsys.readouterr().err
+    assert tree(host) == before

@@ -524,10 +524,11 @@ def test_a_cpuset_bomb_is_refused_without_expanding_it(host, capsys):
 @pytest.mark.parametrize("op", [("prepare", "begin"), ("migrate", "begin"), ("restore", "begin"),
                                 ("reconnect", "begin"), ("release", "end")])
 @pytest.mark.parametrize("where", ["vcpupin", "emulatorpin", "numatune"])
-def test_the_bomb_is_refused_in_every_hook_path_in_under_100_ms(host, capsys, op, where):
+def test_the_bomb_is_refused_in_every_hook_path_before_it_is_expanded(host, capsys, monkeypatch, op, where):
     """The issue's bomb in any CPU or node list, through every op the hook handles: refused (or, at
-    release, ignored) in under 100 ms of the hook's own time (the bound the issue names; the
-    interpreter's start is not counted), one line, no re-pinned XML, the host untouched."""
+    release, ignored) before any of its ranges is expanded (no parse ever sees it, and the memory
+    stays small), one line, no re-pinned XML, the host untouched. How long it took is printed for
+    RELIABILITY.md, not asserted: a loaded machine must not fail this test."""
     xml = domain("vm-bomb", UUID_A, pins="2")
     bombed = {"vcpupin": xml.replace("cpuset='2'", f"cpuset='{BOMB}'"),
               "emulatorpin": xml.replace("</cputune>", f"<emulatorpin cpuset='{BOMB}'/></cputune>"),
@@ -535,13 +536,22 @@ def test_the_bomb_is_refused_in_every_hook_path_in_under_100_ms(host, capsys, op
     call(A, "vm-a", op[0], op[1])  # warm: modules imported, caches filled
     call(A, "vm-a", "release", "end")
     before = tree(host)
+    parsed: list[str] = []
+    for name in ("parse", "parse_mask"):
+        real = getattr(cpuset, name)
+        monkeypatch.setattr(cpuset, name, lambda text, *a, _real=real, **k: (parsed.append(text or ""),
+                                                                            _real(text, *a, **k))[1])
     capsys.readouterr()
+    tracemalloc.start()
     took = time.perf_counter()
     rc = hook.main(["vm-bomb", *op, "-"], bombed.encode())
     took = time.perf_counter() - took
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
     out, err = capsys.readouterr()
     print(f"reliability: bomb in {where} through {op[0]}: {took * 1000:.1f} ms")  # RELIABILITY.md (pytest -s)
-    assert took < 0.1, f"{took * 1000:.0f} ms"
+    assert not [t for t in parsed if BOMB[:40] in t], "the bomb was parsed (expanded)"
+    assert peak < 8 << 20, peak
     assert rc == (1 if op[0] in ("prepare", "migrate", "restore") else 0) and out == ""
     if op[0] != "release":
         assert len(err.strip().splitlines()) == 1 and "beyond" in err, err
