@@ -1,4 +1,4 @@
-"""bench/run [--quick] [--out DIR] [--virt-type qemu|kvm]: run the benchmarks, write JSON results.
+"""bench/run [--quick|--smoke] [--out DIR] [--virt-type qemu|kvm]: run the benchmarks, write JSON results.
 
 Part 2 of issue 5 (what vmtune costs) runs in-process. Part 1 (what a guest gains, bench/guests.py)
 boots real guests through the system libvirtd; it needs root, and is skipped with a message when
@@ -46,6 +46,11 @@ GUESTS_FULL = {"reps": 5, "sched_reps": 7, "disk_ops": 1000, "net_ops": 1000, "t
                "sched_ops": 2000, "warmup": 50, "timeout_s": 600}
 GUESTS_QUICK = {"reps": 1, "sched_reps": 1, "disk_ops": 200, "net_ops": 200, "timer_ops": 200,
                 "sched_ops": 300, "warmup": 20, "timeout_s": 300}
+# --smoke (the test command's run): each scenario booted once, the variant matrix left to --quick
+# and the full run: stock and tuned (disk, net, timer in one boot each; tuned through the hook), and
+# guest-sched's two flavours, tuned beside a hog guest and tuned beside host hogs
+GUESTS_SMOKE = {**GUESTS_QUICK, "variants": ("stock", "tuned"), "sched_variants": ("tuned", "tuned-hosthog")}
+GUESTS = {"full": GUESTS_FULL, "quick": GUESTS_QUICK, "smoke": GUESTS_SMOKE}
 
 
 def _part(what: str, records: list, log, unavailable: type[Exception], errors: tuple, run) -> dict:
@@ -65,6 +70,9 @@ def _part(what: str, records: list, log, unavailable: type[Exception], errors: t
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/run", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="every part, short (about 15 s here)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="as --quick, with each scenario once: part 1 boots stock, tuned and guest-sched's two "
+                         "flavours only, the host cases one round (the test command's run)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON goes")
     ap.add_argument("--virt-type", choices=("qemu", "kvm"), default="qemu",
                     help="recorded in every result; type= of the generated domains (default qemu: TCG)")
@@ -79,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.hook_against and args.part not in (None, "2"):
         ap.error("--hook-against is part 2's (the hook-cost case)")
+    args.quick = args.quick or args.smoke
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
     cfg = QUICK if args.quick else FULL
     start = time.monotonic()
 
@@ -90,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         "virt_type_note": ("part 2 runs in-process and starts no guest; the virt type only sets "
                            "type= of the generated placement domains"),
         "quick": args.quick,
+        "size": size,
         "machine": machine(),
         **versions(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -103,15 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.part is None or args.part == "1":
         part1 = _part("part 1 (what a guest gains)", records, log, guests.Unavailable,
                       (guests.GuestError, guests.guestimage.BuildError),
-                      lambda: guests.run(GUESTS_QUICK if args.quick else GUESTS_FULL, args.virt_type, log))
+                      lambda: guests.run(GUESTS[size], args.virt_type, log))
     if args.part in ISOLATION_PARTS:
         isolation = _part("host-isolation", records, log, host_isolation.Unavailable,
                           (host_isolation.IsolationError, guests.guestimage.BuildError),
-                          lambda: host_isolation.run(args.quick, log))  # FULL/QUICK sizes in bench/host_isolation.py
+                          lambda: host_isolation.run(size, log))  # its SIZES in bench/host_isolation.py
     if args.part in NOISE_PARTS:
         noise = _part("host-noise", records, log, host_noise.Unavailable,
                       (host_noise.NoiseError, host_isolation.IsolationError, guests.guestimage.BuildError),
-                      lambda: host_noise.run(args.quick, log))  # FULL/QUICK sizes in bench/host_noise.py
+                      lambda: host_noise.run(size, log))  # its SIZES in bench/host_noise.py
     # how part 1 ran its tuned guests: the hook's setup and teardown (every part-1 record has it too)
     part1_hook = next((r["setup"]["hook"] for r in records if r["case"].startswith("guest-")
                        and "hook" in r.get("setup", {})), None)
@@ -125,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"wrote {path}")
     summary = [{k: r.get(k) for k in ("case", "variant", "p50_ms", "p99_ms", "rewrites_per_s", "total_s")}
                for r in records]
-    index = {"quick": args.quick, "virt_type": args.virt_type, "elapsed_s": time.monotonic() - start,
+    index = {"quick": args.quick, "size": size, "virt_type": args.virt_type, "elapsed_s": time.monotonic() - start,
              "files": [p.name for p in written], "summary": summary, "part1": part1, "part1_hook": part1_hook,
              "host_isolation": isolation, "host_noise": noise}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,10 @@ Variants:
 - ``python-c-pass``: ``sys.executable -c pass``, the floor of any hook written in Python;
 - ``shell-noop``: a ``#!/bin/sh`` script that exits 0, the floor of any hook at all;
 - ``untagged``: ``prepare begin`` of an untagged domain (decided on the stdin bytes);
-- ``tagged-ignored-op``: ``started begin`` of a latency domain (decided on argv, stdin unread);
+- ``tagged-ignored-op``: ``start begin`` of a latency domain (decided on argv, stdin unread; before
+  issue 19 this was ``started begin``, which the hook now handles);
+- ``reap-idle``: ``sys.executable -m vmtune hook reap --quiet`` with an empty state dir, as the
+  reaper's timer runs it every minute on a host with no lease (vmtune/reaper.py's fast path);
 - ``tagged-prepare`` / ``tagged-release``: ``prepare begin`` then ``release end`` of a latency
   domain (examples/stock-latency.xml rewritten for examples/hosts/2node-smt.xml) on the fake
   sysfs tree on ``/dev/shm`` (tmpfs, as ``/run`` is on a real host; the state dir too): the
@@ -59,7 +62,8 @@ FULL = {"runs": 7, "inner": 15}
 QUICK = {"runs": 3, "inner": 5}
 CPUS = 8
 SHM = "/dev/shm"  # tmpfs, like /run on a real host (here /run and /tmp are ext4: 3 ms per fsync)
-VARIANTS = ("python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release")
+VARIANTS = ("python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release",
+            "reap-idle")
 BASELINES = ("python-c-pass", "shell-noop")
 HOOK_VARIANTS = ("untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release")  # also timed for --hook-against
 
@@ -131,6 +135,8 @@ class Bench:
         self.commands: dict[str, tuple[list[str], bytes, dict[str, str]]] = {
             "python-c-pass": ([sys.executable, "-c", "pass"], self.tagged, self.env),
             "shell-noop": ([str(self.noop), name, "prepare", "begin", "-"], self.tagged, self.env),
+            "reap-idle": ([sys.executable, "-m", "vmtune", "hook", "reap", "--quiet", "--hooks-dir", str(tmp / "hooks")],
+                          b"", {**self.env, "VMTUNE_STATE_DIR": str(tmp / "reap-state")}),
         }
         self._hook_variants("", HOOK, self.env)
         if against is not None:
@@ -156,7 +162,7 @@ class Bench:
         hook, name = [sys.executable, str(hook_path)], self.name
         self.commands.update({
             f"{prefix}untagged": (hook + [name, "prepare", "begin", "-"], self.untagged, env),
-            f"{prefix}tagged-ignored-op": (hook + [name, "started", "begin", "-"], self.tagged, env),
+            f"{prefix}tagged-ignored-op": (hook + [name, "start", "begin", "-"], self.tagged, env),
             f"{prefix}tagged-prepare": (hook + [name, "prepare", "begin", "-"], self.tagged, env),
             f"{prefix}tagged-release": (hook + [name, "release", "end", "destroyed"], self.tagged, env),
         })
@@ -167,7 +173,7 @@ class Bench:
         if flags:
             argv = [argv[0], *flags, *argv[1:]]
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, input=stdin, capture_output=True, env=env, check=False, timeout=60)
+        proc = subprocess.run(argv, input=stdin, capture_output=True, env=env, check=False, timeout=60, cwd=ROOT)
         dt = time.perf_counter() - t0
         if proc.returncode != 0 or proc.stdout:
             raise SystemExit(f"bench: {variant} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
@@ -194,6 +200,11 @@ class Bench:
             raise SystemExit(f"bench: the {prefix or 'current '}hook did not tune and restore the tree "
                              f"({changed} values changed)")
         facts = {"values_tuned_per_prepare": changed, "domain_xml_bytes": len(self.tagged)}
+        if not prefix:  # the idle reap takes the fast path: the reaper's module, never the CLI's
+            self.call("reap-idle", ("-X", "importtime"))
+            modules = {line.rsplit("|", 1)[-1].strip() for line in self.last_stderr.splitlines()}
+            if "vmtune.reaper" not in modules or "vmtune.cli" in modules:
+                raise SystemExit("bench: the idle reap did not take its fast path")
         if prefix:
             facts |= {"vmtune_loaded_from": str(package), "vmtune_modules_per_prepare": len(loaded)}
         return facts
@@ -246,13 +257,13 @@ def _run(quick: bool, log, against: tuple[str, Path] | None) -> list[dict]:
         facts = {"": bench.check()}
         if label:
             facts[f"{label}:"] = bench.check(f"{label}:")
-        slots = ("python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-lifecycle")
+        slots = ("python-c-pass", "shell-noop", "reap-idle", "untagged", "tagged-ignored-op", "tagged-lifecycle")
         rounds: dict[str, list[dict]] = {v: [] for v in variants}
         for r in range(runs):
             if label:
                 # each of the older hook's slots beside this one's; which goes first alternates by round
-                pairs = [(s, f"{label}:{s}") if r % 2 == 0 else (f"{label}:{s}", s) for s in slots[2:]]
-                base = slots[:2] + tuple(s for pair in pairs for s in pair)
+                pairs = [(s, f"{label}:{s}") if r % 2 == 0 else (f"{label}:{s}", s) for s in slots[3:]]
+                base = slots[:3] + tuple(s for pair in pairs for s in pair)
             else:
                 base = slots
             order = base[r % len(base):] + base[:r % len(base)]

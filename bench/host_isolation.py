@@ -70,6 +70,8 @@ PROBE_SRC = ROOT / "bench" / "probe" / "busyprobe.c"
 WORK = Path("/run/vmtune-bench-isolation")  # the hook's state dir and config: a killed run's lease is found here
 FULL = {"rounds": 8, "periods": 3000, "warmup": 300}  # about 2 minutes
 QUICK = {"rounds": 2, "periods": 1500, "warmup": 200}  # about 20 s
+SMOKE = {"rounds": 1, "periods": 1000, "warmup": 100}  # each variant once (the test command's run)
+SIZES = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 WORK_US, PERIOD_US = 300, 1000
 TARGET = 0.2  # isolated p99 / non-isolated p99, at most
 VARIANTS = ("no-hog", "no-lease", "lease-isolate-off", "lease-isolated")
@@ -252,10 +254,10 @@ def changes(before: dict, after: dict) -> dict:
     return out
 
 
-def run(quick: bool, log: Callable[[str], None]) -> list[dict]:
-    """The host-isolation records (without the common context). Raises Unavailable."""
+def run(size: str, log: Callable[[str], None]) -> list[dict]:
+    """The host-isolation records (without the common context), ``size`` one of ``SIZES``. Raises Unavailable."""
     cpu, cpus = held_cpu("the hook tunes the real /sys, and the probe's CPU is isolated")
-    cfg = QUICK if quick else FULL
+    cfg = SIZES[size]
     host = Host(build_probe(), cpu)
     WORK.mkdir(mode=0o700, exist_ok=True)
     with open(WORK / ".lock", "w") as lock, cleanup_on_signals():

@@ -76,6 +76,8 @@ from .host_isolation import watched as isolation_watched
 CASE = "host-noise"
 FULL = {"rounds": 6, "seconds": 15, "settle_s": 5.0}  # about 11 minutes here
 QUICK = {"rounds": 2, "seconds": 1, "settle_s": 1.0}  # about 35 s here
+SMOKE = {"rounds": 1, "seconds": 1, "settle_s": 0.5}  # each variant once (the test command's run)
+SIZES = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 BUCKETS = 1024  # oslat -b: 1 us buckets up to 1023 us (the last one holds everything above)
 THRESHOLDS_US = (10, 50, 100)
 IRQBALANCE = Path("/usr/sbin/irqbalance")
@@ -385,10 +387,10 @@ class Bench:
 
 
 # -- the run ---------------------------------------------------------------------------------------
-def run(quick: bool, log: Callable[[str], None]) -> list[dict]:
-    """The host-noise records (without the common context). Raises Unavailable."""
+def run(size: str, log: Callable[[str], None]) -> list[dict]:
+    """The host-noise records (without the common context), ``size`` one of ``SIZES``. Raises Unavailable."""
     cpu, cpus = held_cpu("the hook tunes the real /sys; oslat pins and locks memory")
-    cfg = QUICK if quick else FULL
+    cfg = SIZES[size]
     oslat = ensure_oslat(log)
     no_irqbalance = ensure_irqbalance(log)
     bench = Bench(Host(build_probe(), cpu), oslat, cpu, min(cpus - {cpu}))

@@ -37,7 +37,8 @@ HOST_FILES = ("/proc/sys/kernel/timer_migration", "/proc/sys/vm/stat_interval", 
 
 def _machine() -> dict[str, str]:
     """The host values the hook's isolation changes: the files above, every workqueue's cpumask,
-    every IRQ's affinity, and whether an irqbalance runs."""
+    every IRQ's affinity, and whether an irqbalance runs; and whether the reaper's units are in
+    /etc/systemd/system."""
     import glob
     import subprocess
 
@@ -50,6 +51,8 @@ def _machine() -> dict[str, str]:
         except OSError:
             pass
     out["irqbalance running"] = str(subprocess.run(["pgrep", "-x", "irqbalance"], capture_output=True).returncode == 0)
+    for unit in ("vmtune-reap.service", "vmtune-reap.timer"):  # the reaper's units: no test writes them here
+        out[unit] = str(Path("/etc/systemd/system", unit).exists())
     return out
 
 

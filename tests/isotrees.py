@@ -97,6 +97,7 @@ case "$1" in
     mkdir -p "{run}/systemd/system.control/$3.d"
     printf '# created via "systemctl set-property"\\n[Slice]\\n%s\\n' "$4" \\
       > "{run}/systemd/system.control/$3.d/50-AllowedCPUs.conf" ;;
+  daemon-reload|enable|disable) ;;  # the reaper's timer (vmtune/reaper.py)
   *) exit 1 ;;
 esac
 """

@@ -14,7 +14,8 @@ from conftest import ROOT
 REQUIRED = ("case", "variant", "virt_type", "p50_ms", "p99_ms", "spread", "runs",
             "machine", "python", "lxml")
 CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost"}
-HOOK_VARIANTS = {"python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release"}
+HOOK_VARIANTS = {"python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release",
+                 "reap-idle"}
 PROFILES = {"balanced", "latency", "realtime", "throughput"}
 
 
@@ -73,12 +74,17 @@ GUEST_VARIANTS = {"stock", "virtio", "cache-io", "iothread", "pinning", "hugepag
                   "tuned-emu-reserved"}
 SINGLE_VARIANTS = GUEST_VARIANTS - {"stock", "tuned", "tuned-emu-reserved"}
 SCHED_VARIANTS = {"stock", "tuned", "tuned-emu-reserved", "stock-hosthog", "tuned-hosthog", "tuned-emu-reserved-hosthog"}
+SMOKE_VARIANTS = {"stock", "tuned"}
+SMOKE_SCHED_VARIANTS = {"tuned", "tuned-hosthog"}
 
 
-def test_bench_run_quick_part1(tmp_path: Path):
+def test_bench_run_smoke_part1(tmp_path: Path):
+    """``--smoke --part 1``: each of part 1's scenarios boots once (the variant matrix is --quick's and
+    the full run's): stock and tuned for disk/net/timer, and guest-sched beside a hog guest and
+    beside host hogs."""
     out = tmp_path / "results"
     proc = subprocess.run(
-        [str(ROOT / "bench" / "run"), "--quick", "--part", "1", "--out", str(out), "--virt-type", "qemu"],
+        [str(ROOT / "bench" / "run"), "--smoke", "--part", "1", "--out", str(out), "--virt-type", "qemu"],
         cwd=tmp_path, capture_output=True, text=True, timeout=1500, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -105,7 +111,7 @@ def test_bench_run_quick_part1(tmp_path: Path):
         for run in rec["per_run"]:
             assert run["n"] == rec["ops_per_run"] > 0 and _number(run["p99_us"]), path.name
             assert run["facts"]["nproc"] == 1, path.name  # the latency guest has one vCPU
-        if rec["variant"] == "stock":
+        if rec["variant"] == "stock" or rec["case"] not in GUEST_CASES:  # guest-sched has no stock here
             assert "vs_stock" not in rec
         else:
             for k in ("p50", "p99"):
@@ -120,7 +126,7 @@ def test_bench_run_quick_part1(tmp_path: Path):
         assert hook["tagged"] == rec["variant"].startswith("tuned"), path.name
         assert hook["boots_with_lease"] == (rec["runs"] if hook["tagged"] else 0), path.name
         assert hook["boots_lease_released"] == rec["runs"], path.name
-    assert by_case == {**{c: GUEST_VARIANTS for c in GUEST_CASES}, "guest-sched": SCHED_VARIANTS}
+    assert by_case == {**{c: SMOKE_VARIANTS for c in GUEST_CASES}, "guest-sched": SMOKE_SCHED_VARIANTS}
     setup = index["part1_hook"]
     assert setup["installed_by"] == "this run" and setup["teardown"]["removed"] is True, setup
     assert setup["host_restored"] is True and not setup["host_changes"], setup
@@ -132,9 +138,9 @@ def test_bench_run_quick_part1(tmp_path: Path):
 
 
 def run_host_part(out: Path, part: str, timeout: int) -> list[dict] | None:
-    """``bench/run --quick --part PART``: its records; None when the part says it cannot run here
+    """``bench/run --smoke --part PART``: its records; None when the part says it cannot run here
     (not root, one CPU), as it must then."""
-    proc = subprocess.run([str(ROOT / "bench" / "run"), "--quick", "--part", part, "--out", str(out)],
+    proc = subprocess.run([str(ROOT / "bench" / "run"), "--smoke", "--part", part, "--out", str(out)],
                           cwd=out.parent, capture_output=True, text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ran = json.loads((out / "index.json").read_text())[part.replace("-", "_")]
@@ -148,7 +154,7 @@ def run_host_part(out: Path, part: str, timeout: int) -> list[dict] | None:
 ISOLATION_VARIANTS = {"no-hog", "no-lease", "lease-isolate-off", "lease-isolated"}
 
 
-def test_bench_run_quick_host_isolation(tmp_path: Path):
+def test_bench_run_smoke_host_isolation(tmp_path: Path):
     """``--part host-isolation``: as root with two CPUs, one record per variant with the comparisons
     (the figures are not asserted); the host's IRQ and workqueue masks are as before; else a skip."""
     out = tmp_path / "results"
@@ -181,7 +187,7 @@ def _irqbalance_pids() -> set[str]:
 NOISE_VARIANTS = {"idle", "hogs", "lease-isolate-off", "lease-isolated", "lease-isolated-knobs", "lease-knobs-irqbalance"}
 
 
-def test_bench_run_quick_host_noise(tmp_path: Path):
+def test_bench_run_smoke_host_noise(tmp_path: Path):
     """``--part host-noise``: as root with two CPUs, one record per variant (the irqbalance one unless
     the bench says why not) with oslat's max, its stalls per minute and the census; the host's IRQ
     affinities, masks and sysctls are as before, and no irqbalance is left running; else a skip."""

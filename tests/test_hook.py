@@ -472,7 +472,7 @@ def test_hook_script_untagged_imports_neither_vmtune_nor_lxml(env):
 
 def test_hook_script_tagged_domain_on_an_ignored_op_imports_nothing(env):
     """A tagged domain on an op the hook ignores exits before reading stdin or importing vmtune."""
-    for op, sub in [("start", "begin"), ("started", "begin"), ("stopped", "end"), ("prepare", "end")]:
+    for op, sub in [("start", "begin"), ("stopped", "end"), ("prepare", "end"), ("started", "end")]:
         p = subprocess.run([sys.executable, "-X", "importtime", str(HOOK), "vm-a", op, sub, "-"],
                            input=A.encode(), capture_output=True, timeout=60, check=False)
         assert p.returncode == 0 and p.stdout == b""
@@ -487,7 +487,7 @@ def test_hook_script_ops_are_the_hooks_handled_ops():
 
     assert runpy.run_path(str(HOOK), run_name="not_main")["OPS"] == hook.HANDLED_OPS
     assert set(hook.HANDLED_OPS) == {("prepare", "begin"), ("release", "end"), ("reconnect", "begin"),
-                                     ("migrate", "begin"), ("restore", "begin")}
+                                     ("started", "begin"), ("migrate", "begin"), ("restore", "begin")}
 
 
 def test_repo_hook_is_the_installed_script():
@@ -503,7 +503,7 @@ def test_cli_install_and_uninstall(tmp_path, capsys):
     hooks_dir = tmp_path / "hooks"
     hooks_dir.mkdir()
     (hooks_dir / "qemu").write_text("#!/bin/sh\necho theirs\n")
-    assert cli.main(["hook", "install", "--hooks-dir", str(hooks_dir)]) == 0
+    assert cli.main(["hook", "install", "--hooks-dir", str(hooks_dir), "--unit-dir", str(tmp_path / "units")]) == 0
     assert "restart" in capsys.readouterr().out
     target = hooks_dir / "qemu.d" / "50-vmtune"
     assert target.read_text().splitlines()[0] == f"#!{sys.executable}"
@@ -512,11 +512,11 @@ def test_cli_install_and_uninstall(tmp_path, capsys):
     p = subprocess.run([str(target), "vm-x", "prepare", "begin", "-"], input=b"<domain/>", capture_output=True,
                        check=False)
     assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
-    assert cli.main(["hook", "install", "--hooks-dir", str(hooks_dir)]) == 0  # again: replaces its own
-    assert cli.main(["hook", "uninstall", "--hooks-dir", str(hooks_dir)]) == 0
+    assert cli.main(["hook", "install", "--hooks-dir", str(hooks_dir), "--unit-dir", str(tmp_path / "units")]) == 0  # again: replaces its own
+    assert cli.main(["hook", "uninstall", "--hooks-dir", str(hooks_dir), "--unit-dir", str(tmp_path / "units")]) == 0
     assert not target.exists()
     assert (hooks_dir / "qemu").exists()
-    assert cli.main(["hook", "uninstall", "--hooks-dir", str(hooks_dir)]) == 0
+    assert cli.main(["hook", "uninstall", "--hooks-dir", str(hooks_dir), "--unit-dir", str(tmp_path / "units")]) == 0
     assert "not installed" in capsys.readouterr().out
 
 
@@ -525,8 +525,8 @@ def test_cli_install_never_overwrites_a_foreign_file(tmp_path, capsys):
     target = tmp_path / "qemu.d" / "50-vmtune"
     target.parent.mkdir(parents=True)
     target.write_text("#!/bin/sh\n")
-    assert cli.main(["hook", "install", "--hooks-dir", str(tmp_path)]) == 1
-    assert cli.main(["hook", "uninstall", "--hooks-dir", str(tmp_path)]) == 1
+    assert cli.main(["hook", "install", "--hooks-dir", str(tmp_path), "--unit-dir", str(tmp_path / "units")]) == 1
+    assert cli.main(["hook", "uninstall", "--hooks-dir", str(tmp_path), "--unit-dir", str(tmp_path / "units")]) == 1
     assert target.read_text() == "#!/bin/sh\n"
     assert "not vmtune's hook" in capsys.readouterr().err
 
@@ -591,5 +591,5 @@ def test_env_file_only_applies_to_qemu_d_and_never_overrides(tmp_path, monkeypat
     monkeypatch.setenv("VMTUNE_SYSFS", "/from-env")
     monkeypatch.delenv("VMTUNE_STATE_DIR", raising=False)
     monkeypatch.delenv("OTHER", raising=False)
-    assert hook.load_env_file(str(tmp_path / "vmtune.env")) == {"VMTUNE_STATE_DIR": "/file-state"}
+    assert hook.load_env_file(str(tmp_path / "vmtune.env"), os.environ) == {"VMTUNE_STATE_DIR": "/file-state"}
     assert os.environ["VMTUNE_SYSFS"] == "/from-env" and "OTHER" not in os.environ

@@ -89,9 +89,10 @@ def hooked(libvirtd, tmp_path):
         "VMTUNE_CONFIG": str(config),
         "VMTUNE_PROFILES": str(tmp_path / "profiles"),
         "VMTUNE_SYSLOG": "0",
+        "VMTUNE_LIBVIRT_RUNDIR": "/run/libvirt/qemu",  # the daemon's own (the default is beside the fake sysfs)
     }
     try:
-        assert cli.main(["hook", "install", "--hooks-dir", str(HOOKS_DIR)]) == 0
+        assert cli.main(["hook", "install", "--hooks-dir", str(HOOKS_DIR), "--no-timer"]) == 0
         # A probe in qemu.d records the environment libvirtd gives its hooks.
         probe = hook_file.parent / "49-vmtune-test-env-probe"
         probe.write_text(f"#!/bin/sh\nenv > {tmp_path / 'probe'}/\"$1-$2-$3\".env\ncat >/dev/null\n")
@@ -104,7 +105,7 @@ def hooked(libvirtd, tmp_path):
         try:
             (hook_file.parent / "49-vmtune-test-env-probe").unlink(missing_ok=True)
             ENV_FILE.unlink(missing_ok=True)
-            cli.main(["hook", "uninstall", "--hooks-dir", str(HOOKS_DIR)])
+            cli.main(["hook", "uninstall", "--hooks-dir", str(HOOKS_DIR), "--no-timer"])
             try:
                 hook_file.parent.rmdir()  # only if empty: qemu.d was created for this test
             except OSError:
@@ -144,6 +145,12 @@ def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys):
         ours = {key: lease for key, lease in leases.items() if lease["name"] in (tagged.name, plain.name)}
         assert [lease["name"] for lease in ours.values()] == [tagged.name], leases
         assert list(ours) == [virsh("domuuid", tagged.name).strip()]
+        # started begin recorded its QEMU (issue 19): the pid libvirt keeps, and that process's start time
+        pid = int(Path(f"/run/libvirt/qemu/{tagged.name}.pid").read_text())
+        assert _wait_for(lambda: "qemu" in _leases(state).get(list(ours)[0], {})), _leases(state)
+        qemu = _leases(state)[list(ours)[0]]["qemu"]
+        start = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+        assert qemu == {"pid": pid, "start": start}
         if "<hugepages>" in tagged_xml:  # the rewriter backs it with 2M pages on node 0 when this host has them
             assert next(iter(ours.values()))["hugepages"] == {"0:2048": {"need": 64, "added": 0}}
         for cpu in (0, 1):

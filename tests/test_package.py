@@ -106,7 +106,8 @@ def test_installed_wheel_installs_a_hook_with_its_own_interpreter(installed):
     """``vmtune hook install`` writes a hook whose #! is the venv's python, and that hook runs."""
     venv, _, outside = installed
     hooks = outside / "hooks"
-    _run([venv / "bin/vmtune", "hook", "install", "--hooks-dir", hooks], cwd=outside, env=_env(outside))
+    _run([venv / "bin/vmtune", "hook", "install", "--hooks-dir", hooks, "--unit-dir", outside / "units"], cwd=outside,
+         env=_env(outside))
     hook = hooks / "qemu.d" / "50-vmtune"
     first = hook.read_text().splitlines()[0]
     assert first == f"#!{venv / 'bin/python'}", first

@@ -12,15 +12,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import atomic
 from .errors import InvalidInput
 
 MARK = b"https://vmtune.dev/xmlns/1"  # in every domain vmtune tuned (its tag): any other is not vmtune's
 LEASE_OPS = (("prepare", "begin"), ("release", "end"), ("reconnect", "begin"))
 REPIN_OPS = (("migrate", "begin"), ("restore", "begin"))  # libvirt reads stdout as the new XML
+STARTED_OPS = (("started", "begin"),)  # the QEMU runs: its pid is recorded in the lease
 # Every op the hook acts on. `vmtune hook install` writes this list into the script, which exits on
 # any other op before reading stdin or importing vmtune.
-HANDLED_OPS = LEASE_OPS + REPIN_OPS
+HANDLED_OPS = LEASE_OPS + STARTED_OPS + REPIN_OPS
 
 DEFAULT_HOOKS_DIR = "/etc/libvirt/hooks"
 HOOK_NAME = "50-vmtune"
@@ -94,6 +94,8 @@ def hook_path(hooks_dir: str | None = None) -> Path:
 
 def install(hooks_dir: str | None = None, python: str | None = None) -> Path:
     """Write the hook (atomically, mode 0755), creating directories; return its path."""
+    from . import atomic  # here: the hook imports this module at every call, and tempfile costs
+
     target = hook_path(hooks_dir)
     if target.exists() and SIGNATURE not in target.read_text(errors="replace"):
         raise InvalidInput(f"{target} exists and is not vmtune's hook; not overwritten")

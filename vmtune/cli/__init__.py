@@ -17,7 +17,9 @@ import sys
 
 from .. import config as config_mod
 from ..atomic import write_atomic  # noqa: F401 - moved to the library; vmtune.cli.write_atomic still works
+from ..envfile import hooks_dir_file, load_env_file
 from ..errors import VmtuneError
+from ..hookfile import DEFAULT_HOOKS_DIR
 from ..oneline import escape
 from ..roots import Roots
 from . import doctor, live, offline
@@ -41,6 +43,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.command == "hook" and args.action == "reap":  # the hook's settings, as the hook reads them
+            load_env_file(hooks_dir_file(args.hooks_dir or DEFAULT_HOOKS_DIR), os.environ)
         roots = Roots.from_env(os.environ)  # the one read of the environment
         cfg = config_mod.load(getattr(args, "config", None) or roots.config, roots.profiles)
         return COMMANDS[args.command](args, cfg, roots)

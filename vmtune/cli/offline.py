@@ -61,9 +61,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     prof.add_argument("--config", metavar="FILE")
     prof.add_argument("--json", action="store_true")
 
-    hook = sub.add_parser("hook", help="install or remove the libvirt hook, or reap its stale leases")
+    hook = sub.add_parser("hook", help="install or remove the libvirt hook and its reaper, or reap its stale leases")
     hook.add_argument("action", choices=("install", "uninstall", "reap"))
-    hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks)")
+    hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks); "
+                      "reap reads its vmtune.env, as the hook does")
+    hook.add_argument("--unit-dir", metavar="DIR", help="where install writes (and uninstall removes) the reaper's "
+                      "systemd units vmtune-reap.service and vmtune-reap.timer (default /etc/systemd/system)")
+    hook.add_argument("--no-timer", action="store_true", help="install, uninstall: leave the reaper's units out "
+                      "(uninstall: where they are)")
+    hook.add_argument("-q", "--quiet", action="store_true", help="reap: print only what was done")
 
 
 def cmd_rewrite(args, cfg, roots) -> int:
@@ -121,33 +127,50 @@ def cmd_profiles(args, cfg, roots) -> int:
 
 
 def cmd_hook(args, cfg, roots) -> int:
-    from .. import hookfile as install
+    """``vmtune hook install|uninstall|reap``: the hook's script and the reaper's units
+    (vmtune/hookfile.py, vmtune/reaper.py), or a reap. Nothing is written when a file of those names
+    is someone else's."""
+    from .. import hookfile, reaper
 
     if args.action == "reap":
-        return _reap(cfg, roots)
+        return _reap(cfg, roots, args.quiet)
     if args.action == "install":
-        path = install.install(args.hooks_dir)
-        print(f"installed {path}; restart libvirtd (or virtqemud) so that it sees a new hook")
+        if not args.no_timer:
+            reaper.check(args.unit_dir)  # before anything is written
+        path = hookfile.install(args.hooks_dir)
+        lines = [f"installed {path}; restart libvirtd (or virtqemud) so that it sees a new hook"]
+        if not args.no_timer:
+            lines += reaper.install(args.unit_dir, None, args.hooks_dir, roots.systemd)
     else:
-        path = install.uninstall(args.hooks_dir)
-        print(f"removed {path}" if path else f"{install.hook_path(args.hooks_dir)} was not installed")
+        path = hookfile.uninstall(args.hooks_dir)
+        lines = [f"removed {path}" if path else f"{hookfile.hook_path(args.hooks_dir)} was not installed"]
+        if not args.no_timer:
+            lines += reaper.uninstall(args.unit_dir, roots.systemd)
+    print("\n".join(escape(line) for line in lines))
     return 0
 
 
-def _reap(cfg, roots) -> int:
-    """``vmtune hook reap``: what the hook does at every start and stop, for an operator."""
+def _reap(cfg, roots, quiet: bool = False) -> int:
+    """``vmtune hook reap``: what the hook does at every start and stop, for an operator and for the
+    reaper's timer (``--quiet``: nothing printed when nothing was done)."""
     from ..hoststate.leases import Leases
     from ..hoststate.statedir import LockTimeout, Unsafe
     from ..oneline import setup_logging
+    from ..reaper import NOTHING, idle
 
-    setup_logging()  # the hook's own lines (a lease reaped, a value left alone) on stderr
-    try:
-        done = Leases(cfg, roots).reap()
-    except (LockTimeout, Unsafe) as exc:
-        raise InvalidInput(str(exc)) from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot reap: {exc.strerror or exc}") from None
-    for line in done or ["nothing to reap: every lease belongs to a running domain"]:
+    if idle(roots.state):  # as the fast path (vmtune/__main__.py) decides: nothing is written
+        done = []
+    else:
+        setup_logging()  # the hook's own lines (a lease reaped, a value left alone) on stderr
+        try:
+            done = Leases(cfg, roots).reap()
+        except (LockTimeout, Unsafe) as exc:
+            raise InvalidInput(str(exc)) from None
+        except OSError as exc:
+            raise InvalidInput(f"cannot reap: {exc.strerror or exc}") from None
+    if not done and not quiet:
+        done = [NOTHING if idle(roots.state) else "nothing to reap: every lease belongs to a running domain"]
+    for line in done:
         print(escape(line))  # lease names are the domains' own: one line each
     return 0
 

@@ -6,6 +6,9 @@ locked or written, so the doctor calls damaged exactly what the hook refuses (``
 missing while ``baseline.json`` holds leases included). Whether a lease's domain runs is judged as
 the hook judges it (alive.py: libvirt's status files, the QEMU's pid): the doctor is read-only, so
 a stale lease is a WARN that says ``vmtune hook reap``, which does what the next hook call would.
+
+The reaper (vmtune/reaper.py): whether ``vmtune-reap.timer`` is installed and active (or a cron
+line runs ``vmtune hook reap``). Leases held with nothing to reap them are a WARN.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 
-from .. import cpuset
+from .. import cpuset, reaper
 from ..host.sysfs import cpu_limit
 from ..hoststate import alive, engine
 from ..hoststate.document import Damaged, State
@@ -75,14 +78,14 @@ def _stale(ctx: Context, state: State, path: str) -> list[Finding]:
     folder = libvirt_rundir(ctx)
     if not state.leases:
         return []
-    if not alive.known(folder):
+    if not alive.known(folder) and any(lease.qemu is None for lease in state.leases.values()):
         return [new("WARN", folder, "libvirt's run dir does not exist: whether the leases' domains run cannot be "
                     "told, and the hook reaps no lease", "libvirt's run dir",
                     "set VMTUNE_LIBVIRT_RUNDIR in the hook's vmtune.env")]
     proc = ctx.roots.proc if ctx.has("proc") else None
     out = []
     for key, lease in sorted(state.leases.items()):
-        why = alive.why_stale(folder, proc, key, lease.name, lease.since, time.time())
+        why = alive.why_stale(folder, proc, key, lease.name, lease.since, time.time(), lease.qemu)
         if why:
             out.append(new("WARN", path, f"lease of {lease.name}, which is not running ({why}): the host stays "
                            "tuned for it", "a lease per running latency domain",
@@ -121,11 +124,34 @@ def _baseline(ctx: Context, state: State, path: str) -> list[Finding]:
                       "find who changed it (tuned? a script?) and set it back") for key, wrote, now in drifted]
 
 
+def _reaper(ctx: Context, held: int) -> list[Finding]:
+    """Whether something reaps stale leases within a minute: a WARN when ``held`` leases and nothing does."""
+    found = reaper.status(ctx.roots.root, ctx.roots.root == "/" and ctx.roots.systemd)
+    source = found.timer or os.path.join(ctx.roots.root, reaper.UNIT_DIR.lstrip("/"), reaper.TIMER)
+    fix = "`vmtune hook install` (writes and enables vmtune-reap.timer), or where systemd does not run, the cron " \
+          f"line it prints: {reaper.cron_line()}"
+    if found.reaps:
+        how = found.cron or f"{reaper.TIMER} " + ("active" if found.active else "enabled")
+        return [new("OK", source, f"reaper: {how}: a lease whose domain is gone is reaped within a minute")]
+    what = ("installed but not enabled" if found.enabled is False and found.timer else
+            "installed, whether it runs cannot be told" if found.timer and found.reaps is None else
+            "installed but not active" if found.timer else "not installed")
+    if not held:
+        return [new("INFO", source, f"reaper: {what}; no lease is held", "", fix)]
+    return [new("WARN", source, f"reaper: {what}, and {held} lease(s) held: a lease whose domain dies without a "
+                "release keeps the host tuned until the next hook call", "a reaper that runs every minute", fix)]
+
+
 def check(ctx: Context) -> list[Finding]:
     if not ctx.has("root"):
         return [new("SKIP", "(no --root)", "no --root tree given: the hook's state (/run/vmtune) not read")]
     path = state_path(ctx)
     state = load(ctx, path)
+    held = len(state.leases) if isinstance(state, State) else 0
+    return _state(ctx, path, state) + _reaper(ctx, held)
+
+
+def _state(ctx: Context, path: str, state) -> list[Finding]:
     if state is None:
         return [new("OK", path, "no state: the hook holds no lease and has not tuned the host")]
     if isinstance(state, str):

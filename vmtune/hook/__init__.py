@@ -18,7 +18,10 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
   XML has no UUID or cannot be read drops only a lease kept by name); give back the hugepages it
   added while they are free; restore its CPUs' C-states unless another lease pins them (scope
   pinned); the last lease restores the saved host state;
-- ``reconnect begin``: never fails; makes sure the running domain has its lease (no top-up);
+- ``started begin``: never fails; records the domain's QEMU (pid and start time) in its lease, so
+  that the lease is stale as soon as that process is gone (vmtune/hoststate/alive.py);
+- ``reconnect begin``: never fails; makes sure the running domain has its lease (no top-up), and
+  records its QEMU as ``started begin`` does;
 - ``migrate begin`` / ``restore begin``: print the domain re-pinned for this host, or nothing when
   it is already right here; exit 1 when it cannot be placed here (repin.py);
 - every other op: exit 0, print nothing.
@@ -38,8 +41,8 @@ Logs go to stderr and syslog, never stdout. The environment is read here, once, 
 
 libvirtd runs hooks with a scrubbed environment (libvirt 9.0 passes only PATH, HOME, LC_ALL=C and a
 few more), so ``VMTUNE_*`` variables set on the daemon never reach the hook. When the hook runs as
-``HOOKS_DIR/qemu.d/50-vmtune``, ``HOOKS_DIR/vmtune.env`` (``VMTUNE_NAME=value`` lines, ``#``
-comments; other names ignored) supplies them; a variable already in the environment wins.
+``HOOKS_DIR/qemu.d/50-vmtune``, ``HOOKS_DIR/vmtune.env`` supplies them (vmtune/envfile.py); a
+variable already in the environment wins.
 """
 
 
@@ -47,68 +50,14 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import sys
 
-from ..hookfile import HANDLED_OPS, MARK, REPIN_OPS
+from ..envfile import env_file, load_env_file
+from ..hookfile import HANDLED_OPS, MARK, REPIN_OPS, STARTED_OPS
 
 log = logging.getLogger("vmtune.hook")
 
-__all__ = ["HANDLED_OPS", "MARK", "main"]
-
-
-ENV_FILE = "vmtune.env"
-
-
-def env_file(script: str | None = None) -> str | None:
-    """``HOOKS_DIR/vmtune.env`` when ``script`` (default ``sys.argv[0]``) is ``HOOKS_DIR/qemu.d/NAME``."""
-    script = script if script is not None else (sys.argv[0] if sys.argv else "")
-    folder = os.path.dirname(os.path.abspath(script)) if script else ""
-    if os.path.basename(folder) != "qemu.d":
-        return None
-    return os.path.join(os.path.dirname(folder), ENV_FILE)
-
-
-ENV_FILE_MAX = 64 * 1024
-
-
-def _env_lines(path: str) -> list[str]:
-    """The lines of a regular file of at most ``ENV_FILE_MAX`` bytes (opened without blocking: a
-    FIFO there must not hold the hook); none for anything else. Never raises."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except (OSError, ValueError):
-        return []
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > ENV_FILE_MAX:
-            return []
-        return os.read(fd, ENV_FILE_MAX + 1).decode("utf-8", "replace").splitlines()
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-
-
-def load_env_file(path: str | None) -> dict[str, str]:
-    """Set the ``VMTUNE_*`` variables from ``path`` that the environment lacks; return those set.
-    A file that cannot be read (not a regular file, too large, not UTF-8 in places) sets what it
-    can, or nothing: it never stops a hook call."""
-    if not path:
-        return {}
-    lines = _env_lines(path)
-    added = {}
-    for line in lines:
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, val = line.partition("=")
-        key, val = key.strip(), val.strip()
-        if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
-            val = val[1:-1]
-        if key.startswith("VMTUNE_") and key not in os.environ and "\x00" not in key + val:
-            os.environ[key] = added[key] = val
-    return added
+__all__ = ["HANDLED_OPS", "MARK", "env_file", "load_env_file", "main"]
 
 
 def _request(name: str, root, dom, roots, dedicated: bool):
@@ -149,24 +98,36 @@ def _config(roots):
     return config_mod.load(roots.config, roots.profiles)
 
 
-def _release(name: str, data: bytes, roots, dry_run: bool) -> int:
+def _leases_of(name: str, data: bytes, roots, dry_run: bool, doing: str):
+    """(name, UUID or None, Leases) for a call that needs only the domain's name and UUID: no pin is
+    read, and neither an unreadable XML nor a broken config stops it (``doing`` says what goes on)."""
     from ..config import Config
     from ..hoststate.leases import Leases
 
-    try:  # the name and the UUID are all a release needs: no pin is read
+    try:
         from .. import model, xmlsafe
 
         name, uuid = _identity(name, model.Domain(xmlsafe.parse(data, "domain XML")))
     except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases a lease kept by name
-        log.warning("%s: cannot read the domain XML (%s); releasing by name (a lease kept by UUID stays)",
-                    name, exc)
+        log.warning("%s: cannot read the domain XML (%s); %s by name (a lease kept by UUID stays)", name, exc, doing)
         uuid = None
     try:
         cfg = _config(roots)
     except Exception as exc:  # noqa: BLE001 - a broken config must not keep the host tuned
-        log.warning("%s: %s; releasing with the default settings", name, exc)
+        log.warning("%s: %s; %s with the default settings", name, exc, doing)
         cfg = Config(profiles_dir=roots.profiles)
-    return Leases(cfg, roots, dry_run).release(uuid, name)
+    return name, uuid, Leases(cfg, roots, dry_run)
+
+
+def _release(name: str, data: bytes, roots, dry_run: bool) -> int:
+    name, uuid, leases = _leases_of(name, data, roots, dry_run, "releasing")
+    return leases.release(uuid, name)
+
+
+def _started(name: str, data: bytes, roots, dry_run: bool) -> int:
+    name, uuid, leases = _leases_of(name, data, roots, dry_run, "recording its QEMU")
+    leases.started(uuid, name)
+    return 0  # libvirt stops a domain whose started hook fails: never
 
 
 def _run(argv: list[str], data: bytes, roots, dry_run: bool) -> int:
@@ -174,6 +135,8 @@ def _run(argv: list[str], data: bytes, roots, dry_run: bool) -> int:
     op = (argv[1] if len(argv) > 1 else "", argv[2] if len(argv) > 2 else "")
     if op == ("release", "end"):
         return _release(name, data, roots, dry_run)
+    if op in STARTED_OPS:
+        return _started(name, data, roots, dry_run)
     if op in REPIN_OPS:
         from . import repin
 
@@ -198,7 +161,7 @@ def _run(argv: list[str], data: bytes, roots, dry_run: bool) -> int:
     if request.error:
         log.error("%s: %s: %s", request.name, "refusing to start" if prepare else "not tuned", request.error)
         return 1 if prepare else 0
-    return Leases(cfg, roots, dry_run).lease(request, refuse_conflicts=prepare, top_up=prepare)
+    return Leases(cfg, roots, dry_run).lease(request, refuse_conflicts=prepare, top_up=prepare, running=not prepare)
 
 
 def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int:
@@ -221,10 +184,10 @@ def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int
         from ..oneline import setup_logging
         from ..roots import Roots
 
-        load_env_file(env_file())
+        load_env_file(env_file(), os.environ)
         setup_logging(syslog=os.environ.get("VMTUNE_SYSLOG", "1") != "0")
         dry_run = os.environ.get("VMTUNE_DRY_RUN", "") not in ("", "0")
         return _run(list(argv), data, Roots.from_env(os.environ), dry_run)
     except Exception as exc:  # noqa: BLE001 - the hook's last line of defence
         log.error("%s: %s %s failed: %s: %s", name, *op, type(exc).__name__, exc)
-        return 1 if op == ("prepare", "begin") else 0
+        return 1 if op == ("prepare", "begin") else 0  # never 1 at started: libvirt would stop the domain

@@ -12,7 +12,7 @@ One model, the way tuned's plugins are one model, with stricter restore rules:
     tuning.py    governors, EPP, C-states, KSM: the knobs a latency host wants
     pages.py     hugepage pools: a lease's needs, the top-up and the give-back (counted)
     isolation/   the host's tasks, IRQs, masks and cgroups kept off the leases' CPUs
-    alive.py     whether a leased domain still runs (libvirt's status files)
+    alive.py     whether a leased domain still runs (its QEMU, libvirt's status files)
     leases.py    the lifecycle: a lease taken, released, reaped
 
 The hook (vmtune/hook/) and the CLI's ``vmtune hook reap`` are adapters over ``leases.Leases``; the

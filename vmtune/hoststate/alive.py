@@ -20,16 +20,32 @@ A lease is stale when:
 A pid with no command line yet (a process being set up, a zombie) and a status file without a pid
 file are a domain starting: not stale. When the run dir does not exist, nothing can be known and no
 lease is stale; ``known`` says so, and the hook logs it once per call rather than reap blind.
+
+Once the domain has started there is no grace: at ``started begin`` and ``reconnect begin`` the
+hook records its QEMU (``Qemu``: pid and start time, ``qemu_of``), and from then on the lease is
+judged by that process alone (``why_gone``), whether or not libvirt left its status files behind:
+stale at once when the process is gone, has exited (a zombie), or is another process now (the pid
+reused: another start time, or a command line that is not that domain's QEMU).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from typing import NamedTuple
 
 GRACE_S = 120.0
 PROC = "/proc"  # the pids in libvirt's files are this machine's, whatever proc root the hook is given
 UUID = re.compile(rb"<uuid>\s*([0-9a-fA-F-]{32,36})\s*</uuid>")
+DOMSTATUS_PID = re.compile(rb"<domstatus\b[^>]*\spid=['\"]([0-9]+)['\"]")
+
+
+class Qemu(NamedTuple):
+    """A domain's QEMU process: its pid and its start time (``/proc/PID/stat`` field 22, clock
+    ticks after boot), which no later process with the same pid shares."""
+
+    pid: int
+    start: int
 
 
 def known(folder: str) -> bool:
@@ -100,9 +116,55 @@ def _kernel_thread(proc: str, pid: str) -> bool:
     return len(fields) > 6 and fields[6].isdigit() and bool(int(fields[6]) & PF_KTHREAD)
 
 
-def why_stale(folder: str, proc: str | None, key: str, name: str, since: float, now: float) -> str | None:
+def _stat(proc: str, pid: int) -> tuple[str, int] | None:
+    """(state letter, start time) of ``pid`` from its ``stat``; None when there is no such process."""
+    raw = _read(os.path.join(proc, str(pid), "stat"))
+    fields = raw.rpartition(b")")[2].split() if raw else []
+    if len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return fields[0].decode("ascii", "replace"), int(fields[19])
+
+
+def qemu_of(folder: str, proc: str, key: str, name: str) -> Qemu | None:
+    """The QEMU libvirt runs for the domain leased as ``key``: the pid in ``NAME.pid`` (else the
+    ``pid`` of the status file's ``<domstatus>``), if it is that domain's QEMU; None otherwise."""
+    if not name or "/" in name or "\x00" in name or name in (".", ".."):
+        return None
+    pid = (_read(os.path.join(folder, f"{name}.pid")) or b"").strip()
+    if not pid.isdigit():
+        found = DOMSTATUS_PID.search(_read(os.path.join(folder, f"{name}.xml")) or b"")
+        pid = found.group(1) if found else b""
+    if not pid.isdigit() or not 0 < int(pid) < 1 << 31:
+        return None
+    seen = _stat(proc, int(pid))
+    cmdline = _read(os.path.join(proc, pid.decode(), "cmdline"))
+    if seen is None or seen[0] in "ZX" or not cmdline or not runs_as(cmdline, key, name):
+        return None
+    return Qemu(int(pid), seen[1])
+
+
+def why_gone(proc: str, qemu: Qemu, key: str, name: str) -> str | None:
+    """Why the recorded QEMU of the lease ``key`` no longer runs its domain; None while it does."""
+    seen = _stat(proc, qemu.pid)
+    if seen is None:
+        return f"its QEMU (pid {qemu.pid}) is gone"
+    if seen[1] != qemu.start:
+        return f"pid {qemu.pid} is another process now, not its QEMU"
+    if seen[0] in "ZX":
+        return f"its QEMU (pid {qemu.pid}) has exited"
+    cmdline = _read(os.path.join(proc, str(qemu.pid), "cmdline"))
+    if cmdline and not runs_as(cmdline, key, name):
+        return f"pid {qemu.pid} is not its QEMU"
+    return None
+
+
+def why_stale(folder: str, proc: str | None, key: str, name: str, since: float, now: float,
+              qemu: Qemu | None = None) -> str | None:
     """Why the lease ``key`` (a UUID, or ``name:NAME``) of domain ``name`` is stale; None while it
-    runs or nothing can be known. ``proc``: where the pid is looked up (None: not looked up)."""
+    runs or nothing can be known. ``proc``: where the pid is looked up (None: not looked up).
+    ``qemu``: the QEMU recorded once the domain started, which alone decides."""
+    if qemu is not None:
+        return None if proc is None else why_gone(proc, qemu, key, name)
     if not known(folder) or not name or "/" in name or "\x00" in name or name in (".", ".."):
         return None
     status = _read(os.path.join(folder, f"{name}.xml"))

@@ -7,7 +7,8 @@ completed state, committed separately)::
      "leases": {"<uuid>": {"name": "db1", "profile": "latency", "cpus": "2-3", "since": 1700000000.0,
                            "dedicated": true,
                            "hugepages": {"0:2048": {"need": 512, "added": 100, "raising": {"from": 0, "to": 100}}},
-                           "cstates": [KNOB, ...]}},
+                           "cstates": [KNOB, ...],
+                           "qemu": {"pid": 4321, "start": 123456}}},
      "baseline": [KNOB, ...] | null,
      "isolation": {"cpus": "2-3", "irqs": "0-40",
                    "pairs": [{"kind": "task", "mask": "0-1", "removed": "2-3", "since": 345.6}],
@@ -29,7 +30,9 @@ CPUs, a hex mask, a page count, or any text for a sysfs value). Anything else is
 (``Damaged``, one line naming the field): a value of the wrong type (``0`` is not an empty dict,
 nor ``""`` an empty list), a number that is not finite, a CPU beyond the host's last one, more
 pairs than the hook keeps, a knob path that resolves outside the sysfs root. In a version-2 file a
-missing key is damage too; a version-1 file (which may lack keys) reads with the defaults. The
+missing key is damage too; a version-1 file (which may lack keys) reads with the defaults. A lease's
+``qemu`` (its QEMU's pid and start time, recorded once the domain has started: alive.py) is the one
+optional key: a lease of a domain still starting, or one written by an older hook, has none. The
 hook refuses to tune through a damaged state; it never starts from empty over one.
 """
 
@@ -43,6 +46,7 @@ from typing import NamedTuple
 
 from .. import cpuset
 from ..errors import InvalidInput
+from .alive import Qemu
 from .kinds import KINDS, Key, Pool, parse_key
 from .record import Record
 
@@ -98,12 +102,16 @@ class Lease:
     # its profile pins vCPUs to CPUs of their own (latency, realtime): they are isolated and may not
     # overlap another dedicated lease's. False: pinned to shared CPUs (e.g. pinning = "node")
     dedicated: bool = True
+    qemu: Qemu | None = None  # its QEMU, once started (alive.py): from then on it alone says it runs
 
     def to_json(self) -> dict:
-        return {"name": self.name, "profile": self.profile, "cpus": cpuset.format(self.cpus), "since": self.since,
-                "dedicated": self.dedicated,
-                "hugepages": {k.text: share.to_json(k) for k, share in sorted(self.hugepages.items())},
-                "cstates": [knob_json(r) for r in self.cstates]}
+        out = {"name": self.name, "profile": self.profile, "cpus": cpuset.format(self.cpus), "since": self.since,
+               "dedicated": self.dedicated,
+               "hugepages": {k.text: share.to_json(k) for k, share in sorted(self.hugepages.items())},
+               "cstates": [knob_json(r) for r in self.cstates]}
+        if self.qemu is not None:
+            out["qemu"] = {"pid": self.qemu.pid, "start": self.qemu.start}
+        return out
 
 
 def knob_json(rec: Record) -> dict:
@@ -312,7 +320,17 @@ class _Reader:
                      float(self.typed(self.get(rec, "since", 0.0, where), float, f"{where}.since")),
                      dict(self.pool(k, v, where) for k, v in pools.items()),
                      self.knobs(self.get(rec, "cstates", [], where), f"{where}.cstates"),
-                     self.typed(self.get(rec, "dedicated", True, where), bool, f"{where}.dedicated"))
+                     self.typed(self.get(rec, "dedicated", True, where), bool, f"{where}.dedicated"),
+                     self.qemu(rec.get("qemu"), f"{where}.qemu"))
+
+    def qemu(self, value, where: str) -> Qemu | None:
+        if value is None:
+            return None
+        rec = self.typed(value, dict, where)
+        pid = self.typed(rec.get("pid"), int, f"{where}.pid")
+        if not 0 < pid < 1 << 31:
+            self.fail(f"{where}.pid", f"{pid} is not a process id")
+        return Qemu(pid, self.typed(rec.get("start"), int, f"{where}.start"))
 
     def pair(self, value, at: str) -> Pair:
         p = self.typed(value, dict, at)

@@ -151,18 +151,22 @@ class Leases:
         return changed
 
     def _stale(self, state: State, skip: str | None = None) -> list[tuple[str, str]]:
-        """(key, why) of the leases but ``skip`` whose domain libvirt no longer runs (alive.py). None,
-        with a warning, when libvirt's run dir does not exist: nothing is reaped blind."""
+        """(key, why) of the leases but ``skip`` whose domain libvirt no longer runs (alive.py): a
+        lease whose QEMU was recorded by that process alone, the others by libvirt's status files.
+        Those, with a warning, are not judged when libvirt's run dir does not exist: nothing is
+        reaped blind."""
         folder, now = self.roots.libvirt, time.time()
-        if not any(key != skip for key in state.leases):
-            return []
-        if not alive.known(folder):
-            log.warning("libvirt's run dir %s does not exist: cannot tell which domains run, no lease reaped "
-                        "(set VMTUNE_LIBVIRT_RUNDIR in the hook's vmtune.env)", folder)
-            return []
+        keys = [key for key in sorted(state.leases) if key != skip]
+        known = alive.known(folder)
+        if not known and any(state.leases[key].qemu is None for key in keys):
+            log.warning("libvirt's run dir %s does not exist: cannot tell which domains run, no lease reaped but "
+                        "those whose QEMU is recorded (set VMTUNE_LIBVIRT_RUNDIR in the hook's vmtune.env)", folder)
         out = []
-        for key, lease in sorted(state.leases.items()):
-            why = None if key == skip else alive.why_stale(folder, alive.PROC, key, lease.name, lease.since, now)
+        for key in keys:
+            lease = state.leases[key]
+            if lease.qemu is None and not known:
+                continue
+            why = alive.why_stale(folder, alive.PROC, key, lease.name, lease.since, now, lease.qemu)
             if why:
                 out.append((key, why))
         return out
@@ -213,17 +217,48 @@ class Leases:
                         "original host values are lost, check governor, C-states and IRQs by hand")
             return State()
 
+    # -- started: the domain's QEMU runs -------------------------------------------------------
+    def started(self, uuid: str | None, name: str) -> int:
+        """``started begin``: record the lease's QEMU (pid and start time), so that from now on the
+        lease is stale as soon as that process is gone (alive.py). Never refuses: 0. With no lease
+        held, nothing is locked or written."""
+        from ..reaper import idle
+
+        if idle(self.store.folder):
+            return 0
+        try:
+            with self.store.locked() as state:
+                key = state.find(uuid, name)
+                if key is not None and self._record_qemu(state, key) and not self.dry_run:
+                    self.store.commit(state, final=True)
+        except TROUBLE as exc:
+            return self.trouble(name, exc, refuse=False)
+        return 0
+
+    def _record_qemu(self, state: State, key: str) -> bool:
+        """Record the QEMU that libvirt runs for the lease ``key``; True if the lease changed."""
+        lease = state.leases[key]
+        qemu = alive.qemu_of(self.roots.libvirt, alive.PROC, key, lease.name)
+        if qemu is None:
+            log.warning("%s: libvirt names no QEMU of this domain yet: its lease keeps the start's grace", lease.name)
+            return False
+        if qemu == lease.qemu:
+            return False
+        lease.qemu = qemu
+        log.info("%s: its QEMU is pid %d: the lease ends with it", lease.name, qemu.pid)
+        return True
+
     # -- prepare / reconnect -------------------------------------------------------------------
-    def lease(self, dom: LeaseRequest, refuse_conflicts: bool, top_up: bool = True) -> int:
+    def lease(self, dom: LeaseRequest, refuse_conflicts: bool, top_up: bool = True, running: bool = False) -> int:
         """Record the lease and tune the host; 1 if refused (pins overlap, too few hugepages, no
         housekeeping CPU, a state the hook cannot use)."""
         try:
             with self.store.locked() as state:
-                return self._lease(state, dom, refuse_conflicts, top_up)
+                return self._lease(state, dom, refuse_conflicts, top_up, running)
         except TROUBLE as exc:
             return self.trouble(dom.name, exc, refuse_conflicts)
 
-    def _lease(self, state: State, dom: LeaseRequest, refuse: bool, top_up: bool) -> int:
+    def _lease(self, state: State, dom: LeaseRequest, refuse: bool, top_up: bool, running: bool) -> int:
         if (self._settle(state) | bool(self._reap(state, skip=dom.uuid))) and not self.dry_run:
             self.store.commit(state, final=True)
         if not self._admit(state, dom, refuse):
@@ -249,6 +284,8 @@ class Leases:
                 return 1
         first = state.baseline is None
         lease = state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus, dom.dedicated)
+        if running:  # reconnect: the domain runs, its QEMU is there to record
+            self._record_qemu(state, dom.uuid)
         pages.record_needs(lease, dom.pages)
         pages.journal(lease, shorts)
         return self._tune(state, original, lease, first, shorts, others, iso)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from ... import cpuset
+from ...systemd import systemctl
 from ...host import sysfs as files
 from . import base
 from .base import Item, Key, Kind, key_of, name_of, printable, register, valid
@@ -27,7 +28,6 @@ from .tasks import GONE, Gone
 log = logging.getLogger("vmtune.hoststate")
 
 SYSTEMD_UNITS = ("init.scope", "system.slice", "user.slice")
-SYSTEMCTL_TIMEOUT_S = 10
 DROP_IN = "50-AllowedCPUs.conf"  # what `systemctl set-property --runtime UNIT AllowedCPUs=` writes
 def is_machine_group(name: str) -> bool:
     """libvirt's groups (``machine.slice``, ``machine``, ``*.libvirt-qemu``, and a domain's own
@@ -167,20 +167,6 @@ class SystemdUnit(GroupKind):
 
     def lookup(self, key: Unit, roots, online: frozenset[int]) -> Item | Gone | None:
         return lookup_unit(roots.runfs, key, online)
-
-
-def systemctl(*args: str) -> str:
-    """Run ``systemctl ARGS`` (from PATH); its stdout. OSError when it fails."""
-    import subprocess  # here: only the isolation of a systemd host runs systemctl
-
-    try:
-        done = subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise OSError(f"systemctl {' '.join(args)}: {exc}") from None
-    if done.returncode != 0:
-        raise OSError(f"systemctl {' '.join(args)}: {(done.stderr or '').strip() or done.returncode}")
-    return done.stdout
 
 
 def allowed_cpus(unit: str) -> str:
