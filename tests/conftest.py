@@ -28,8 +28,8 @@ from libvirt_env import libvirtd  # noqa: E402,F401
 
 # -- the machine, as the suite found it ------------------------------------------------------------
 # Tests that use this machine's real IRQs, sysctls, workqueues and irqbalance (as root) restore
-# them; this checks that they did, once, at the end of the session: a stray irqbalance ban, a
-# changed sysctl or a moved IRQ left behind fails the run.
+# them; this checks that they did, once, at the end of the session (in the controller, after every
+# worker): a stray irqbalance ban, a changed sysctl or a moved IRQ left behind fails the run.
 
 HOST_FILES = ("/proc/sys/kernel/timer_migration", "/proc/sys/vm/stat_interval", "/proc/sys/kernel/watchdog_cpumask",
               "/proc/irq/default_smp_affinity", "/sys/devices/virtual/workqueue/cpumask")
@@ -56,14 +56,64 @@ def _machine() -> dict[str, str]:
     return out
 
 
-@pytest.fixture(scope="session", autouse=True)
-def machine_as_found():
-    """At the end of the session, this machine's sysctls, masks, IRQ affinities and irqbalance are
-    as they were at its start (IRQs that came or went meanwhile aside)."""
-    before = _machine() if os.geteuid() == 0 else {}
-    yield
+def _worker(config) -> bool:
+    """Whether this process is a pytest-xdist worker (the controller, or a run without xdist, is not)."""
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    """This machine as the suite found it (as root; once, in the controller)."""
+    if os.geteuid() == 0 and not _worker(session.config):
+        session.config.stash[MACHINE] = _machine()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """At the end of the session, this machine's sysctls, masks, IRQ affinities, irqbalance and
+    the reaper's units are as they were at its start (IRQs that came or went meanwhile aside): a
+    run that left one changed fails."""
+    before = session.config.stash.get(MACHINE, None)
     if not before:
         return
     after = _machine()
     changed = {k: (v, after[k]) for k, v in before.items() if k in after and after[k] != v}
-    assert not changed, f"the test suite left this machine changed (before, after): {changed}"
+    if changed:
+        sys.stderr.write(f"\nthe test suite left this machine changed (before, after): {changed}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+MACHINE = pytest.StashKey[dict]()
+
+
+# -- the tests that share this machine -------------------------------------------------------------
+# scripts/test runs the suite in two pytest-xdist workers. The modules that use this machine's
+# shared parts (the real libvirtd and its guests, the real /sys and /proc the hook's isolation
+# writes, irqbalance, the host benchmarks) run one test at a time in one scope ("machine"), in one
+# worker; every other module (fake hosts, in-process libvirt parsers, the Ansible collection's
+# modules) is a scope of its own, so that its module-scoped fixtures (a built wheel, say) are made
+# once. A module that asks for the ``libvirtd`` fixture belongs in MACHINE_MODULES (checked below).
+MACHINE_MODULES = {"test_bench", "test_ansible_libvirt", "test_doctor", "test_hook", "test_hook_irqbalance_real",
+                   "test_hook_isolation", "test_hook_isolation_kernel", "test_hook_isolation_records",
+                   "test_hook_libvirt", "test_libvirt_harness", "test_libvirt_real", "test_live"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduling by scope, with one scope per module but one for all of
+    ``MACHINE_MODULES`` (its ``xdist_group`` marks do not reach the test ids under pytest 9)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Shared(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "machine" if Path(module).stem in MACHINE_MODULES else module
+
+    return Shared(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that asks for the real libvirtd outside MACHINE_MODULES is a mistake in this file."""
+    stray = sorted({item.module.__name__ for item in items
+                    if "libvirtd" in getattr(item, "fixturenames", ()) and item.module is not None
+                    and item.module.__name__.rpartition(".")[2] not in MACHINE_MODULES})
+    if stray:
+        raise pytest.UsageError(f"tests/conftest.py: add {', '.join(stray)} to MACHINE_MODULES (they use libvirtd)")
