@@ -16,6 +16,9 @@ the CPU a lease holds, idle, with host hogs, and with the hook's lease: isolatio
 the knobs of issue 17, on with them, and with a real irqbalance running), alone with
 ``--part host-noise``.
 
+The ``map`` case (bench/map_cost.py: ``vmtune map``'s model and views for a 256-CPU host with 40
+domains) runs with part 2 and alone with ``--part map``.
+
 ``--hook-against REV`` (part 2) also times REV's hook in the hook-cost case's interleaved rounds,
 from a temporary git worktree of REV (bench/hook_cost.py): variants ``SHORT:tagged-prepare`` etc.
 """
@@ -29,7 +32,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import costs, guests, hook_cost, host_isolation, host_noise
+from . import costs, guests, hook_cost, host_isolation, host_noise, map_cost
 from .common import ROOT, machine, versions, write_result
 
 # The --part values that run the host-isolation case (None: the full run). Not "1" yet:
@@ -78,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="recorded in every result; type= of the generated domains (default qemu: TCG)")
     ap.add_argument("--cprofile", action="store_true",
                     help="also write a cProfile of planning the largest N (not timed)")
-    ap.add_argument("--part", choices=("1", "2", "host-isolation", "host-noise"),
+    ap.add_argument("--part", choices=("1", "2", "host-isolation", "host-noise", "map"),
                     help="only part 1 (guests through libvirt, root), part 2 (vmtune's own cost), "
-                         "the host-isolation case or the host-noise case (oslat; root)")
+                         "the host-isolation case, the host-noise case (oslat; root) or the map case")
     ap.add_argument("--hook-against", metavar="REV",
                     help="part 2's hook cost also times REV's hook (a temporary git worktree of REV) "
                          "in the same interleaved rounds")
@@ -110,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         records += costs.rewrite_throughput(cfg["rewrite_runs"], cfg["rewrite_inner"], log)
         records += costs.placement(cfg["sizes"], cfg["placement_runs"], cfg["place_inner"], args.virt_type, log)
         records += hook_cost.run(args.quick, log, args.hook_against)  # FULL/QUICK sizes in bench/hook_cost.py
+    if args.part in (None, "2", "map"):
+        records += map_cost.run(size, args.virt_type, log)  # its SIZES in bench/map_cost.py
     part1, isolation, noise = {"ran": False}, {"ran": False}, {"ran": False}
     if args.part is None or args.part == "1":
         part1 = _part("part 1 (what a guest gains)", records, log, guests.Unavailable,

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 REQUIRED = ("case", "variant", "virt_type", "p50_ms", "p99_ms", "spread", "runs",
             "machine", "python", "lxml")
-CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost"}
+CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost", "map"}
 HOOK_VARIANTS = {"python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release",
                  "reap-idle"}
 PROFILES = {"balanced", "latency", "realtime", "throughput"}
@@ -63,6 +63,8 @@ def test_bench_run_quick(tmp_path: Path):
             assert rec["values_tuned_per_prepare"] > 0  # the prepare really tuned the fake host
             if rec["variant"] == "python-c-pass":
                 assert rec["ratio_to_c_pass"] == 1
+    (mapped,) = [rec for rec in records if rec["case"] == "map"]
+    assert mapped["cpus_shown"] == 256 and mapped["claims"] == 40 and _number(mapped["ratio_to_goal"])
     index = json.loads((out / "index.json").read_text())
     assert sorted(index["files"]) == [p.name for p in files]
 

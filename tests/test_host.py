@@ -309,6 +309,7 @@ def test_generated_hosts_load_the_same_from_both_sources(machine):
     from_caps = Host.from_capabilities(caps_xml(host, offline))
     assert from_sysfs == host
     assert from_caps == replace(host, isolated=frozenset())  # capabilities cannot know isolcpus
+    assert from_sysfs.offline == from_caps.offline == offline  # vmtune map shows them, on their node
 
 
 @given(st.data())

@@ -91,7 +91,7 @@ KINDS = (CPU_OVERLAP, CORE_OVERLAP, FLOAT, NOT_APPLIED, ON_RESERVED, UNKNOWN_PRO
 
 SHUT_OFF = "shut off"
 
-__all__ = ["KINDS", "NodeFree", "Problem", "Report", "Row", "audit", "holds_now", "live_drift"]
+__all__ = ["KINDS", "NodeFree", "Problem", "Report", "Row", "audit", "domain_of", "holds_now", "live_drift"]
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class _Dom:
     all_single: bool  # every vCPU pinned to exactly one CPU
 
 
-def _domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
+def domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
     root = xmlsafe.parse(xml, f"domain XML #{index + 1}")
     if root.tag == "domstatus":
         inner = root.find("domain")
@@ -220,7 +220,7 @@ def _reach(dom: Domain, everywhere: frozenset[int]):
 
 
 def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
-    text, dom = _domain_of(xml, index)
+    text, dom = domain_of(xml, index)
     claim = claims_mod.read(text, host)
     vcpu_reach, pinned_reach, other = _reach(dom, frozenset(host.cpus))
     pages = {**claim.hugepages, **{(None, size): count for size, count in claim.unbound_pages.items()}}
@@ -414,8 +414,8 @@ def live_drift(host: Host, persistent_xml: str | bytes, live_xml: str | bytes) -
     """A ``not-live`` Problem when a running domain's threads may run elsewhere than its definition
     pins them (``vmtune apply`` without ``--live``: the new pins wait for the next start), else None.
     Domains with ``placement='auto'`` (numad chooses at start) are never reported."""
-    _, persistent = _domain_of(persistent_xml, 0)
-    _, live = _domain_of(live_xml, 1)
+    _, persistent = domain_of(persistent_xml, 0)
+    _, live = domain_of(live_xml, 1)
     if "auto" in (persistent.vcpu_placement, live.vcpu_placement):
         return None
     everywhere = frozenset(host.cpus)

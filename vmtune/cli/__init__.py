@@ -6,6 +6,7 @@ on the host; 4 libvirt-python is not installed or libvirt cannot be reached (the
     offline.py  rewrite, topology, profiles, hook install|uninstall|reap: no libvirt needed
     live.py     tag, untag, apply, revert, plan: the domains libvirt already knows
     doctor.py   doctor: what is wrong with this host
+    hostmap.py  map: a picture of the host, live or offline
     format.py   the tables and lines printed for people
 """
 
@@ -22,9 +23,9 @@ from ..errors import VmtuneError
 from ..hookfile import DEFAULT_HOOKS_DIR
 from ..oneline import escape
 from ..roots import Roots
-from . import doctor, live, offline
+from . import doctor, hostmap, live, offline
 
-COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS}
+COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS, **hostmap.COMMANDS}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
     offline.add_parsers(sub)  # rewrite, topology, profiles, hook
     live.add_parsers(sub)     # tag, untag, apply, revert, plan: domains libvirt already knows
     doctor.add_parsers(sub)   # doctor: what is wrong with this host
+    hostmap.add_parsers(sub)  # map: a picture of the host
     return parser
 
 

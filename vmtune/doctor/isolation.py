@@ -35,7 +35,7 @@ def live_leases(ctx: Context, state) -> dict:
     folder, now = libvirt_rundir(ctx), time.time()
     proc = ctx.roots.proc or alive.PROC
     return {key: lease for key, lease in state.leases.items()
-            if alive.why_stale(folder, proc, key, lease.name, lease.since, now) is None}
+            if alive.why_stale(folder, proc, key, lease.name, lease.since, now, lease.qemu) is None}
 
 
 def held_cpus(ctx: Context, leases: dict) -> frozenset[int]:

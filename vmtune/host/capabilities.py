@@ -3,7 +3,7 @@
 It and the sysfs loader (sysfs.py) must give equal Hosts for the same machine
 (tests/test_host.py checks it), so the conventions are shared: ``Cell.pages`` holds hugepage sizes
 only (never the base page), ``Cpu.siblings`` always contains the CPU itself, unknown topology is
-``None`` with ``siblings == {id}``, and offline CPUs appear nowhere.
+``None`` with ``siblings == {id}``, and offline CPUs appear only in ``offline`` (id -> node).
 
 ``load`` returns the fields of a Host as plain values (each cell and CPU a dict of its fields);
 ``Host.from_capabilities`` builds the Host of them, so this module does not import the topology.
@@ -36,8 +36,10 @@ def _is_bare(cpu) -> bool:
     return not any(cpu.get(a) is not None for a in ("socket_id", "die_id", "core_id", "siblings"))
 
 
-def _cell(ce, node: int, base_page: int | None, all_bare: bool, cpus: dict[int, dict]) -> dict:
-    """One ``<cell>``'s fields; its online CPUs not seen yet are added to ``cpus``."""
+def _cell(ce, node: int, base_page: int | None, all_bare: bool, cpus: dict[int, dict],
+          offline: dict[int, int]) -> dict:
+    """One ``<cell>``'s fields; its online CPUs not seen yet are added to ``cpus``, its offline
+    ones to ``offline``."""
     mem = ce.find("memory")
     memory_kib = units.to_kib(xmltext.text(mem), mem.get("unit")) if mem is not None else 0
     pages = {
@@ -52,8 +54,11 @@ def _cell(ce, node: int, base_page: int | None, all_bare: bool, cpus: dict[int, 
     ids: list[int] = []
     for c in ce.findall("cpus/cpu"):
         cid = _int(c.get("id"), "cpu id")
-        if cid in cpus or (_is_bare(c) and not all_bare):
-            continue  # a duplicate id (keep the first) or an offline CPU
+        if _is_bare(c) and not all_bare:
+            offline.setdefault(cid, node)  # an offline CPU
+            continue
+        if cid in cpus:
+            continue  # a duplicate id (keep the first)
         cpus[cid] = {"id": cid, "node": node, "socket": _opt_int(c, "socket_id"), "die": _opt_int(c, "die_id"),
                      "core": _opt_int(c, "core_id"), "siblings": cpuset.parse(c.get("siblings")) | {cid}}
         ids.append(cid)
@@ -82,12 +87,14 @@ def load(xml: str | bytes) -> dict:
 
     cells: dict[int, dict] = {}
     cpus: dict[int, dict] = {}
+    offline: dict[int, int] = {}
     for ce in cell_elems:
         node = _int(ce.get("id"), "cell id")
         if node not in cells:
-            cells[node] = _cell(ce, node, base_page, all_bare, cpus)
+            cells[node] = _cell(ce, node, base_page, all_bare, cpus, offline)
     return {"arch": (host.findtext("cpu/arch") or "").strip(), "cells": [cells[n] for n in sorted(cells)],
             "cpus": [cpus[c] for c in sorted(cpus)], "isolated": frozenset(),
+            "offline": {c: n for c, n in sorted(offline.items()) if c not in cpus},
             "vendor": (host.findtext("cpu/vendor") or "").strip() or None, "guest_arches": _native_guests(root)}
 
 

@@ -166,13 +166,25 @@ def _node_ids(node_dir: str) -> list[int]:
     return sorted(int(n[4:]) for n in os.listdir(node_dir) if re.fullmatch(r"node\d+", n))
 
 
-def _numa(root: str, online: frozenset[int]) -> tuple[list[dict], list[dict]]:
-    """The cells and the CPUs under ``devices/system/node``."""
+def _node_links(path: str) -> frozenset[int]:
+    """The CPUs a node directory links (``cpuN``): offline ones too, where ``cpulist`` may drop them."""
+    try:
+        return frozenset(int(n[3:]) for n in os.listdir(path) if re.fullmatch(r"cpu\d+", n))
+    except OSError:
+        return frozenset()
+
+
+def _numa(root: str, online: frozenset[int]) -> tuple[list[dict], list[dict], dict[int, int]]:
+    """The cells, the CPUs and the offline CPUs (id -> node) under ``devices/system/node``."""
     cpu_dir, node_dir = os.path.join(root, CPU_DIR), os.path.join(root, NODE_DIR)
     nodes, cells, cpus, seen = _node_ids(node_dir), [], [], set()
+    offline: dict[int, int] = {}
     for node in nodes:
         path = os.path.join(node_dir, f"node{node}")
-        ids = sorted(cpuset.parse(text(os.path.join(path, "cpulist"))) & online - seen)
+        known = cpuset.parse(text(os.path.join(path, "cpulist"))) | _node_links(path)
+        for cid in sorted(known - online):
+            offline.setdefault(cid, node)
+        ids = sorted(known & online - seen)
         seen.update(ids)
         cpus += [_cpu(cpu_dir, c, node) for c in ids]
         row = (text(os.path.join(path, "distance")) or "").split()
@@ -180,7 +192,7 @@ def _numa(root: str, online: frozenset[int]) -> tuple[list[dict], list[dict]]:
         cells.append({"id": node, "cpus": tuple(ids), "memory_kib": meminfo_kib(os.path.join(path, "meminfo")) or 0,
                       "pages": pools(os.path.join(path, "hugepages")),
                       "distances": dict(zip(nodes, map(int, row))) if ok else {}})
-    return cells, cpus
+    return cells, cpus, offline
 
 
 def load(root: str = "/sys", proc: str | None = None, arch: str | None = None) -> dict:
@@ -194,11 +206,14 @@ def load(root: str = "/sys", proc: str | None = None, arch: str | None = None) -
         raise InvalidInput(f"{root} does not look like sysfs: no devices/system/cpu/online")
     online = cpuset.parse(online_text)
     if os.path.isdir(os.path.join(root, NODE_DIR)):
-        cells, cpus = _numa(root, online)
+        cells, cpus, offline = _numa(root, online)
     else:  # a kernel without NUMA: one node with everything
+        present = cpu_list(text(os.path.join(cpu_dir, "present"))) | frozenset(cpu_dirs(root))
+        offline = {c: 0 for c in sorted(present - online)}
         cpus = [_cpu(cpu_dir, c, 0) for c in sorted(online)]
         cells = [{"id": 0, "cpus": tuple(sorted(online)),
                   "memory_kib": meminfo_kib(os.path.join(proc, "meminfo")) or 0,
                   "pages": pools(os.path.join(root, POOLS_DIR)), "distances": {}}]
     return {"arch": arch or os.uname().machine, "cells": cells, "cpus": sorted(cpus, key=lambda c: c["id"]),
-            "isolated": cpuset.parse(text(os.path.join(cpu_dir, "isolated"))), "vendor": vendor(proc)}
+            "isolated": cpuset.parse(text(os.path.join(cpu_dir, "isolated"))), "vendor": vendor(proc),
+            "offline": offline}

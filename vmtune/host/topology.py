@@ -48,6 +48,8 @@ class Host:
     isolated: frozenset[int] = frozenset()  # /sys/devices/system/cpu/isolated (isolcpus)
     vendor: str | None = None  # "Intel", "AMD", ... when known
     guest_arches: frozenset[str] | None = field(default=None, compare=False)  # KVM guest arches (<guest>)
+    # CPUs the host has but are offline now: id -> node (``vmtune map`` shows them; nothing is placed there)
+    offline: Mapping[int, int] = field(default_factory=dict, compare=False)
 
     __hash__ = object.__hash__
 

@@ -1,0 +1,399 @@
+"""``vmtune map``: the model (every CPU once, every pin on its CPU), its three views, the CLI.
+
+The pins are checked against the XML read here with lxml, not through the model vmtune reads it
+with. Goldens of the terminal view (no colour) are tests/golden/map/*.txt; regenerate them after an
+intended change with ``VMTUNE_REGEN=1 scripts/test tests/test_hostmap.py`` and read the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lxml import etree
+
+from conftest import CORPUS, EXAMPLES, ROOT
+from hosttrees import caps_xml, machines, write_sysfs
+from vmtune import cpuset
+from vmtune.cli import main
+from vmtune.driver import rewrite
+from vmtune.errors import VmtuneError
+from vmtune.host import Host
+from vmtune.hostmap import build, example, names, svg, text
+from vmtune.hostmap.build import Role
+
+SCHEMA = json.loads((ROOT / "schemas" / "map.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+GOLDEN = Path(__file__).parent / "golden" / "map"
+SVG_NS = "http://www.w3.org/2000/svg"
+HOSTS = sorted((CORPUS / "hosts").glob("*.xml")) + [EXAMPLES / "hosts" / "2node-smt.xml"]
+DOMAINS = sorted((CORPUS / "domains").glob("*.xml"))
+TAG = "<metadata><vmtune:tune xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='{}'/></metadata>"
+
+
+# -- what the map must show, read from the XML here ----------------------------------------------------
+def expected_pins(xml: str, name: str, on_host: set[int]) -> set[tuple[int, str, str, int | None]]:
+    """(CPU, domain, thread, id) of every <vcpupin>, <emulatorpin>, <iothreadpin> whose CPU the
+    host has."""
+    root = etree.fromstring(xml.encode())
+    out = set()
+    for el, thread, attr in ((e, "vcpu", "vcpu") for e in root.iterfind("cputune/vcpupin")):
+        out |= {(c, name, thread, int(el.get(attr))) for c in cpuset.parse(el.get("cpuset")) if c in on_host}
+    for el in root.iterfind("cputune/emulatorpin"):
+        out |= {(c, name, "emulator", None) for c in cpuset.parse(el.get("cpuset")) if c in on_host}
+    for el in root.iterfind("cputune/iothreadpin"):
+        out |= {(c, name, "iothread", int(el.get("iothread"))) for c in cpuset.parse(el.get("cpuset"))
+                if c in on_host}
+    return out
+
+
+def check_map(hostmap, host: Host, xmls: list[str]) -> dict:
+    """Every host CPU once, every pin on its CPU, the JSON valid, the views well made; the JSON."""
+    every = sorted(set(host.cpus) | set(host.offline))
+    shown = [c.id for c in hostmap.cpus]
+    assert sorted(shown) == every and len(shown) == len(set(shown))
+    for cpu in hostmap.cpus:
+        assert (cpu.role == Role.OFFLINE) == (cpu.id in host.offline)
+    data = hostmap.to_dict()
+    VALIDATOR.validate(data)
+    found = {(c["id"], p["domain"], p["thread"], p["id"])
+             for n in data["nodes"] for core in n["cores"] for c in core["threads"] for p in c["pins"]}
+    for xml, dom in zip(xmls, data["domains"]):
+        assert expected_pins(xml, dom["name"], set(every)) <= found
+    json_ids = [c["id"] for n in data["nodes"] for core in n["cores"] for c in core["threads"]]
+    assert sorted(json_ids) == every
+    lines = text.render(hostmap)
+    if len(every) <= 64:
+        assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    check_svg(svg.render(hostmap), hostmap)
+    return data
+
+
+def check_svg(document: str, hostmap) -> etree._Element:
+    root = etree.fromstring(document.encode(), etree.XMLParser(resolve_entities=False, no_network=True))
+    assert root.tag == f"{{{SVG_NS}}}svg" and root.getparent() is None
+    tags = {etree.QName(el).localname for el in root.iter() if isinstance(el.tag, str)}
+    assert not tags & {"script", "foreignObject", "image", "use", "a"}
+    for el in root.iter():
+        for attr, value in el.attrib.items():
+            assert "href" not in attr, (attr, value)
+            assert not value.startswith("url(") or value.startswith("url(#"), value
+            assert not attr.startswith("on"), attr
+    fonts = {el.get("font-family") for el in root.iter() if el.get("font-family")}
+    assert fonts <= {"sans-serif", "monospace", "serif"}
+    titles = {g.get("id"): g.findtext(f"{{{SVG_NS}}}title") for g in root.iter(f"{{{SVG_NS}}}g") if g.get("id")}
+    for cpu in hostmap.cpus:
+        tip = titles[f"cpu{cpu.id}"]
+        assert tip.startswith(f"CPU {cpu.id}: {cpu.role.value}")
+        if cpu.holder is not None:
+            assert hostmap.describe(cpu.holder) in tip
+    return root
+
+
+# -- generated hosts and claims ------------------------------------------------------------------------
+@st.composite
+def pinned_domains(draw, ids: list[int], index: int) -> str:
+    """A domain with random pins on ``ids`` (the host's CPUs, offline ones, and one it lacks)."""
+    cpus = st.sets(st.sampled_from(ids), min_size=1, max_size=4).map(cpuset.format)
+    vcpus = draw(st.integers(1, 6))
+    iothreads = draw(st.integers(0, 2))
+    tune = [f"<vcpupin vcpu='{v}' cpuset='{draw(cpus)}'/>" for v in range(vcpus) if draw(st.booleans())]
+    if draw(st.booleans()):
+        tune.append(f"<emulatorpin cpuset='{draw(cpus)}'/>")
+    tune += [f"<iothreadpin iothread='{i}' cpuset='{draw(cpus)}'/>" for i in range(1, iothreads + 1)
+             if draw(st.booleans())]
+    cpuset_attr = f" cpuset='{draw(cpus)}'" if draw(st.booleans()) else ""
+    profile = draw(st.sampled_from([None, "latency", "balanced"]))
+    name = draw(st.sampled_from([f"vm{index}", f"a-rather-long-domain-name-{index}"]))
+    return (f"<domain type='kvm'><name>{name}</name><memory unit='MiB'>512</memory>"
+            f"<vcpu placement='static'{cpuset_attr}>{vcpus}</vcpu>"
+            + (f"<iothreads>{iothreads}</iothreads>" if iothreads else "")
+            + (TAG.format(profile) if profile else "")
+            + f"<cputune>{''.join(tune)}</cputune><os><type arch='x86_64'>hvm</type></os></domain>")
+
+
+@st.composite
+def mapped_hosts(draw):
+    host, offline = draw(machines())
+    host = Host.from_capabilities(caps_xml(host, offline)) if draw(st.booleans()) else _with_offline(host, offline)
+    ids = sorted(set(host.cpus) | set(host.offline)) + [max(host.cpus) + 7]
+    xmls = [draw(pinned_domains(ids, i)) for i in range(draw(st.integers(0, 4)))]
+    return host, xmls
+
+
+def _with_offline(host: Host, offline: dict[int, int]) -> Host:
+    with tempfile.TemporaryDirectory() as d:
+        return Host.from_sysfs(write_sysfs(host, d, offline), arch=host.arch)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mapped_hosts())
+def test_every_cpu_once_and_every_pin_on_its_cpu(case):
+    """On generated hosts (sparse node ids, CPU-less nodes, offline CPUs, SMT or not) with claims
+    pinned at random: every host CPU appears once, in its node, and every pin on its CPU."""
+    host, xmls = case
+    hostmap = build.build(host, [(x, "running") for x in xmls])
+    check_map(hostmap, host, xmls)
+    for node in hostmap.nodes:
+        for core in node.cores:
+            for cpu in core:
+                node_of = host.cpus[cpu.id].node if cpu.id in host.cpus else host.offline[cpu.id]
+                assert node_of == node.id
+    far = max(host.cpus) + 7
+    assert all(far not in c.pins for c in hostmap.cpus)
+    for dom in hostmap.domains:
+        named = any(far in t.cpus for t in dom.threads)
+        assert (far in dom.outside) == named
+
+
+@pytest.mark.parametrize("path", HOSTS, ids=lambda p: p.stem)
+def test_corpus_hosts_with_rewritten_claims(path):
+    """Every corpus host, with corpus domains rewritten onto it one after another (latency and
+    balanced, each with the claims before it), as vmtune map --claim takes them."""
+    host = Host.from_capabilities(path.read_bytes())
+    xmls: list[str] = []
+    for i, dom in enumerate(DOMAINS):
+        try:
+            xmls.append(rewrite(dom.read_bytes(), host, ("latency", "balanced")[i % 2], xmls).xml)
+        except VmtuneError:
+            continue
+        if len(xmls) == 6:
+            break
+    hostmap = build.build(host, [(x, "claim") for x in xmls])
+    data = check_map(hostmap, host, xmls)
+    dedicated = [c for c in hostmap.cpus if c.role == Role.DEDICATED]
+    assert {c.id for c in dedicated} == set().union(*(d.dedicated for d in hostmap.domains)) & set(host.cpus)
+    assert all(c.holder is not None and c.holder.thread == "vcpu" for c in dedicated)
+    assert len(data["domains"]) == len(xmls)
+
+
+# -- the views ----------------------------------------------------------------------------------------
+def _golden_map(host_path: Path, domains: list[tuple[Path, str]]):
+    host = Host.from_capabilities(host_path.read_bytes())
+    xmls: list[str] = []
+    for path, profile in domains:
+        xmls.append(rewrite(path.read_bytes(), host, profile, xmls).xml)
+    return build.build(host, [(x, "claim") for x in xmls])
+
+
+GOLDENS = {
+    "2node-smt": (EXAMPLES / "hosts" / "2node-smt.xml",
+                  [(EXAMPLES / "stock-latency.xml", "latency"), (EXAMPLES / "db-4vcpu.xml", "latency"),
+                   (EXAMPLES / "batch-4vcpu.xml", "balanced")]),
+    "4node-nosmt": (CORPUS / "hosts" / "lv-caps-x86_64-4node-hugepages-nosmt.xml",
+                    [(EXAMPLES / "db-4vcpu.xml", "latency"), (EXAMPLES / "batch-4vcpu.xml", "throughput")]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDENS))
+def test_terminal_view_golden(name):
+    """The terminal view without colour, on a host with SMT and one without."""
+    hostmap = _golden_map(*GOLDENS[name])
+    got = "\n".join(text.render(hostmap, color=False)) + "\n"
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("VMTUNE_REGEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(got)
+    assert got == path.read_text()
+    assert "\x1b" not in got
+    assert hostmap.smt == (name == "2node-smt")
+
+
+def test_color_only_adds_escapes():
+    hostmap = _golden_map(*GOLDENS["2node-smt"])
+    plain, coloured = text.render(hostmap), text.render(hostmap, color=True)
+    assert any("\x1b[" in line for line in coloured)
+    assert [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in coloured] == plain
+
+
+def test_svg_renders_in_rsvg_convert(tmp_path):
+    """The SVG of a map with every role (offline, dedicated, reserved, shared, sibling, isolated,
+    free) and an overlap renders in rsvg-convert."""
+    exe = shutil.which("rsvg-convert")
+    if exe is None:
+        if os.geteuid() == 0:
+            pytest.fail("rsvg-convert is missing: scripts/setup-libvirt installs librsvg2-bin")
+        pytest.skip("rsvg-convert (librsvg2-bin) is not installed; scripts/test installs it as root")
+    hostmap = _every_role_map()
+    assert {c.role for c in hostmap.cpus} == set(Role)
+    document = svg.render(hostmap)
+    check_svg(document, hostmap)
+    src, png = tmp_path / "map.svg", tmp_path / "map.png"
+    src.write_text(document)
+    run = subprocess.run([exe, str(src), "-o", str(png)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _every_role_map():
+    """Two nodes of 2-thread cores, one CPU offline, isolcpus on one, and domains that hold,
+    share and overlap."""
+    base = Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    host = Host.from_capabilities(caps_xml(base, {99: 1}))
+    a = ("<domain type='kvm'><name>a</name><memory unit='MiB'>512</memory><vcpu>2</vcpu>"
+         + TAG.format("latency") + "<cputune><vcpupin vcpu='0' cpuset='2'/><vcpupin vcpu='1' cpuset='3'/>"
+         "<emulatorpin cpuset='0'/></cputune><os><type arch='x86_64'>hvm</type></os></domain>")
+    b = ("<domain type='kvm'><name>b</name><memory unit='MiB'>512</memory><vcpu>1</vcpu>"
+         + TAG.format("latency") + "<cputune><vcpupin vcpu='0' cpuset='3'/></cputune>"
+         "<os><type arch='x86_64'>hvm</type></os></domain>")
+    c = ("<domain type='kvm'><name>c</name><memory unit='MiB'>512</memory><vcpu cpuset='4-5'>2</vcpu>"
+         "<os><type arch='x86_64'>hvm</type></os></domain>")
+    return build.build(host, [(a, "running"), (b, "shut off"), (c, "running")], mode="live",
+                       hook=build.HookView(isolated=frozenset({3, 7})))
+
+
+def test_every_role_and_marks():
+    hostmap = _every_role_map()
+    by_id = {c.id: c for c in hostmap.cpus}
+    assert by_id[99].role == Role.OFFLINE
+    assert by_id[2].role == Role.DEDICATED and hostmap.label(by_id[2]) == "a:v0"
+    assert "cpu-overlap" in by_id[3].problems and by_id[3].isolated and text.mark(by_id[3]) == "!"
+    assert by_id[18].role == Role.SIBLING  # 2's sibling on the example host
+    assert by_id[4].role == Role.SHARED and hostmap.label(by_id[4]) == "c"
+    assert by_id[7].role == Role.ISOLATED and by_id[7].isolated and text.mark(by_id[7]) == "*"
+    assert by_id[0].role == Role.RESERVED and hostmap.label(by_id[0]) == "host"
+    assert [hostmap.describe(p) for p in by_id[0].pins] == ["a emulator"]
+    assert not hostmap.domains[1].active
+    lines = text.render(hostmap)
+    assert any("b (latency, shut off, not running)" in line for line in lines)
+
+
+@given(st.lists(st.text(min_size=1, max_size=20), max_size=12), st.integers(3, 10))
+def test_short_names_are_distinct_and_fit(given_names, width):
+    labels = names.short(given_names, width)
+    assert set(labels) == set(given_names)
+    assert len(set(labels.values())) == len(labels)
+    for name, label in labels.items():
+        assert len(label) <= width and label.isprintable() and label.isascii() and " " not in label
+        if len(name) <= width and name.isascii() and name.isprintable() and " " not in name:
+            assert label == name or label.endswith("~")
+    assert names.short(given_names, width) == labels  # the same everywhere
+
+
+def test_example_is_current():
+    """docs/map-example.svg, examples/map/*.xml and README's terminal view are what
+    scripts/map-example makes now."""
+    for path, content in example.files(str(ROOT)).items():
+        assert (ROOT / path).read_text() == content, f"{path} is not current: run scripts/map-example"
+    assert "<!-- map-example -->\n```text\n$ vmtune map" in (ROOT / "README.md").read_text()
+
+
+# -- the command line ----------------------------------------------------------------------------------
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_offline_json_and_svg(capsys, tmp_path):
+    host = str(EXAMPLES / "hosts" / "2node-smt.xml")
+    claims = [str(ROOT / out) for _, _, out in example.DOMAINS]
+    code, out, err = run_cli(capsys, "map", "--host", host, *sum((["--claim", c] for c in claims), []), "--json")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    VALIDATOR.validate(data)
+    assert data["mode"] == "offline" and [d["name"] for d in data["domains"]] == ["web-latency", "db", "batch"]
+    target = tmp_path / "map.svg"
+    code, out, err = run_cli(capsys, "map", "--host", host, "--claim", claims[0], "--svg", str(target))
+    assert code == 0 and out == "" and target.read_text().startswith("<?xml")
+    code, out, _ = run_cli(capsys, "map", "--host", host, "--svg", "-")
+    assert code == 0 and out.startswith("<?xml")
+
+
+@pytest.mark.parametrize("what,content", [
+    ("host", "<capabilities><host>"), ("host", "<domain/>"), ("claim", "<capabilities/>"),
+    ("claim", "<domain><vcpu>x"), ("claim", "<!DOCTYPE d [<!ENTITY e 'x'>]><domain>&e;</domain>")])
+def test_cli_bad_input_is_one_line(capsys, tmp_path, what, content):
+    bad = tmp_path / "bad.xml"
+    bad.write_text(content)
+    out_svg = tmp_path / "out.svg"
+    argv = ["map", "--host", str(bad)] if what == "host" else [
+        "map", "--host", str(EXAMPLES / "hosts" / "2node-smt.xml"), "--claim", str(bad)]
+    code, out, err = run_cli(capsys, *argv, "--svg", str(out_svg))
+    assert code == 1 and out == ""
+    assert err.startswith("vmtune: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert not out_svg.exists()
+
+
+def test_cli_svg_into_a_missing_folder(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "map", "--host", str(EXAMPLES / "hosts" / "2node-smt.xml"),
+                           "--svg", str(tmp_path / "nowhere" / "map.svg"))
+    assert code == 1 and err.startswith("vmtune: error: ") and err.count("\n") == 1
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_color_choice(monkeypatch):
+    from vmtune.cli import hostmap as cli_map
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert cli_map.use_color("auto") and cli_map.use_color("always") and not cli_map.use_color("never")
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not cli_map.use_color("auto") and cli_map.use_color("always")
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    monkeypatch.delenv("NO_COLOR")
+    assert not cli_map.use_color("auto")
+
+
+# -- live ----------------------------------------------------------------------------------------------
+def _live_tree(tmp_path) -> Path:
+    """A sysfs tree of the example host with 2M pools, and the hook's state: a lease on CPUs 2-3
+    and their isolation."""
+    from vmtune.hoststate.document import Isolation, Lease, State
+    from vmtune.hoststate.kinds import Irq
+    from vmtune.hoststate.record import Record
+
+    host = Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    sys_root = write_sysfs(host, str(tmp_path))
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    state = State(leases={"0f1e2d3c-4b5a-4697-8877-665544332211": Lease("db", "latency", frozenset({2, 3}), 1.0)},
+                  baseline=[], isolation=Isolation(frozenset({2, 3}), records={
+                      Irq(5): Record(Irq(5), "0-31", "0-1,4-31")}))
+    (state_dir / "state.json").write_text(json.dumps(state.to_json()))
+    return Path(sys_root)
+
+
+def test_live_with_the_hook_state_and_libvirt(capsys, tmp_path, monkeypatch):
+    """Live: libvirt's domains (its test driver), the sysfs pools, the hook's lease and isolation."""
+    pytest.importorskip("libvirt")
+    sys_root = _live_tree(tmp_path)
+    monkeypatch.setenv("VMTUNE_SYSFS", str(sys_root))
+    monkeypatch.setenv("VMTUNE_STATE_DIR", str(tmp_path / "state"))
+    code, out, err = run_cli(capsys, "map", "-c", "test:///default", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    VALIDATOR.validate(data)
+    assert data["mode"] == "live" and [d["name"] for d in data["domains"]] == ["test"]
+    assert data["hook"]["leases"][0]["name"] == "db" and data["hook"]["isolated"] == "2-3"
+    assert data["hook"]["moved"] == {"irq": 1}
+    cpus = {c["id"]: c for n in data["nodes"] for core in n["cores"] for c in core["threads"]}
+    assert cpus[2]["isolated"] and cpus[3]["isolated"] and not cpus[4]["isolated"]
+    assert data["warnings"] == []
+    code, out, err = run_cli(capsys, "map", "-c", "test:///default", "--color", "never")
+    assert code == 0 and "hook: 1 lease: db (latency, CPUs 2-3" in out and "isolated now: CPUs 2-3" in out
+
+
+def test_live_without_libvirt_says_so_once(capsys, tmp_path, monkeypatch):
+    sys_root = _live_tree(tmp_path)
+    monkeypatch.setenv("VMTUNE_SYSFS", str(sys_root))
+    monkeypatch.setenv("VMTUNE_STATE_DIR", str(tmp_path / "nostate"))
+    code, out, err = run_cli(capsys, "map", "-c", "qemu+unix:///system?socket=/nonexistent", "--color", "never")
+    assert code == 0 and err == ""
+    assert " ".join(out.split()).count("the map shows the host without domains") == 1
+    assert "domains: none" in out and "node 1: 16 CPUs" in out
+    code, out, _ = run_cli(capsys, "map", "-c", "qemu+unix:///system?socket=/nonexistent", "--json")
+    data = json.loads(out)
+    assert len(data["warnings"]) == 1 and data["hook"] is None and data["domains"] == []
+    pools = {(n["id"], p["size_kib"]): p for n in data["nodes"] for p in n["hugepages"]}
+    assert pools[(0, 2048)]["total"] == 4096

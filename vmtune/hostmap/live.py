@@ -1,0 +1,57 @@
+"""What a live map reads besides libvirt: the hugepage pools' sizes from sysfs, and the hook's state.
+
+The state is read as the doctor reads it (vmtune/doctor/hookstate.py): with the hook's own reader,
+never locked or written; whether a lease's domain still runs is judged as the hook judges it
+(alive.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+
+from ..host import sysfs as files
+from ..hoststate import alive
+from ..hoststate.document import Damaged
+from ..hoststate.statedir import BASELINE_FILE, STATE_FILE, StateDir
+from .build import HookView, LeaseView
+
+
+def page_totals(sysfs: str) -> dict[tuple[int, int], int]:
+    """(node, page size KiB) -> pages in the pool (``nr_hugepages``), per node; a kernel without
+    NUMA has its pools under ``kernel/mm/hugepages``, node 0's."""
+    node_dir = os.path.join(sysfs, files.NODE_DIR)
+    if not os.path.isdir(node_dir):
+        return {(0, size): n for size, n in files.pools(os.path.join(sysfs, files.POOLS_DIR), "nr_hugepages").items()}
+    out = {}
+    for name in os.listdir(node_dir):
+        if name.startswith("node") and name[4:].isdigit():
+            pools = files.pools(os.path.join(node_dir, name, "hugepages"), "nr_hugepages")
+            out.update(((int(name[4:]), size), n) for size, n in pools.items())
+    return out
+
+
+def hook_view(roots) -> HookView | None:
+    """The hook's leases, the CPUs it isolates and what it moved off them; None when the hook has
+    no state here (it has not run, or every lease is gone)."""
+    folder = roots.state
+    if not os.path.lexists(os.path.join(folder, STATE_FILE)) and not os.path.lexists(
+            os.path.join(folder, BASELINE_FILE)):
+        return None
+    store = StateDir(folder, dry_run=True, sysfs=roots.sysfs, limit=files.cpu_limit(roots.sysfs),
+                     owners=roots.root == "/")
+    try:
+        state = store.read()
+    except PermissionError:
+        return HookView(problem="permission denied")
+    except Damaged as exc:
+        return HookView(problem=str(exc))
+    now, proc = time.time(), roots.proc or alive.PROC
+    leases = tuple(LeaseView(x.name, x.profile or None, x.cpus, x.dedicated,
+                         alive.why_stale(roots.libvirt, proc, key, x.name, x.since, now, x.qemu) is not None)
+                   for key, x in sorted(state.leases.items(), key=lambda kv: kv[1].name))
+    iso = state.isolation
+    if iso is None:
+        return HookView(leases)
+    return HookView(leases, iso.cpus, dict(Counter(r.key.kind for r in iso.records.values())))

@@ -1,0 +1,181 @@
+"""The map as one standalone SVG document, built with lxml.
+
+Each NUMA node is a box, each core a box of its threads side by side (at most ``THREADS_PER_ROW``
+to a row), each CPU a square filled with its domain's colour, or the role's: reserved is grey and
+hatched, shared yellow, a dedicated core's idle sibling grey-blue, free white, offline crossed
+out. An isolated CPU has a thick dashed blue border, a CPU with an overlap or a float a red one and a ``!``. Every CPU has a ``<title>`` (a
+tooltip in a browser) naming what holds it and every thread pinned there. No script, no external
+reference (the patterns are in ``<defs>``), generic font families only.
+"""
+
+from __future__ import annotations
+
+from lxml import etree
+
+from .. import cpuset
+from . import text
+from .build import HostMap, MapCpu, MapNode, Role
+
+NS = "http://www.w3.org/2000/svg"
+COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948",
+           "#e15759", "#9c755f", "#ff9da7", "#86bcb6", "#8cd17d", "#d37295")
+ROLE_FILL = {Role.RESERVED: "url(#reserved)", Role.SHARED: "#fff2b3", Role.FREE: "#ffffff", Role.SIBLING: "#d5dde8",
+             Role.ISOLATED: "#e6eefc", Role.OFFLINE: "url(#offline)"}
+CPU_W, CPU_H, GAP, PAD, MARGIN = 92, 46, 4, 6, 16
+THREADS_PER_ROW = 4
+CORES_PER_ROW = 8
+HEAD_H = 40
+FONT = "sans-serif"
+MONO = "monospace"
+
+
+def _el(parent, tag: str, text_: str | None = None, **attrs) -> etree._Element:
+    el = etree.SubElement(parent, f"{{{NS}}}{tag}", {k.rstrip("_").replace("_", "-"): str(v) for k, v in attrs.items()})
+    if text_ is not None:
+        el.text = text_
+    return el
+
+
+def _defs(svg) -> None:
+    defs = _el(svg, "defs")
+    hatch = _el(defs, "pattern", id="reserved", width=8, height=8, patternUnits="userSpaceOnUse")
+    _el(hatch, "rect", width=8, height=8, fill="#d9d9d9")
+    _el(hatch, "path", d="M0,8 L8,0", stroke="#a6a6a6", stroke_width=2)
+    cross = _el(defs, "pattern", id="offline", width=10, height=10, patternUnits="userSpaceOnUse")
+    _el(cross, "rect", width=10, height=10, fill="#eeeeee")
+    _el(cross, "path", d="M0,0 L10,10 M10,0 L0,10", stroke="#bbbbbb", stroke_width=1)
+
+
+def fill(hostmap: HostMap, cpu: MapCpu) -> str:
+    owner = hostmap.owner(cpu)
+    if owner is None:
+        return ROLE_FILL.get(cpu.role, "#ffffff")
+    colour = COLOURS[owner % len(COLOURS)]
+    return colour if cpu.role == Role.DEDICATED else _pale(colour)
+
+
+def _pale(colour: str) -> str:
+    """``colour`` mixed with two parts of white: a domain's threads on CPUs it does not hold."""
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{(c + 2 * 255) // 3:02x}" for c in rgb)
+
+
+def title(hostmap: HostMap, cpu: MapCpu) -> str:
+    """The tooltip: the CPU, its role and holder, every thread pinned there."""
+    head = f"CPU {cpu.id}: {cpu.role.value}"
+    if cpu.holder is not None:
+        dom = hostmap.domains[cpu.holder.domain]
+        head += f", {hostmap.describe(cpu.holder)} ({dom.profile or 'untagged'}, {dom.state})"
+    if cpu.isolated:
+        head += ", isolated now"
+    others = [hostmap.describe(p) for p in cpu.pins if p != cpu.holder]
+    if others:
+        head += "; pinned here: " + ", ".join(others)
+    if cpu.problems:
+        head += "; problems: " + ", ".join(cpu.problems) + " (vmtune plan)"
+    return head
+
+
+def _cpu(parent, hostmap: HostMap, cpu: MapCpu, x: int, y: int) -> None:
+    g = _el(parent, "g", class_=f"cpu {cpu.role.value}", id=f"cpu{cpu.id}")
+    _el(g, "title", title(hostmap, cpu))
+    stroke, dash, width = "#555555", None, 1
+    if cpu.problems:
+        stroke, width = "#d62728", 3
+    elif cpu.isolated:
+        stroke, dash, width = "#1f5fbf", "5,3", 3
+    rect = _el(g, "rect", x=x, y=y, width=CPU_W, height=CPU_H, rx=4, fill=fill(hostmap, cpu),
+               stroke=stroke, stroke_width=width)
+    if dash:
+        rect.set("stroke-dasharray", dash)
+    dark = cpu.role == Role.DEDICATED
+    ink = "#ffffff" if dark else "#222222"
+    mark = text.mark(cpu).strip()
+    _el(g, "text", f"{cpu.id}{mark}", x=x + 5, y=y + 14, font_family=FONT, font_size=11, fill=ink,
+        font_weight="bold" if mark else "normal")
+    _el(g, "text", hostmap.label(cpu), x=x + CPU_W / 2, y=y + 34, font_family=MONO, font_size=12, fill=ink,
+        text_anchor="middle")
+
+
+def _core_size(core: tuple[MapCpu, ...]) -> tuple[int, int]:
+    cols = min(len(core), THREADS_PER_ROW)
+    rows = -(-len(core) // THREADS_PER_ROW)
+    return 2 * PAD + cols * CPU_W + (cols - 1) * GAP, 2 * PAD + rows * CPU_H + (rows - 1) * GAP
+
+
+def _node(svg, hostmap: HostMap, node: MapNode, y: int, width: int) -> int:
+    """Draw ``node`` at ``y``; its height."""
+    core_w = max((_core_size(c)[0] for c in node.cores), default=0)
+    core_h = max((_core_size(c)[1] for c in node.cores), default=0)
+    per_row = max(1, min(CORES_PER_ROW, len(node.cores)))
+    rows = -(-len(node.cores) // per_row) if node.cores else 0
+    height = HEAD_H + rows * (core_h + GAP) + PAD
+    g = _el(svg, "g", class_="node", id=f"node{node.id}")
+    _el(g, "rect", x=MARGIN, y=y, width=width, height=height, rx=8, fill="#f7f7f7", stroke="#888888")
+    cpus = sum(len(c) for c in node.cores)
+    _el(g, "text", f"node {node.id}: {cpus} CPUs, {text.memory(node)}", x=MARGIN + 10, y=y + 17,
+        font_family=FONT, font_size=14, font_weight="bold")
+    _el(g, "text", text.pages(node), x=MARGIN + 10, y=y + 33, font_family=FONT, font_size=12)
+    for i, core in enumerate(node.cores):
+        cx = MARGIN + PAD + (i % per_row) * (core_w + GAP)
+        cy = y + HEAD_H + (i // per_row) * (core_h + GAP)
+        w, h = _core_size(core)
+        _el(g, "rect", x=cx, y=cy, width=w, height=h, rx=6, fill="#e4e4e4", stroke="#aaaaaa")
+        for j, cpu in enumerate(core):
+            _cpu(g, hostmap, cpu, cx + PAD + (j % THREADS_PER_ROW) * (CPU_W + GAP),
+                 cy + PAD + (j // THREADS_PER_ROW) * (CPU_H + GAP))
+    return height
+
+
+def _node_width(node: MapNode) -> int:
+    core_w = max((_core_size(c)[0] for c in node.cores), default=CPU_W)
+    per_row = max(1, min(CORES_PER_ROW, len(node.cores)))
+    return 2 * PAD + per_row * core_w + (per_row - 1) * GAP
+
+
+def _legend(svg, hostmap: HostMap, y: int) -> int:
+    """Swatches for the roles and one per domain, with its label and full name; the height used."""
+    g = _el(svg, "g", class_="legend")
+    items = [("url(#reserved)", "host", "reserved for the host, emulators and iothreads", None),
+             (ROLE_FILL[Role.SHARED], "shared", "threads of several domains that do not hold it (of one domain: its colour, pale)", None),
+             (ROLE_FILL[Role.SIBLING], "sibling", "the idle thread of a core a domain holds", None),
+             (ROLE_FILL[Role.FREE], "free", "nothing pinned", None),
+             (ROLE_FILL[Role.OFFLINE], "off", "offline", None),
+             (ROLE_FILL[Role.ISOLATED], "*", "isolated now (dashed blue border)", "#1f5fbf"),
+             ("#ffffff", "!", "an overlap or a float: vmtune plan (red border)", "#d62728")]
+    for i, d in enumerate(hostmap.domains):
+        state = d.state if d.active else f"{d.state}, not running"
+        items.append((COLOURS[i % len(COLOURS)], d.label, f"{d.name} ({d.profile or 'untagged'}, {state})", None))
+    for i, (colour, label, words, border) in enumerate(items):
+        row_y = y + i * 22
+        rect = _el(g, "rect", x=MARGIN, y=row_y, width=28, height=16, rx=3, fill=colour,
+                   stroke=border or "#555555", stroke_width=3 if border else 1)
+        if border == "#1f5fbf":
+            rect.set("stroke-dasharray", "5,3")
+        _el(g, "text", label, x=MARGIN + 36, y=row_y + 13, font_family=MONO, font_size=12)
+        _el(g, "text", words, x=MARGIN + 110, y=row_y + 13, font_family=FONT, font_size=12)
+    return len(items) * 22
+
+
+def render(hostmap: HostMap) -> str:
+    """The SVG document (UTF-8 text with its XML declaration)."""
+    width = max([_node_width(n) for n in hostmap.nodes] + [560])
+    svg = etree.Element(f"{{{NS}}}svg", nsmap={None: NS}, version="1.1")
+    head = text.heading(hostmap)
+    _el(svg, "title", head)
+    _defs(svg)
+    y = MARGIN
+    _el(svg, "text", head, x=MARGIN, y=y + 14, font_family=FONT, font_size=15, font_weight="bold")
+    y += 28
+    for node in hostmap.nodes:
+        y += _node(svg, hostmap, node, y, width) + 12
+    if hostmap.hook is not None and hostmap.hook.isolated:
+        _el(svg, "text", f"isolated now by the hook: CPUs {cpuset.format(hostmap.hook.isolated)}", x=MARGIN,
+            y=y + 12, font_family=FONT, font_size=12)
+        y += 22
+    y += _legend(svg, hostmap, y) + MARGIN
+    total_w = width + 2 * MARGIN
+    svg.set("width", str(total_w))
+    svg.set("height", str(y))
+    svg.set("viewBox", f"0 0 {total_w} {y}")
+    return etree.tostring(svg, xml_declaration=True, encoding="UTF-8", pretty_print=True).decode("utf-8")

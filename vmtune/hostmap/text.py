@@ -1,0 +1,191 @@
+"""The map's terminal view: each NUMA node a block, each core its sibling threads side by side.
+
+    node 0: 64 GiB memory; hugepages 2M 3840 of 4096 free (256 claimed), 1G 8 of 8 free
+      [ 0 host       16 host     ] [ 1 web:v0     17 free     ] ...
+
+A CPU's cell is its id, a mark (``!`` an overlap or a float that ``vmtune plan`` reports, else ``*``
+isolated now, else a space) and its label (``HostMap.label``). Cores are packed into lines of at
+most ``width`` columns (80): every host of up to 64 CPUs fits, a core whose threads do not fit on
+one line (SMT8) is split over several. With ``color``, a domain's CPUs take its colour, reserved,
+free and offline ones are dim, marks are bold; the text is the same.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from .. import cpuset, units
+from ..oneline import escape
+from .build import HostMap, MapCpu, MapNode, Role, Thread
+
+WIDTH = 80
+PALETTE = (32, 34, 35, 36, 33, 31, 92, 94, 95, 96, 93, 91)  # ANSI foreground colours, one per domain
+DIM, BOLD, RESET = "\x1b[2m", "\x1b[1m", "\x1b[0m"
+LEGEND = ("NAME:vN vCPU N of a domain, NAME:emu its emulator, NAME:ioN its iothread N, NAME several of "
+          "its threads, on CPUs it does not hold; host: reserved for "
+          "the host, emulators and iothreads; shared: threads of domains that do not hold it; sibling: "
+          "the idle thread of a core a domain holds; free: nothing pinned; off: offline; * isolated now; ! an overlap or a float (vmtune plan)")
+
+
+def mark(cpu: MapCpu) -> str:
+    return "!" if cpu.problems else "*" if cpu.isolated else " "
+
+
+class _Cells:
+    """How wide a cell is, and how one is drawn."""
+
+    def __init__(self, hostmap: HostMap, color: bool):
+        cpus = hostmap.cpus
+        self.map, self.color = hostmap, color
+        self.id_width = max((len(str(c.id)) for c in cpus), default=1)
+        self.label_width = max([4] + [len(hostmap.label(c)) for c in cpus])
+        self.width = self.id_width + 1 + self.label_width
+
+    def draw(self, cpu: MapCpu) -> str:
+        label = self.map.label(cpu)
+        text = f"{cpu.id:>{self.id_width}}{mark(cpu)}{label:<{self.label_width}}"
+        if not self.color:
+            return text
+        owner = self.map.owner(cpu)
+        if owner is not None:
+            style = f"\x1b[{PALETTE[owner % len(PALETTE)]}m"
+        else:
+            style = "" if cpu.role in (Role.SHARED, Role.ISOLATED, Role.SIBLING) else DIM
+        head = f"{cpu.id:>{self.id_width}}" + (f"{BOLD}{mark(cpu)}{RESET}{style}" if mark(cpu) != " " else " ")
+        return f"{style}{head}{label:<{self.label_width}}{RESET}"
+
+
+def _blocks(node: MapNode, cells: _Cells, width: int) -> tuple[list[list[str]], int]:
+    """Each core as its lines, ``[ a b ]``, split where its threads do not fit in ``width``; and the
+    width of a block on screen (escape sequences take none)."""
+    per_line = max(1, (width - 4 + 1) // (cells.width + 1))
+    shown = min(max(len(core) for core in node.cores), per_line)
+    inner = shown * cells.width + shown - 1
+    out = []
+    for core in node.cores:
+        rows = [core[i:i + per_line] for i in range(0, len(core), per_line)]
+        out.append([f"[{' '.join(cells.draw(c) for c in row)}{' ' * (inner - len(row) * (cells.width + 1) + 1)}]"
+                    for row in rows])
+    return out, inner + 2
+
+
+def _pack(blocks: list[list[str]], block_width: int, width: int) -> list[str]:
+    """Blocks side by side, as many as fit in ``width`` after a two-column indent."""
+    per_line = max(1, (width - 2 + 1) // (block_width + 1))
+    lines = []
+    for i in range(0, len(blocks), per_line):
+        group = blocks[i:i + per_line]
+        height = max(len(b) for b in group)
+        for row in range(height):
+            parts = [b[row] if row < len(b) else " " * block_width for b in group]
+            lines.append(("  " + " ".join(parts)).rstrip())
+    return lines
+
+
+def pages(node: MapNode) -> str:
+    """A node's hugepage pools in words (both views)."""
+    if not node.pages:
+        return "hugepages: none"
+    return "hugepages: " + "; ".join(f"{units.page(p.size_kib)} {p.free} of {p.total} free, {p.claimed} claimed"
+                                     for p in node.pages)
+
+
+def _pages_lines(node: MapNode, width: int) -> list[str]:
+    """The pools on one line, or one size to a line when they do not fit."""
+    one = "  " + pages(node)
+    if len(one) <= width or len(node.pages) < 2:
+        return _wrap(one, width, "    ")
+    first, *rest = pages(node).split("; ")
+    return ["  " + first] + ["  " + " " * len("hugepages: ") + part for part in rest]
+
+
+def memory(node: MapNode) -> str:
+    """A node's memory in words (both views)."""
+    if not node.memory_kib:
+        return "memory unknown"
+    bound = f", {units.size(node.bound_kib)} bound" if node.bound_kib else ""
+    return f"{_gib(node.memory_kib)} memory{bound}"
+
+
+def _gib(kib: int) -> str:
+    return f"{kib / 1048576:.1f} GiB" if kib % 1048576 else f"{kib // 1048576} GiB"
+
+
+def _wrap(text: str, width: int, indent: str = "  ") -> list[str]:
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def _node(node: MapNode, cells: _Cells, width: int) -> list[str]:
+    cpus = [c for core in node.cores for c in core]
+    head = f"node {node.id}: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''}, {memory(node)}"
+    lines = _wrap(head, width) + _pages_lines(node, width)
+    if not cpus:
+        return lines + ["  (no CPUs)"]
+    return lines + _pack(*_blocks(node, cells, width), width)
+
+
+def _where(hostmap: HostMap, d) -> str:
+    parts = []
+    vcpus = [t for t in d.threads if t.thread == Thread.VCPU]
+    if vcpus:
+        cpus = frozenset().union(*(t.cpus for t in vcpus))
+        ids = cpuset.format(t.id for t in vcpus)
+        parts.append(f"vCPU{'s' if len(vcpus) != 1 else ''} {ids} on {cpuset.format(cpus)}")
+    others = [t for t in d.threads if t.thread != Thread.VCPU]
+    parts += [f"{'emulator' if t.thread == Thread.EMULATOR else f'iothread {t.id}'} on {cpuset.format(t.cpus)}"
+              for t in others]
+    return "; ".join(parts) or "floats on every CPU"
+
+
+def _domains(hostmap: HostMap, width: int) -> list[str]:
+    if not hostmap.domains:
+        return ["domains: none"]
+    lines = ["domains:"]
+    pad = max(len(d.label) for d in hostmap.domains)
+    for d in hostmap.domains:
+        state = d.state if d.active else f"{d.state}, not running"
+        text = f"{d.label:<{pad}}  {escape(d.name)} ({d.profile or 'untagged'}, {state}): {_where(hostmap, d)}"
+        lines += _wrap(text, width - 2, " " * (pad + 2))
+    return ["  " + line if i else line for i, line in enumerate(lines)]
+
+
+def _hook(hostmap: HostMap, width: int) -> list[str]:
+    hook = hostmap.hook
+    if hook is None:
+        return []
+    if hook.problem:
+        return _wrap(f"hook: its state cannot be read: {hook.problem}", width)
+    leases = ", ".join(f"{escape(x.name)} ({x.profile or '?'}, CPUs {cpuset.format(x.cpus) or '-'}"
+                       f"{', stale: the next reap gives them back' if x.stale else ''})" for x in hook.leases)
+    text = f"hook: {len(hook.leases)} lease{'s' if len(hook.leases) != 1 else ''}{': ' + leases if leases else ''}"
+    if hook.isolated:
+        moved = ", ".join(f"{n} {kind}" for kind, n in sorted(hook.moved.items()))
+        text += f"; isolated now: CPUs {cpuset.format(hook.isolated)}" + (f" ({moved} moved off)" if moved else "")
+    return _wrap(text, width)
+
+
+def heading(hostmap: HostMap) -> str:
+    """The map's first line (both views)."""
+    cores = sum(len(n.cores) for n in hostmap.nodes)
+    return (f"vmtune map ({hostmap.mode}): {hostmap.arch or 'unknown arch'}, {len(hostmap.nodes)} "
+            f"node{'s' if len(hostmap.nodes) != 1 else ''}, {len(hostmap.cpus)} CPUs in {cores} cores, "
+            f"{len(hostmap.domains)} domain{'s' if len(hostmap.domains) != 1 else ''}")
+
+
+def render(hostmap: HostMap, color: bool = False, width: int = WIDTH) -> list[str]:
+    """The terminal view's lines (no line longer than ``width`` on hosts of up to 64 CPUs)."""
+    lines = _wrap(heading(hostmap), width)
+    cells = _Cells(hostmap, color)
+    for node in hostmap.nodes:
+        lines += _node(node, cells, width)
+    if hostmap.unbound_pages:
+        lines += _wrap("hugepages on any node: " + ", ".join(
+            f"{units.page(s)} {n} claimed" for s, n in sorted(hostmap.unbound_pages.items())), width)
+    lines += _hook(hostmap, width)
+    lines += _domains(hostmap, width)
+    for problem in hostmap.problems:
+        lines += _wrap(f"problem: {escape(problem.message)}", width)
+    for warning in hostmap.warnings:
+        lines += _wrap(f"warning: {escape(warning)}", width)
+    lines += _wrap("legend: " + LEGEND, width, "        ")
+    return lines
