@@ -37,8 +37,8 @@ HOST_FILES = ("/proc/sys/kernel/timer_migration", "/proc/sys/vm/stat_interval", 
 
 def _machine() -> dict[str, str]:
     """The host values the hook's isolation changes: the files above, every workqueue's cpumask,
-    every IRQ's affinity, and whether an irqbalance runs; and whether the reaper's units are in
-    /etc/systemd/system."""
+    every IRQ's affinity, and whether an irqbalance runs; whether the reaper's units are in
+    /etc/systemd/system; and the system libvirtd's domains."""
     import glob
     import subprocess
 
@@ -53,6 +53,13 @@ def _machine() -> dict[str, str]:
     out["irqbalance running"] = str(subprocess.run(["pgrep", "-x", "irqbalance"], capture_output=True).returncode == 0)
     for unit in ("vmtune-reap.service", "vmtune-reap.timer"):  # the reaper's units: no test writes them here
         out[unit] = str(Path("/etc/systemd/system", unit).exists())
+    try:  # the system libvirtd's domains, defined or running: the tests leave none behind
+        virsh = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
+                               capture_output=True, text=True, timeout=30)
+        if virsh.returncode == 0:
+            out["libvirt domains"] = " ".join(sorted(virsh.stdout.split()))
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # no libvirt here: nothing to leave behind
     return out
 
 

@@ -21,7 +21,7 @@ import pytest
 import vmtune
 from libvirt_env import minimal_domain, started, virsh
 from test_hook import CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
-from vmtune import cli
+from vmtune import cli, cpuset
 from vmtune import hookfile as install
 
 HOOKS_DIR = Path("/etc/libvirt/hooks")
@@ -127,7 +127,7 @@ def _wait_for(predicate, timeout: float = 20) -> bool:
     return True
 
 
-def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys):
+def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys, monkeypatch):
     """A latency-tagged and an untagged domain run together: one lease (the tagged one), the fake host
     tuned; after both stop, no leases and every fake sysfs value as it was.
 
@@ -157,6 +157,7 @@ def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys):
             assert value(sysfs, f"{CPU}/cpu{cpu}/cpufreq/scaling_governor") == "performance"
         assert value(sysfs, "kernel/mm/ksm/run") == "0"
         assert json.loads(state.read_text())["baseline"]
+        _check_live_map(hooked, monkeypatch, capsys, tagged.name, plain.name)
     assert _wait_for(lambda: tagged.name not in [lease["name"] for lease in _leases(state).values()]), _leases(state)
     foreign = _leases(state)
     if foreign:
@@ -164,6 +165,26 @@ def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys):
     assert json.loads(state.read_text())["baseline"] is None
     assert value(sysfs, f"{CPU}/cpu0/cpufreq/scaling_governor") == ORIGINAL_GOVERNOR
     assert snapshot(sysfs) == before
+
+
+def _check_live_map(hooked, monkeypatch, capsys, tagged: str, plain: str) -> None:
+    """``vmtune map`` live, beside the real daemon: both domains running, the tagged one's vCPU on
+    the CPU its pin names, held for itself, and the hook's lease for it, not stale."""
+    for key in ("VMTUNE_SYSFS", "VMTUNE_STATE_DIR", "VMTUNE_LIBVIRT_RUNDIR"):
+        monkeypatch.setenv(key, hooked["settings"][key])
+    capsys.readouterr()
+    assert cli.main(["map", "--json", "-c", URI]) == 0
+    data = json.loads(capsys.readouterr().out)
+    domains = {d["name"]: d for d in data["domains"]}
+    assert domains[tagged]["active"] and domains[plain]["active"] and domains[tagged]["profile"] == "latency"
+    cpus = {c["id"]: c for n in data["nodes"] for core in n["cores"] for c in core["threads"]}
+    pins = [t for t in domains[tagged]["threads"] if t["thread"] == "vcpu"]
+    for pin in pins:
+        (cpu,) = cpuset.parse(pin["cpus"])
+        assert cpus[cpu]["role"] == "dedicated" and cpus[cpu]["holder"] == {
+            "domain": tagged, "thread": "vcpu", "id": pin["id"]}
+    (lease,) = [x for x in data["hook"]["leases"] if x["name"] == tagged]
+    assert not lease["stale"] and lease["cpus"] == domains[tagged]["dedicated"]
 
 
 def test_libvirtd_scrubs_the_hook_environment(hooked):

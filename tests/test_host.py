@@ -222,6 +222,17 @@ def test_node_cpulist_with_offline_cpus_is_intersected(tmp_path):
     loaded = Host.from_sysfs(root, arch="x86_64")
     assert loaded.cell(0).cpus == (0, 1, 2, 3)
     assert set(loaded.cpus) == {0, 1, 2, 3}
+    assert loaded.offline == {4: 0, 5: 0, 6: 0, 7: 0}
+
+
+def test_an_online_cpu_in_no_node_list_is_on_the_first_node(tmp_path):
+    """A node folder without a cpulist (a partial tree): its CPUs are not lost, they go where the
+    kernel puts a CPU without NUMA information, on the first node."""
+    host = load("vm-caps-x86_64-1node-skylake-smt.xml")
+    root = write_sysfs(host, str(tmp_path))
+    (tmp_path / "sys/devices/system/node/node0/cpulist").unlink()
+    loaded = Host.from_sysfs(root, arch="x86_64")
+    assert set(loaded.cpus) == set(host.cpus) and loaded.cell(0).cpus == tuple(sorted(host.cpus))
 
 
 def test_missing_topology_files_mean_unknown(tmp_path):

@@ -192,6 +192,10 @@ def _numa(root: str, online: frozenset[int]) -> tuple[list[dict], list[dict], di
         cells.append({"id": node, "cpus": tuple(ids), "memory_kib": meminfo_kib(os.path.join(path, "meminfo")) or 0,
                       "pages": pools(os.path.join(path, "hugepages")),
                       "distances": dict(zip(nodes, map(int, row))) if ok else {}})
+    stray = sorted(online - seen)  # online in no node's list: the kernel's default, the first node
+    if stray and cells:
+        cells[0]["cpus"] = tuple(sorted(cells[0]["cpus"] + tuple(stray)))
+        cpus += [_cpu(cpu_dir, c, cells[0]["id"]) for c in stray]
     return cells, cpus, offline
 
 

@@ -47,9 +47,9 @@ def hook_view(roots) -> HookView | None:
         return HookView(problem="permission denied")
     except Damaged as exc:
         return HookView(problem=str(exc))
-    now, proc = time.time(), roots.proc or alive.PROC
+    now = time.time()  # QEMUs are looked up in this machine's /proc, as the hook looks them up
     leases = tuple(LeaseView(x.name, x.profile or None, x.cpus, x.dedicated,
-                         alive.why_stale(roots.libvirt, proc, key, x.name, x.since, now, x.qemu) is not None)
+                             alive.why_stale(roots.libvirt, alive.PROC, key, x.name, x.since, now, x.qemu) is not None)
                    for key, x in sorted(state.leases.items(), key=lambda kv: kv[1].name))
     iso = state.isolation
     if iso is None:
