@@ -23,7 +23,7 @@ from ansible_env import COLLECTION, playbook, tasks
 from libvirt_env import PREFIX, URI, define, minimal_domain, undefine, virsh
 
 import vmtune.config
-from vmtune import cli, cpuset
+from vmtune import cli, cpuset, reaper
 
 VMTUNE = Path(sys.executable).parent / "vmtune"
 PIDFILE = Path("/run/libvirtd.pid")
@@ -208,6 +208,7 @@ def _role_book(tmp_path: Path, where: Path, wheel: Path) -> Path:
     settings = {"vmtune_venv": str(where / "venv"), "vmtune_python": sys.executable, "vmtune_wheel": str(wheel),
                 "vmtune_wheel_dir": str(where / "wheels"), "vmtune_link": str(where / "bin" / "vmtune"),
                 "vmtune_config_path": str(where / "etc" / "vmtune.toml"), "vmtune_hooks_dir": str(where / "hooks"),
+                "vmtune_unit_dir": str(where / "units"), "vmtune_cron_file": str(where / "cron.d" / "vmtune"),
                 "vmtune_config": {"placement": "pack", "hook": {"on_conflict": "warn"}}}
     book = tmp_path / "role.yml"
     book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
@@ -216,8 +217,8 @@ def _role_book(tmp_path: Path, where: Path, wheel: Path) -> Path:
 
 
 def test_role_installs_vmtune_and_restarts_libvirtd_only_when_the_hook_changed(libvirtd, tmp_path):
-    """The role on this host (no systemd): run 1 installs the wheel into a venv, links vmtune, writes the config
-    and the hook (its #! the venv's python) and restarts libvirtd; run 2 reports changed=0 and libvirtd keeps
+    """The role on this host (no systemd): run 1 installs the wheel into a venv, links vmtune, writes the config,
+    the hook (its #! the venv's python) and the reaper (its units, and a cron file: no systemd here) and restarts libvirtd; run 2 reports changed=0 and libvirtd keeps
     its pid. A check-mode run on new paths writes nothing and restarts nothing."""
     if Path("/run/systemd/system").exists():
         pytest.skip("this host runs systemd: the role restarts libvirt through the service module there")
@@ -238,6 +239,11 @@ def test_role_installs_vmtune_and_restarts_libvirtd_only_when_the_hook_changed(l
     assert os.readlink(where / "bin" / "vmtune") == str(where / "venv" / "bin" / "vmtune")
     cfg = vmtune.config.load(str(where / "etc" / "vmtune.toml"))
     assert cfg.placement == "pack" and cfg.hook == vmtune.config.HookSettings(on_conflict="warn")
+    # the reaper, as `vmtune hook install` writes it for this venv and hooks folder; no systemd here: cron
+    python = str(where / "venv" / "bin" / "python")
+    for name, text in reaper.units(python, str(where / "hooks")).items():
+        assert (where / "units" / name).read_text() == text, name
+    assert (where / "cron.d" / "vmtune").read_text().splitlines()[1] == reaper.cron_line(python, str(where / "hooks"))
     restarted = _libvirtd_pid()
     assert restarted not in (None, pid), "the handler did not restart libvirtd"
     assert "RUNNING HANDLER [vmtune.kvm.host : Restart libvirt without systemd]" in first.out
