@@ -51,8 +51,9 @@ def _machine() -> dict[str, str]:
         except OSError:
             pass
     out["irqbalance running"] = str(subprocess.run(["pgrep", "-x", "irqbalance"], capture_output=True).returncode == 0)
-    for unit in ("vmtune-reap.service", "vmtune-reap.timer"):  # the reaper's units: no test writes them here
-        out[unit] = str(Path("/etc/systemd/system", unit).exists())
+    # the reaper's units and the role's cron file: no test writes them here
+    for path in ("/etc/systemd/system/vmtune-reap.service", "/etc/systemd/system/vmtune-reap.timer", "/etc/cron.d/vmtune"):
+        out[path] = str(Path(path).exists())
     try:  # the system libvirtd's domains, defined or running: the tests leave none behind
         virsh = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
                                capture_output=True, text=True, timeout=30)

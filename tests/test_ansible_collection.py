@@ -446,7 +446,8 @@ def _role_book(tmp: Path, where: Path, name: str, **over) -> Path:
     settings = {"vmtune_venv": str(where / "venv"), "vmtune_python": sys.executable,
                 "vmtune_wheel_dir": str(where / "wheels"), "vmtune_link": "", "vmtune_extras": [],
                 "vmtune_system_packages": [], "vmtune_config_path": str(where / "etc" / "vmtune.toml"),
-                "vmtune_hooks_dir": str(where / "hooks"), "vmtune_restart_libvirt": False, **over}
+                "vmtune_hooks_dir": str(where / "hooks"), "vmtune_restart_libvirt": False,
+                "vmtune_unit_dir": str(where / "units"), "vmtune_cron_file": str(where / "cron.d" / "vmtune"), **over}
     book = tmp / name
     book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
                                  "roles": [{"role": "vmtune.kvm.host", "vars": settings}]}]))
