@@ -256,7 +256,8 @@ def test_every_role_and_marks():
     by_id = {c.id: c for c in hostmap.cpus}
     assert by_id[99].role == Role.OFFLINE
     assert by_id[2].role == Role.DEDICATED and hostmap.label(by_id[2]) == "a:v0"
-    assert "cpu-overlap" in by_id[3].problems and by_id[3].isolated and text.mark(by_id[3]) == "!"
+    assert "cpu-overlap" in by_id[3].problems and by_id[3].isolated and text.mark(by_id[3]) == "#"
+    assert text.mark(by_id[2]) == "!" and not by_id[2].isolated
     assert by_id[18].role == Role.SIBLING  # 2's sibling on the example host
     assert by_id[4].role == Role.SHARED and hostmap.label(by_id[4]) == "c"
     assert by_id[7].role == Role.ISOLATED and by_id[7].isolated and text.mark(by_id[7]) == "*"
@@ -265,18 +266,67 @@ def test_every_role_and_marks():
     assert not hostmap.domains[1].active
     lines = text.render(hostmap)
     assert any("b (latency, shut off, not running)" in line for line in lines)
+    assert "node 1: 16 CPUs (1 offline), 64 GiB memory" in lines
+    assert lines[0].endswith("32 CPUs in 16 cores (1 offline), 3 domains")
 
 
 @given(st.lists(st.text(min_size=1, max_size=20), max_size=12), st.integers(3, 10))
 def test_short_names_are_distinct_and_fit(given_names, width):
     labels = names.short(given_names, width)
-    assert set(labels) == set(given_names)
-    assert len(set(labels.values())) == len(labels)
-    for name, label in labels.items():
+    assert len(labels) == len(given_names) and len(set(labels)) == len(labels)  # one per domain, same names too
+    for name, label in zip(given_names, labels):
         assert len(label) <= width and label.isprintable() and label.isascii() and " " not in label
-        if len(name) <= width and name.isascii() and name.isprintable() and " " not in name:
-            assert label == name or label.endswith("~")
+        assert label not in names.ROLE_WORDS
+        if label != name and name.isascii() and name.isprintable() and " " not in name:
+            assert label.endswith("~")
     assert names.short(given_names, width) == labels  # the same everywhere
+
+
+def test_a_domain_named_like_a_role_and_twins(tmp_path):
+    """A domain called ``host`` cannot pass for reserved CPUs, and two of one name are told apart."""
+    host = Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    named = ("<domain type='kvm'><name>{}</name><memory unit='MiB'>512</memory><vcpu cpuset='{}'>2</vcpu>"
+             "<os><type arch='x86_64'>hvm</type></os></domain>")
+    hostmap = build.build(host, [(named.format("host", "6-7"), "running"), (named.format("twin", "4"), "running"),
+                                 (named.format("twin", "5"), "running")])
+    by_id = {c.id: c for c in hostmap.cpus}
+    assert hostmap.label(by_id[6]) == "host1~" and hostmap.label(by_id[0]) == "host"
+    assert hostmap.label(by_id[4]) != hostmap.label(by_id[5])
+    pins = {c["id"]: c["pins"] for n in hostmap.to_dict()["nodes"] for core in n["cores"] for c in core["threads"]}
+    assert {p["index"] for p in pins[4]} == {1} and {p["index"] for p in pins[5]} == {2}
+
+
+def test_pins_it_cannot_show_are_said(tmp_path):
+    """Pins to offline CPUs, to CPUs the host lacks, and for vCPUs the domain lacks: a warning each,
+    in every view."""
+    base = Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    host = Host.from_capabilities(caps_xml(base, {40: 0}))
+    xml = ("<domain type='kvm'><name>odd</name><memory unit='MiB'>512</memory><vcpu>2</vcpu>" + TAG.format("latency")
+           + "<cputune><vcpupin vcpu='0' cpuset='40'/><vcpupin vcpu='1' cpuset='99'/><vcpupin vcpu='7' cpuset='3'/>"
+           "</cputune><os><type arch='x86_64'>hvm</type></os></domain>")
+    hostmap = build.build(host, [(xml, "running")])
+    assert len(hostmap.warnings) == 3
+    assert any("40, which are offline" in w for w in hostmap.warnings)
+    assert any("99, which this host does not have" in w for w in hostmap.warnings)
+    assert any("vCPU 7, which it does not have" in w for w in hostmap.warnings)
+    VALIDATOR.validate(hostmap.to_dict())
+    assert not {c.id: c for c in hostmap.cpus}[3].pins  # vCPU 7's pin is not drawn
+    shown = " ".join(" ".join(text.render(hostmap)).split())
+    for warning in hostmap.warnings:
+        assert warning in shown
+    document = svg.render(hostmap)
+    for warning in hostmap.warnings:
+        assert warning.replace("<", "&lt;").replace(">", "&gt;") in document
+
+
+def test_wide_names_keep_to_80_columns():
+    host = Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    name = "服务器" * 13 + " 数据库 " + "x" * 100
+    xml = (f"<domain type='kvm'><name>{name}</name><memory unit='MiB'>512</memory><vcpu cpuset='4'>1</vcpu>"
+           "<cputune><vcpupin vcpu='0' cpuset='200'/></cputune><os><type arch='x86_64'>hvm</type></os></domain>")
+    lines = text.render(build.build(host, [(xml, "running")]))
+    assert max(names.columns(line) for line in lines) <= 80
+    assert "服务器" in "".join(lines)
 
 
 def test_example_is_current():
@@ -311,6 +361,8 @@ def test_cli_offline_json_and_svg(capsys, tmp_path):
 
 @pytest.mark.parametrize("what,content", [
     ("host", "<capabilities><host>"), ("host", "<domain/>"), ("claim", "<capabilities/>"),
+    ("host", (EXAMPLES / "hosts" / "2node-smt.xml").read_text().replace("<cell id='1'>", "<cell id='-1'>")),
+    ("host", (EXAMPLES / "hosts" / "2node-smt.xml").read_text().replace(">4096</pages>", ">-5</pages>", 1)),
     ("claim", "<domain><vcpu>x"), ("claim", "<!DOCTYPE d [<!ENTITY e 'x'>]><domain>&e;</domain>")])
 def test_cli_bad_input_is_one_line(capsys, tmp_path, what, content):
     bad = tmp_path / "bad.xml"
@@ -322,6 +374,42 @@ def test_cli_bad_input_is_one_line(capsys, tmp_path, what, content):
     assert code == 1 and out == ""
     assert err.startswith("vmtune: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert not out_svg.exists()
+
+
+def test_cli_never_replaces_what_is_not_a_file(capsys, tmp_path):
+    """--svg (and rewrite -o) onto a FIFO is refused and leaves it; onto a symlink writes the file
+    it points to and keeps the link."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    host = str(EXAMPLES / "hosts" / "2node-smt.xml")
+    for argv in (["map", "--host", host, "--svg", str(fifo)],
+                 ["rewrite", str(EXAMPLES / "db-4vcpu.xml"), "--host", host, "-o", str(fifo)]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 1 and err.startswith("vmtune: error: ") and "not a regular file" in err, err
+        assert fifo.is_fifo()
+    target, link = tmp_path / "target.svg", tmp_path / "link.svg"
+    target.write_text("old")
+    link.symlink_to(target)
+    code, _, err = run_cli(capsys, "map", "--host", host, "--svg", str(link))
+    assert code == 0, err
+    assert link.is_symlink() and target.read_text().startswith("<?xml")
+
+
+@pytest.mark.parametrize("claim,what", [
+    ("<domain type='kvm'><name>vb</name><vcpu>99999999999</vcpu></domain>", "bad vCPU count"),
+    ("<domain type='kvm'><name>vb</name><vcpu>-3</vcpu></domain>", "bad vCPU count"),
+    ("<domain type='kvm'><name>io</name><vcpu>1</vcpu><iothreads>50000000</iothreads></domain>", "bad iothread count")])
+def test_cli_counts_no_reader_can_iterate(capsys, tmp_path, claim, what):
+    """A claim with a vCPU or iothread count out of bounds is one line, before anything iterates it,
+    for the map and for rewrite's --claim and input alike."""
+    bad = tmp_path / "bad.xml"
+    bad.write_text(claim)
+    host = str(EXAMPLES / "hosts" / "2node-smt.xml")
+    for argv in (["map", "--host", host, "--claim", str(bad)],
+                 ["rewrite", str(EXAMPLES / "db-4vcpu.xml"), "--host", host, "--claim", str(bad)],
+                 ["rewrite", str(bad), "--host", host]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 1 and what in err and err.count("\n") == 1, (argv, err)
 
 
 def test_cli_svg_into_a_missing_folder(capsys, tmp_path):

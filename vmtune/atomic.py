@@ -46,11 +46,24 @@ def replace(path: str, data: bytes, mode: int = 0o644, prefix: str = ".vmtune-",
 def write_atomic(path: str, text: str, mode_from: str | None = None, mode: int | None = None) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename: all or nothing.
 
-    The file gets the permissions of ``mode_from`` when that exists, else ``mode``, else 0644.
+    A symlink is written through: the file it points to is replaced, the link stays. A target that
+    exists and is not a regular file (a FIFO, a device, a socket, a folder) is refused, since a
+    rename would replace it: nothing is written. The file gets the permissions of ``mode_from`` when
+    that exists, else ``mode``, else 0644.
     """
+    import stat
+
+    target = os.path.realpath(path)
+    try:
+        kind = os.stat(target).st_mode
+    except OSError:
+        kind = None  # a new file (or a folder that is not there: the write says so)
+    if kind is not None and not stat.S_ISREG(kind):
+        what = "a folder" if stat.S_ISDIR(kind) else "not a regular file"
+        raise InvalidInput(f"cannot write {path}: {what} (vmtune writes a file by replacing it whole)")
     source = mode_from if mode_from and os.path.exists(mode_from) else None
     try:
         perms = os.stat(source).st_mode & 0o7777 if source else (0o644 if mode is None else mode)
-        replace(path, text.encode("utf-8"), perms, sync_dir=False)
+        replace(target, text.encode("utf-8"), perms, sync_dir=False)
     except OSError as exc:
         raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from None

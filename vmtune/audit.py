@@ -204,7 +204,12 @@ def domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
     if root.tag != "domain":
         raise InvalidInput(f"domain XML #{index + 1}: expected a <domain>, got <{root.tag}>")
     text = etree.tostring(root, encoding="unicode")
-    return text, Domain(root)
+    dom = Domain(root)
+    try:
+        facts.check_counts(dom)
+    except InvalidInput as exc:
+        raise InvalidInput(f"domain XML #{index + 1}: {exc}") from None
+    return text, dom
 
 
 def _reach(dom: Domain, everywhere: frozenset[int]):

@@ -52,6 +52,7 @@ def read(xml: str | bytes, host: Host) -> Claim:
     if root.tag != "domain":
         raise InvalidInput(f"a claim must be a <domain>, not <{root.tag}>")
     dom = Domain(root)
+    facts.check_counts(dom)
     mem = facts.memory(dom, lambda: default_page_kib(host))
     return Claim(dom.name, dom.uuid, dom.tagged_profile, facts.dedicated(dom), facts.pinned(dom),
                  mem.bound_kib, mem.hugepages, mem.unbound_pages)

@@ -11,7 +11,7 @@ from . import claims as claims_mod
 from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
-from . import profiles, xmlsafe, xmltext
+from . import facts, profiles, xmlsafe, xmltext
 from .profiles import Pinning
 from .context import PassContext
 from .edits import Change, Warn
@@ -62,8 +62,7 @@ def check_domain(dom: Domain, host: Host) -> str:
     if arch and arch not in native_arches(host):
         raise Unsupported(f"domain arch {arch} does not run natively on this {host.arch} host "
                           f"(it runs {', '.join(sorted(native_arches(host)))})")
-    if dom.vcpus < 1 or dom.vcpus > 4096:
-        raise InvalidInput(f"bad vCPU count {dom.vcpu_text!r}")
+    facts.check_counts(dom)
     return virt
 
 

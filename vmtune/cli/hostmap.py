@@ -35,6 +35,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--svg", metavar="FILE", help="write the picture as a standalone SVG to FILE (- for stdout)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour the terminal view (auto: on a terminal, unless NO_COLOR is set)")
+    p.set_defaults(usage_error=p.error)
 
 
 def _domains(uri: str | None) -> tuple[list[tuple[str, str]], list[str]]:
@@ -59,6 +60,8 @@ def use_color(choice: str) -> bool:
 def cmd_map(args, cfg, roots) -> int:
     from ..hostmap import build, live, svg, text
 
+    if args.svg == "":
+        args.usage_error("--svg needs a file name, or - for stdout")
     if args.host or args.claim:
         host = (Host.from_capabilities(xmlsafe.read(args.host, "capabilities XML")) if args.host
                 else Host.from_sysfs(args.sysfs or roots.sysfs))

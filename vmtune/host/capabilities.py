@@ -16,15 +16,25 @@ from ..errors import InvalidInput
 
 
 def _int(value: str | None, what: str) -> int:
+    """A whole number not below 0 (ids, counts, distances)."""
     try:
-        return int(str(value).strip())
+        number = int(str(value).strip())
     except ValueError:
-        raise InvalidInput(f"capabilities XML: bad {what} {value!r}") from None
+        number = -1
+    if number < 0:
+        raise InvalidInput(f"capabilities XML: bad {what} {value!r}")
+    return number
 
 
 def _opt_int(elem, attr: str) -> int | None:
+    """A topology id; any whole number (libvirt writes -1 where the kernel gives none)."""
     value = elem.get(attr)
-    return None if value is None else _int(value, f"cpu {attr}")
+    if value is None:
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise InvalidInput(f"capabilities XML: bad cpu {attr} {value!r}") from None
 
 
 def _page_kib(elem) -> int:

@@ -35,6 +35,7 @@ from .. import config as config_mod
 from .. import cpuset, facts
 from ..host import Host
 from ..placement import taken_cores
+from . import names
 
 LABEL = 6  # a domain's name in a CPU's label: at most this long (names.short)
 OVERLAPS = (audit_mod.CPU_OVERLAP, audit_mod.CORE_OVERLAP, audit_mod.FLOAT)  # marked on their CPUs
@@ -75,7 +76,7 @@ class Placed(NamedTuple):
 @dataclass(frozen=True)
 class MapDomain:
     name: str
-    label: str  # its name shortened to LABEL, unique among the map's domains (names.short)
+    label: str  # its name shortened to LABEL, unique among the map's domains, never a role's word (names.short)
     uuid: str | None
     profile: str | None
     state: str  # libvirt's ("running", "shut off", ...), or "claim" offline
@@ -200,7 +201,7 @@ class HostMap:
 
     def to_dict(self) -> dict:
         def pin(p: Pin) -> dict:
-            return {"domain": self.domains[p.domain].name, "thread": p.thread.value, "id": p.id}
+            return {"domain": self.domains[p.domain].name, "index": p.domain, "thread": p.thread.value, "id": p.id}
 
         def cpu(c: MapCpu) -> dict:
             return {"id": c.id, "role": c.role.value, "holder": None if c.holder is None else pin(c.holder),
@@ -222,27 +223,39 @@ class HostMap:
 
 
 # -- building it ------------------------------------------------------------------------------------
-def _threads(dom) -> tuple[Placed, ...]:
-    """Where each thread may run by a pin or the ``<vcpu cpuset>`` (floating threads left out)."""
+def _threads(dom) -> tuple[tuple[Placed, ...], list[int]]:
+    """Where each thread may run by a pin or the ``<vcpu cpuset>`` (floating threads left out); and
+    the ids of ``<vcpupin>``s that name no vCPU of the domain (left out too)."""
     r = facts.reach(dom, frozenset())  # no pin, no cpuset: the empty set, pinned nowhere
     pins = dom.vcpupins()
-    vcpus = {**{v: r.default for v in range(dom.vcpus)}, **pins}
+    stray = sorted(v for v in pins if not 0 <= v < dom.vcpus)
+    vcpus = {**{v: r.default for v in range(dom.vcpus)}, **{v: c for v, c in pins.items() if 0 <= v < dom.vcpus}}
     out = [Placed(Thread.VCPU, v, cpus) for v, cpus in sorted(vcpus.items())]
     out.append(Placed(Thread.EMULATOR, None, r.emulator))
     out += [Placed(Thread.IOTHREAD, i, r.iothread(i)) for i in sorted(dom.iothread_ids())]
-    return tuple(t for t in out if t.cpus)
+    return tuple(t for t in out if t.cpus), stray
 
 
-def _domains(host: Host, domains: Sequence[tuple[str | bytes, str]], report, labels) -> list[MapDomain]:
-    out = []
+def _domains(host: Host, domains: Sequence[tuple[str | bytes, str]], report) -> tuple[list[MapDomain], list[str]]:
+    """The map's domains, and a warning for each pin it cannot show where it says."""
+    out, notes = [], []
     known = frozenset(host.cpus) | frozenset(host.offline)
+    labels = names.short([row.name for row in report.rows], LABEL)
     for i, ((xml, state), row) in enumerate(zip(domains, report.rows)):
         _, dom = audit_mod.domain_of(xml, i)
-        threads = _threads(dom)
+        threads, stray = _threads(dom)
         every = frozenset().union(*(t.cpus for t in threads))
-        out.append(MapDomain(row.name, labels[row.name], row.uuid, row.profile, state,
+        out.append(MapDomain(row.name, labels[i], row.uuid, row.profile, state,
                              audit_mod.holds_now(state), row.vcpus, row.dedicated, threads, every - known))
-    return out
+        if every - known:
+            notes.append(f"{row.name} pins threads to {cpuset.format(every - known)}, which this host does not have")
+        if every & frozenset(host.offline):
+            notes.append(f"{row.name} pins threads to {cpuset.format(every & frozenset(host.offline))}, "
+                         f"which are offline")
+        if stray:
+            notes.append(f"{row.name} has <vcpupin> for vCPU {cpuset.format(stray)}, which it does not have "
+                         f"({row.vcpus} vCPUs): not shown")
+    return out, notes
 
 
 def _pins_by_cpu(doms: list[MapDomain]) -> dict[int, list[Pin]]:
@@ -301,12 +314,9 @@ def build(host: Host, domains: Sequence[tuple[str | bytes, str]] = (), *, config
     (a live host); without it, ``host``'s pages are the pools (capabilities) and the pages of the
     domains that hold theirs now are taken out of them. ``hook``: what the hook holds (live).
     Raises InvalidInput (one line) for a malformed domain, as ``audit`` does."""
-    from . import names
-
     config = config or config_mod.Config()
     report = audit_mod.audit(host, list(domains), config=config)
-    labels = names.short([row.name for row in report.rows], LABEL)
-    doms = _domains(host, domains, report, labels)
+    doms, notes = _domains(host, domains, report)
     pins = _pins_by_cpu(doms)
     reserved = host.reserved(config)
     isolated = host.isolated | (hook.isolated if hook else frozenset())
@@ -332,7 +342,5 @@ def build(host: Host, domains: Sequence[tuple[str | bytes, str]] = (), *, config
         for (n, size), count in row.pages.items():
             if n is None:
                 unbound[size] += count
-    notes = list(warnings) + [f"{d.name} pins threads to {cpuset.format(d.outside)}, which this host does not have"
-                              for d in doms if d.outside]
     return HostMap(mode, host.arch, tuple(nodes), tuple(doms), reserved, host.isolated, hook,
-                   report.problems, dict(unbound), tuple(notes))
+                   report.problems, dict(unbound), tuple(warnings) + tuple(notes))

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from lxml import etree
 
-from .. import cpuset
 from . import text
 from .build import HostMap, MapCpu, MapNode, Role
+from .names import columns
 
 NS = "http://www.w3.org/2000/svg"
 COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948",
@@ -80,8 +80,8 @@ def _cpu(parent, hostmap: HostMap, cpu: MapCpu, x: int, y: int) -> None:
     g = _el(parent, "g", class_=f"cpu {cpu.role.value}", id=f"cpu{cpu.id}")
     _el(g, "title", title(hostmap, cpu))
     stroke, dash, width = "#555555", None, 1
-    if cpu.problems:
-        stroke, width = "#d62728", 3
+    if cpu.problems:  # red; dashed when it is isolated too
+        stroke, dash, width = "#d62728", "5,3" if cpu.isolated else None, 3
     elif cpu.isolated:
         stroke, dash, width = "#1f5fbf", "5,3", 3
     rect = _el(g, "rect", x=x, y=y, width=CPU_W, height=CPU_H, rx=4, fill=fill(hostmap, cpu),
@@ -112,8 +112,7 @@ def _node(svg, hostmap: HostMap, node: MapNode, y: int, width: int) -> int:
     height = HEAD_H + rows * (core_h + GAP) + PAD
     g = _el(svg, "g", class_="node", id=f"node{node.id}")
     _el(g, "rect", x=MARGIN, y=y, width=width, height=height, rx=8, fill="#f7f7f7", stroke="#888888")
-    cpus = sum(len(c) for c in node.cores)
-    _el(g, "text", f"node {node.id}: {cpus} CPUs, {text.memory(node)}", x=MARGIN + 10, y=y + 17,
+    _el(g, "text", text.node_heading(node), x=MARGIN + 10, y=y + 17,
         font_family=FONT, font_size=14, font_weight="bold")
     _el(g, "text", text.pages(node), x=MARGIN + 10, y=y + 33, font_family=FONT, font_size=12)
     for i, core in enumerate(node.cores):
@@ -142,7 +141,7 @@ def _legend(svg, hostmap: HostMap, y: int) -> int:
              (ROLE_FILL[Role.FREE], "free", "nothing pinned", None),
              (ROLE_FILL[Role.OFFLINE], "off", "offline", None),
              (ROLE_FILL[Role.ISOLATED], "*", "isolated now (dashed blue border)", "#1f5fbf"),
-             ("#ffffff", "!", "an overlap or a float: vmtune plan (red border)", "#d62728")]
+             ("#ffffff", "!", "an overlap or a float: vmtune plan (red border; dashed: isolated too)", "#d62728")]
     for i, d in enumerate(hostmap.domains):
         state = d.state if d.active else f"{d.state}, not running"
         items.append((COLOURS[i % len(COLOURS)], d.label, f"{d.name} ({d.profile or 'untagged'}, {state})", None))
@@ -157,9 +156,26 @@ def _legend(svg, hostmap: HostMap, y: int) -> int:
     return len(items) * 22
 
 
+def _notes(svg, hostmap: HostMap, y: int) -> int:
+    """The hook's line, the problems and the warnings, as the terminal view gives them; the height used."""
+    lines = text.notes(hostmap)
+    for i, line in enumerate(lines):
+        _el(svg, "text", line, x=MARGIN, y=y + 14 + i * 18, font_family=FONT, font_size=12,
+            fill="#b00000" if line.startswith(("problem", "warning")) else "#222222")
+    return len(lines) * 18 + (8 if lines else 0)
+
+
+def _text_width(hostmap: HostMap) -> int:
+    """How wide the widest line of text is, about (7 px a column at 12 px): the legend's full names,
+    the notes."""
+    legend = [110 + 7 * columns(f"{d.name} ({d.profile or 'untagged'}, {d.state}, not running)")
+              for d in hostmap.domains]
+    return max(legend + [7 * columns(line) for line in text.notes(hostmap)] + [0])
+
+
 def render(hostmap: HostMap) -> str:
     """The SVG document (UTF-8 text with its XML declaration)."""
-    width = max([_node_width(n) for n in hostmap.nodes] + [560])
+    width = max([_node_width(n) for n in hostmap.nodes] + [560, _text_width(hostmap)])
     svg = etree.Element(f"{{{NS}}}svg", nsmap={None: NS}, version="1.1")
     head = text.heading(hostmap)
     _el(svg, "title", head)
@@ -169,10 +185,7 @@ def render(hostmap: HostMap) -> str:
     y += 28
     for node in hostmap.nodes:
         y += _node(svg, hostmap, node, y, width) + 12
-    if hostmap.hook is not None and hostmap.hook.isolated:
-        _el(svg, "text", f"isolated now by the hook: CPUs {cpuset.format(hostmap.hook.isolated)}", x=MARGIN,
-            y=y + 12, font_family=FONT, font_size=12)
-        y += 22
+    y += _notes(svg, hostmap, y)
     y += _legend(svg, hostmap, y) + MARGIN
     total_w = width + 2 * MARGIN
     svg.set("width", str(total_w))

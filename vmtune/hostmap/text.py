@@ -17,18 +17,23 @@ import textwrap
 from .. import cpuset, units
 from ..oneline import escape
 from .build import HostMap, MapCpu, MapNode, Role, Thread
+from .names import columns
 
 WIDTH = 80
 PALETTE = (32, 34, 35, 36, 33, 31, 92, 94, 95, 96, 93, 91)  # ANSI foreground colours, one per domain
 DIM, BOLD, RESET = "\x1b[2m", "\x1b[1m", "\x1b[0m"
 LEGEND = ("NAME:vN vCPU N of a domain, NAME:emu its emulator, NAME:ioN its iothread N, NAME several of "
-          "its threads, on CPUs it does not hold; host: reserved for "
-          "the host, emulators and iothreads; shared: threads of domains that do not hold it; sibling: "
-          "the idle thread of a core a domain holds; free: nothing pinned; off: offline; * isolated now; ! an overlap or a float (vmtune plan)")
+          "its threads, on CPUs it does not hold; host: reserved for the host, emulators and iothreads; "
+          "shared: threads of domains that do not hold it; sibling: the idle thread of a core a domain "
+          "holds; free: nothing pinned; off: offline; * isolated now; ! an overlap or a float (vmtune "
+          "plan); # both")
 
 
 def mark(cpu: MapCpu) -> str:
-    return "!" if cpu.problems else "*" if cpu.isolated else " "
+    """``!`` an overlap or a float, ``*`` isolated now, ``#`` both, else a space."""
+    if cpu.problems:
+        return "#" if cpu.isolated else "!"
+    return "*" if cpu.isolated else " "
 
 
 class _Cells:
@@ -112,12 +117,33 @@ def _gib(kib: int) -> str:
 
 
 def _wrap(text: str, width: int, indent: str = "  ") -> list[str]:
-    return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+    """``text`` in lines of at most ``width`` terminal columns (names.columns: a wide character
+    takes two), broken at spaces, a word longer than a line broken where it must be."""
+    if text.isascii():
+        return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        lead = indent if lines else ""
+        joined = f"{line} {word}" if line else lead + word
+        if columns(joined) <= width:
+            line = joined
+            continue
+        if line:
+            lines.append(line)
+        line = (indent if lines else "") + word
+        while columns(line) > width:  # a word wider than a line
+            cut = len(line)
+            while cut > len(indent if lines else "") + 1 and columns(line[:cut]) > width:
+                cut -= 1
+            lines.append(line[:cut])
+            line = indent + line[cut:]
+    return lines + [line] if line else lines or [""]
 
 
 def _node(node: MapNode, cells: _Cells, width: int) -> list[str]:
     cpus = [c for core in node.cores for c in core]
-    head = f"node {node.id}: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''}, {memory(node)}"
+    head = node_heading(node)
     lines = _wrap(head, width) + _pages_lines(node, width)
     if not cpus:
         return lines + ["  (no CPUs)"]
@@ -149,27 +175,48 @@ def _domains(hostmap: HostMap, width: int) -> list[str]:
     return ["  " + line if i else line for i, line in enumerate(lines)]
 
 
-def _hook(hostmap: HostMap, width: int) -> list[str]:
+def hook_lines(hostmap: HostMap) -> list[str]:
+    """What the hook holds, unwrapped (both views): its leases, the CPUs it isolates, what it moved."""
     hook = hostmap.hook
     if hook is None:
         return []
     if hook.problem:
-        return _wrap(f"hook: its state cannot be read: {hook.problem}", width)
+        return [f"hook: its state cannot be read: {hook.problem}"]
     leases = ", ".join(f"{escape(x.name)} ({x.profile or '?'}, CPUs {cpuset.format(x.cpus) or '-'}"
                        f"{', stale: the next reap gives them back' if x.stale else ''})" for x in hook.leases)
-    text = f"hook: {len(hook.leases)} lease{'s' if len(hook.leases) != 1 else ''}{': ' + leases if leases else ''}"
+    line = f"hook: {_count(len(hook.leases), 'lease')}{': ' + leases if leases else ''}"
     if hook.isolated:
         moved = ", ".join(f"{n} {kind}" for kind, n in sorted(hook.moved.items()))
-        text += f"; isolated now: CPUs {cpuset.format(hook.isolated)}" + (f" ({moved} moved off)" if moved else "")
-    return _wrap(text, width)
+        line += f"; isolated now: CPUs {cpuset.format(hook.isolated)}" + (f" ({moved} moved off)" if moved else "")
+    return [line]
+
+
+def notes(hostmap: HostMap) -> list[str]:
+    """The hook's line, the problems and the warnings, a line each, unwrapped (both views)."""
+    return (hook_lines(hostmap) + [f"problem: {escape(p.message)}" for p in hostmap.problems]
+            + [f"warning: {escape(w)}" for w in hostmap.warnings])
+
+
+def node_heading(node: MapNode) -> str:
+    """``node 1: 16 CPUs (1 offline), 64 GiB memory`` (both views)."""
+    cpus = [c for core in node.cores for c in core]
+    off = sum(1 for c in cpus if c.role == Role.OFFLINE)
+    return f"node {node.id}: {_count(len(cpus) - off, 'CPU')}{f' ({off} offline)' if off else ''}, {memory(node)}"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def heading(hostmap: HostMap) -> str:
     """The map's first line (both views)."""
-    cores = sum(len(n.cores) for n in hostmap.nodes)
-    return (f"vmtune map ({hostmap.mode}): {hostmap.arch or 'unknown arch'}, {len(hostmap.nodes)} "
-            f"node{'s' if len(hostmap.nodes) != 1 else ''}, {len(hostmap.cpus)} CPUs in {cores} cores, "
-            f"{len(hostmap.domains)} domain{'s' if len(hostmap.domains) != 1 else ''}")
+    cpus = hostmap.cpus
+    online = [c for c in cpus if c.role != Role.OFFLINE]
+    cores = sum(1 for n in hostmap.nodes for core in n.cores if core[0].role != Role.OFFLINE)
+    off = len(cpus) - len(online)
+    return (f"vmtune map ({hostmap.mode}): {hostmap.arch or 'unknown arch'}, {_count(len(hostmap.nodes), 'node')}, "
+            f"{_count(len(online), 'CPU')} in {_count(cores, 'core')}{f' ({off} offline)' if off else ''}, "
+            f"{_count(len(hostmap.domains), 'domain')}")
 
 
 def render(hostmap: HostMap, color: bool = False, width: int = WIDTH) -> list[str]:
@@ -181,11 +228,8 @@ def render(hostmap: HostMap, color: bool = False, width: int = WIDTH) -> list[st
     if hostmap.unbound_pages:
         lines += _wrap("hugepages on any node: " + ", ".join(
             f"{units.page(s)} {n} claimed" for s, n in sorted(hostmap.unbound_pages.items())), width)
-    lines += _hook(hostmap, width)
     lines += _domains(hostmap, width)
-    for problem in hostmap.problems:
-        lines += _wrap(f"problem: {escape(problem.message)}", width)
-    for warning in hostmap.warnings:
-        lines += _wrap(f"warning: {escape(warning)}", width)
+    for line in notes(hostmap):
+        lines += _wrap(line, width)
     lines += _wrap("legend: " + LEGEND, width, "        ")
     return lines
