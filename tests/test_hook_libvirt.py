@@ -182,7 +182,7 @@ def _check_live_map(hooked, monkeypatch, capsys, tagged: str, plain: str) -> Non
     for pin in pins:
         (cpu,) = cpuset.parse(pin["cpus"])
         assert cpus[cpu]["role"] == "dedicated" and cpus[cpu]["holder"] == {
-            "domain": tagged, "thread": "vcpu", "id": pin["id"]}
+            "domain": tagged, "index": list(domains).index(tagged), "thread": "vcpu", "id": pin["id"]}
     (lease,) = [x for x in data["hook"]["leases"] if x["name"] == tagged]
     assert not lease["stale"] and lease["cpus"] == domains[tagged]["dedicated"]
 
