@@ -485,3 +485,15 @@ def test_live_without_libvirt_says_so_once(capsys, tmp_path, monkeypatch):
     assert len(data["warnings"]) == 1 and data["hook"] is None and data["domains"] == []
     pools = {(n["id"], p["size_kib"]): p for n in data["nodes"] for p in n["hugepages"]}
     assert pools[(0, 2048)]["total"] == 4096
+
+
+def test_the_library_entry():
+    """``vmtune.host_map`` is the model the CLI draws (README's Library section)."""
+    import vmtune
+
+    host = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    xml = vmtune.rewrite((EXAMPLES / "db-4vcpu.xml").read_bytes(), host, profile="latency").xml
+    picture = vmtune.host_map(host, [(xml, "running")])
+    assert isinstance(picture, vmtune.HostMap)
+    assert picture.to_dict() == build.build(host, [(xml, "running")]).to_dict()
+    assert {c.id for c in picture.cpus if c.role == Role.DEDICATED} == set(picture.domains[0].dedicated)

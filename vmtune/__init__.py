@@ -6,6 +6,7 @@
     print(result.xml)
     for change in result.changes:
         print(change.element, change.reason)
+    picture = vmtune.host_map(host, [(result.xml, "running")])   # vmtune map's model: .to_dict()
 
 The names below are imported on first use, so that ``vmtune.hook`` (run by libvirt for every
 domain start) loads only the modules it needs.
@@ -25,6 +26,7 @@ _EXPORTS = {
     "VmtuneError": ("errors", "VmtuneError"),
     "Placement": ("placement", "Placement"), "Profile": ("profiles", "Profile"),
     "load_profile": ("profiles", "load"), "Result": ("driver", "Result"), "rewrite": ("driver", "rewrite"),
+    "HostMap": ("hostmap.build", "HostMap"), "host_map": ("hostmap.build", "build"),
 }
 
 __all__ = sorted(_EXPORTS)
