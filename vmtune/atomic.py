@@ -7,6 +7,7 @@ hook use it); ``write_atomic`` is the same for the command line, with a one-line
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
 from .errors import InvalidInput
@@ -51,8 +52,6 @@ def write_atomic(path: str, text: str, mode_from: str | None = None, mode: int |
     rename would replace it: nothing is written. The file gets the permissions of ``mode_from`` when
     that exists, else ``mode``, else 0644.
     """
-    import stat
-
     target = os.path.realpath(path)
     try:
         kind = os.stat(target).st_mode

@@ -91,7 +91,7 @@ KINDS = (CPU_OVERLAP, CORE_OVERLAP, FLOAT, NOT_APPLIED, ON_RESERVED, UNKNOWN_PRO
 
 SHUT_OFF = "shut off"
 
-__all__ = ["KINDS", "NodeFree", "Problem", "Report", "Row", "audit", "domain_of", "holds_now", "live_drift"]
+__all__ = ["KINDS", "NodeFree", "Problem", "Report", "Row", "audit", "holds_now", "live_drift"]
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,8 @@ class Report:
     rows: tuple[Row, ...]
     problems: tuple[Problem, ...]
     nodes: tuple[NodeFree, ...]
+    # each row's domain as read (the model's view), for callers that draw more of it (vmtune map)
+    parsed: tuple[Domain, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -192,9 +194,10 @@ class _Dom:
     other_reach: dict[str, frozenset[int]]  # "emulator" / "iothreads" -> where they can run
     holds: bool
     all_single: bool  # every vCPU pinned to exactly one CPU
+    dom: Domain
 
 
-def domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
+def _domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
     root = xmlsafe.parse(xml, f"domain XML #{index + 1}")
     if root.tag == "domstatus":
         inner = root.find("domain")
@@ -225,7 +228,7 @@ def _reach(dom: Domain, everywhere: frozenset[int]):
 
 
 def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
-    text, dom = domain_of(xml, index)
+    text, dom = _domain_of(xml, index)
     claim = claims_mod.read(text, host)
     vcpu_reach, pinned_reach, other = _reach(dom, frozenset(host.cpus))
     pages = {**claim.hugepages, **{(None, size): count for size, count in claim.unbound_pages.items()}}
@@ -250,7 +253,7 @@ def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
         hugepages=hugepages,
         pages=pages,
     )
-    return _Dom(row, claim, vcpu_reach, pinned_reach, other, holds_now(state), facts.pinned_alone(dom))
+    return _Dom(row, claim, vcpu_reach, pinned_reach, other, holds_now(state), facts.pinned_alone(dom), dom)
 
 
 # -- the checks -------------------------------------------------------------------------------------
@@ -412,15 +415,16 @@ def audit(host: Host, domains: list[tuple[str, str]], *, config: config_mod.Conf
     problems = (_overlaps(host, doms) + _floats(host, doms, reserved) + _tags(doms, config.profiles_dir, reserved)
                 + pages_problems)
     problems.sort(key=lambda p: (_ORDER.get(p.kind, len(KINDS)), p.domains, sorted(p.cpus), p.nodes, p.message))
-    return Report(tuple(d.row for d in doms), tuple(problems), _free(host, doms, reserved, need))
+    return Report(tuple(d.row for d in doms), tuple(problems), _free(host, doms, reserved, need),
+                  tuple(d.dom for d in doms))
 
 
 def live_drift(host: Host, persistent_xml: str | bytes, live_xml: str | bytes) -> Problem | None:
     """A ``not-live`` Problem when a running domain's threads may run elsewhere than its definition
     pins them (``vmtune apply`` without ``--live``: the new pins wait for the next start), else None.
     Domains with ``placement='auto'`` (numad chooses at start) are never reported."""
-    _, persistent = domain_of(persistent_xml, 0)
-    _, live = domain_of(live_xml, 1)
+    _, persistent = _domain_of(persistent_xml, 0)
+    _, live = _domain_of(live_xml, 1)
     if "auto" in (persistent.vcpu_placement, live.vcpu_placement):
         return None
     everywhere = frozenset(host.cpus)

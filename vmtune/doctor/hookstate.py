@@ -17,11 +17,10 @@ import os
 import time
 
 from .. import cpuset, reaper
-from ..host.sysfs import cpu_limit
 from ..hoststate import alive, engine
 from ..hoststate.document import Damaged, State
 from ..hoststate.record import Record
-from ..hoststate.statedir import BASELINE_FILE, DEFAULT_CPU_LIMIT, STATE_FILE, StateDir
+from ..hoststate.statedir import STATE_FILE, peek
 from .findings import Context, Finding, maker
 
 AREA = "state"
@@ -36,19 +35,9 @@ def state_path(ctx: Context) -> str:
 
 def load(ctx: Context, path: str) -> State | Damaged | str | None:
     """The state in ``path`` as the hook reads it; None when neither it nor ``baseline.json`` beside
-    it exists; Damaged when the hook would refuse it; "permission denied" when it cannot be read."""
-    folder = os.path.dirname(path)
-    if not os.path.lexists(path) and not os.path.lexists(os.path.join(folder, BASELINE_FILE)):
-        return None
-    sysfs = ctx.roots.sysfs if ctx.has("sysfs") else None
-    store = StateDir(folder, dry_run=True, sysfs=sysfs, limit=cpu_limit(sysfs) if sysfs else DEFAULT_CPU_LIMIT,
-                     owners=ctx.roots.root == "/")
-    try:
-        return store.read()
-    except PermissionError:
-        return "permission denied"
-    except Damaged as exc:
-        return "permission denied" if "permission denied" in str(exc).lower() else exc
+    it exists; Damaged when the hook would refuse it; "permission denied" when it cannot be read
+    (``statedir.peek``)."""
+    return peek(os.path.dirname(path), ctx.roots.sysfs if ctx.has("sysfs") else None, owners=ctx.roots.root == "/")
 
 
 def libvirt_rundir(ctx: Context) -> str:

@@ -241,8 +241,7 @@ def _domains(host: Host, domains: Sequence[tuple[str | bytes, str]], report) -> 
     out, notes = [], []
     known = frozenset(host.cpus) | frozenset(host.offline)
     labels = names.short([row.name for row in report.rows], LABEL)
-    for i, ((xml, state), row) in enumerate(zip(domains, report.rows)):
-        _, dom = audit_mod.domain_of(xml, i)
+    for i, ((_, state), row, dom) in enumerate(zip(domains, report.rows, report.parsed)):
         threads, stray = _threads(dom)
         every = frozenset().union(*(t.cpus for t in threads))
         out.append(MapDomain(row.name, labels[i], row.uuid, row.profile, state,

@@ -14,7 +14,7 @@ from collections import Counter
 from ..host import sysfs as files
 from ..hoststate import alive
 from ..hoststate.document import Damaged
-from ..hoststate.statedir import BASELINE_FILE, STATE_FILE, StateDir
+from ..hoststate.statedir import peek
 from .build import HookView, LeaseView
 
 
@@ -35,18 +35,9 @@ def page_totals(sysfs: str) -> dict[tuple[int, int], int]:
 def hook_view(roots) -> HookView | None:
     """The hook's leases, the CPUs it isolates and what it moved off them; None when the hook has
     no state here (it has not run, or every lease is gone)."""
-    folder = roots.state
-    if not os.path.lexists(os.path.join(folder, STATE_FILE)) and not os.path.lexists(
-            os.path.join(folder, BASELINE_FILE)):
-        return None
-    store = StateDir(folder, dry_run=True, sysfs=roots.sysfs, limit=files.cpu_limit(roots.sysfs),
-                     owners=roots.root == "/")
-    try:
-        state = store.read()
-    except PermissionError:
-        return HookView(problem="permission denied")
-    except Damaged as exc:
-        return HookView(problem=str(exc))
+    state = peek(roots.state, roots.sysfs, owners=roots.root == "/")
+    if state is None or isinstance(state, (str, Damaged)):
+        return None if state is None else HookView(problem=str(state))
     now = time.time()  # QEMUs are looked up in this machine's /proc, as the hook looks them up
     leases = tuple(LeaseView(x.name, x.profile or None, x.cpus, x.dedicated,
                              alive.why_stale(roots.libvirt, alive.PROC, key, x.name, x.since, now, x.qemu) is not None)

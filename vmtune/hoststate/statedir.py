@@ -39,6 +39,7 @@ from contextlib import contextmanager
 
 from .. import atomic, cpuset
 from ..config import HookSettings
+from ..host.sysfs import cpu_limit
 from .document import Damaged, State, read_state
 
 log = logging.getLogger("vmtune.hoststate")
@@ -50,7 +51,9 @@ TMP_PREFIX = ".state-"
 LOCK_TIMEOUT_S = HookSettings.lock_timeout_s
 DEFAULT_CPU_LIMIT = cpuset.MAX_HOST_CPUS
 
-__all__ = ["BASELINE_FILE", "STATE_FILE", "Damaged", "LockTimeout", "State", "StateDir", "Unsafe"]
+PERMISSION_DENIED = "permission denied"
+
+__all__ = ["BASELINE_FILE", "STATE_FILE", "Damaged", "LockTimeout", "State", "StateDir", "Unsafe", "peek"]
 
 
 def _kind(mode: int) -> str:
@@ -280,3 +283,21 @@ class StateDir:
         target = f"{path}.damaged-{stamp}"
         os.rename(path, target)
         return target
+
+
+def peek(folder: str, sysfs: str | None = None, owners: bool = True) -> State | Damaged | str | None:
+    """The state in ``folder`` as the hook reads it, for looking only (never locked nor written):
+    None when neither ``state.json`` nor ``baseline.json`` is there; Damaged when the hook would
+    refuse it; ``PERMISSION_DENIED`` when it cannot be read. ``sysfs``: the tree whose CPUs bound
+    the ids (None: the default bound). The doctor and ``vmtune map`` read it this way."""
+    if not os.path.lexists(os.path.join(folder, STATE_FILE)) and not os.path.lexists(
+            os.path.join(folder, BASELINE_FILE)):
+        return None
+    store = StateDir(folder, dry_run=True, sysfs=sysfs, limit=cpu_limit(sysfs) if sysfs else DEFAULT_CPU_LIMIT,
+                     owners=owners)
+    try:
+        return store.read()
+    except PermissionError:
+        return PERMISSION_DENIED
+    except Damaged as exc:
+        return PERMISSION_DENIED if PERMISSION_DENIED in str(exc).lower() else exc
