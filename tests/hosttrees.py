@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from vmtune import cpuset
 from vmtune.host import Cell, Cpu, Host
+from vmtune.host.topology import EFFICIENCY, L3, PERFORMANCE
 
 CPUINFO_VENDOR = {"Intel": "GenuineIntel", "AMD": "AuthenticAMD"}
 BASE_PAGE_KIB = {"ppc64le": 64, "ppc64": 64}  # otherwise 4 KiB
@@ -40,12 +41,16 @@ def _node_cpus(host: Host, offline: Mapping[int, int]) -> dict[int, list[int]]:
 
 
 def write_sysfs(
-    host: Host, root_dir: str, offline: Mapping[int, int] | None = None, numa: bool = True
+    host: Host, root_dir: str, offline: Mapping[int, int] | None = None, numa: bool = True,
+    kinds_by: str = "pmu",
 ) -> str:
     """Write ``root_dir/sys`` (devices/system/{cpu,node}) and ``root_dir/proc`` for ``host``.
 
     Returns the sys root for ``Host.from_sysfs``. ``numa=False`` leaves out devices/system/node,
-    like a kernel without NUMA (then the host must have a single cell).
+    like a kernel without NUMA (then the host must have a single cell). Each CPU's caches are
+    written as the kernel lays them out (``cache/index0..3``, L3 in index3, shared by its L3's
+    online CPUs); a hybrid host's core kinds as Intel's PMUs (``kinds_by="pmu"``:
+    ``devices/cpu_core/cpus``, ``devices/cpu_atom/cpus``) or as ``cpuN/cpu_capacity``.
     """
     offline = dict(offline or {})
     sys_root = os.path.join(root_dir, "sys")
@@ -66,6 +71,14 @@ def write_sysfs(
             if value is not None:
                 _write(os.path.join(topo, name), f"{value}\n")
         _write(os.path.join(topo, "thread_siblings_list"), cpuset.format(cpu.siblings or {cpu.id}) + "\n")
+        _write_caches(host, cpu, os.path.join(cpu_dir, f"cpu{cpu.id}", "cache"))
+        if host.hybrid and kinds_by == "capacity":
+            _write(os.path.join(cpu_dir, f"cpu{cpu.id}", "cpu_capacity"),
+                   "1024\n" if cpu.kind != EFFICIENCY else "512\n")
+    if host.hybrid and kinds_by == "pmu":
+        for pmu, kind in (("cpu_core", PERFORMANCE), ("cpu_atom", EFFICIENCY)):
+            cpus = [c.id for c in host.cpus.values() if (c.kind == EFFICIENCY) == (kind == EFFICIENCY)]
+            _write(os.path.join(sys_root, "devices", pmu, "cpus"), cpuset.format(cpus) + "\n")
 
     if numa:
         node_ids = [c.id for c in host.cells]
@@ -101,6 +114,30 @@ def write_sysfs(
     return sys_root
 
 
+def _write_caches(host: Host, cpu: Cpu, cache_dir: str) -> None:
+    """``cpuN/cache/index0..3``: L1d, L1i and L2 of its core, and its L3 when it has one."""
+    core = cpuset.format(host.core_of(cpu.id)) + "\n"
+    for index, (level, kind, size) in enumerate(((1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1280K"))):
+        base = os.path.join(cache_dir, f"index{index}")
+        for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", core.strip())):
+            _write(os.path.join(base, name), f"{value}\n")
+    if cpu.l3 is None:
+        return
+    l3 = host.cache(cpu.l3)
+    base = os.path.join(cache_dir, "index3")
+    for name, value in (("level", 3), ("type", "Unified"), ("id", l3.id), ("size", f"{l3.size_kib}K"),
+                        ("shared_cpu_list", cpuset.format(l3.cpus)), ("shared_cpu_map", "ff")):
+        _write(os.path.join(base, name), f"{value}\n")
+
+
+def caps_view(host: Host) -> Host:
+    """What capabilities can know of ``host``: no core kinds (and no isolcpus)."""
+    from dataclasses import replace
+
+    cpus = {c.id: replace(c, kind=None) for c in host.cpus.values()}
+    return replace(host, cpus=cpus, isolated=frozenset())
+
+
 def caps_xml(host: Host, offline: Mapping[int, int] | None = None, base_page_kib: int | None = None) -> str:
     """``virsh capabilities`` for ``host``, in libvirt's layout (offline CPUs as ``<cpu id='N'/>``)."""
     offline = dict(offline or {})
@@ -131,7 +168,19 @@ def caps_xml(host: Host, offline: Mapping[int, int] | None = None, base_page_kib
             out += [f"            <cpu id='{cid}'{_cpu_attrs(host.cpus.get(cid))}/>" for cid in ids]
             out.append("          </cpus>")
         out.append("        </cell>")
-    out += ["      </cells>", "    </topology>", "  </host>", "", "</capabilities>", ""]
+    out += ["      </cells>", "    </topology>"]
+    if host.caches:
+        out.append("    <cache>")
+        for core in sorted({min(host.core_of(c)) for c in host.cpus}):  # L2 banks first, as libvirt lists them
+            out.append(f"      <bank id='{core}' level='2' type='both' size='1280' unit='KiB' "
+                       f"cpus='{cpuset.format(host.core_of(core))}'/>")
+        for l3 in host.caches:
+            size = f"size='{l3.size_kib // 1024}' unit='MiB'" if l3.size_kib % 1024 == 0 else f"size='{l3.size_kib}' unit='KiB'"
+            out.append(f"      <bank id='{l3.id}' level='3' type='both' {size} cpus='{cpuset.format(l3.cpus)}'>")
+            out.append("        <control granularity='1' unit='MiB' type='both' maxAllocs='16'/>")
+            out.append("      </bank>")
+        out.append("    </cache>")
+    out += ["  </host>", "", "</capabilities>", ""]
     return "\n".join(out)
 
 
@@ -160,6 +209,9 @@ def machines(
     isolated: bool = True,
     hugepages: bool = True,
     arches: tuple[str, ...] = ("x86_64", "aarch64", "ppc64le"),
+    caches: bool = True,
+    hybrid: bool = False,
+    max_cores: int = 3,
 ) -> tuple[Host, dict[int, int]]:
     """A ``(host, offline)`` pair: a Host and its offline CPUs (``{cpu id: node id}``).
 
@@ -179,7 +231,7 @@ def machines(
     if memory_only and n_nodes > 1:
         has_cpus = draw(st.lists(st.booleans(), min_size=n_nodes, max_size=n_nodes).filter(any))
     threads = draw(st.sampled_from([2, 4] if smt else [1] if smt is False else [1, 2, 4]))
-    cores = [draw(st.integers(1, 3)) if h else 0 for h in has_cpus]
+    cores = [draw(st.integers(1, max_cores)) if h else 0 for h in has_cpus]
     nodes_per_socket = draw(st.sampled_from([1, 2]))
     die_known = draw(st.booleans())
     known = smt or not (unknown_topology and draw(st.booleans()))  # smt needs known siblings
@@ -194,6 +246,14 @@ def machines(
     threads_of = [
         [k + t * ncores if split else k * threads + t for t in range(threads)] for k in range(ncores)
     ]
+    # Hybrid: the last cores of each node are efficiency cores, with one thread each.
+    small: set[int] = set()
+    if hybrid and draw(st.booleans()):
+        for node in node_ids:
+            ks = [k for k, c in enumerate(core_list) if c[0] == node]
+            if len(ks) > 1:
+                small.update(ks[len(ks) - draw(st.integers(1, len(ks) - 1)):])
+        threads_of = [ts[:1] if k in small else ts for k, ts in enumerate(threads_of)]
 
     # Any CPU may be offline except the first core of each node, so nodes keep their CPUs
     # (and an SMT host its SMT).
@@ -204,16 +264,32 @@ def machines(
     if offline and known and candidates:
         off = draw(st.sets(st.sampled_from(candidates)))
 
+    # L3 domains: an id per core (or none), unique over the host.
+    layout = draw(st.sampled_from(["none", "socket", "contiguous", "interleaved"])) if caches and known else "none"
+    per = draw(st.integers(1, 3))
+    l3_of: dict[int, int] = {}
+    if layout != "none":
+        for k, (node, socket, _) in enumerate(core_list):
+            index = [j for j, c in enumerate(core_list) if c[0] == node].index(k)
+            if layout == "socket":
+                l3_of[k] = socket
+            elif layout == "contiguous":
+                l3_of[k] = 100 * node_ids.index(node) + index // per
+            else:
+                l3_of[k] = 100 * node_ids.index(node) + index % per
+    sizes_mib = draw(st.sampled_from([8, 16, 32]))
+
     cpus: dict[int, Cpu] = {}
-    for (node, socket, core), ts in zip(core_list, threads_of):
+    for k, ((node, socket, core), ts) in enumerate(zip(core_list, threads_of)):
+        kind = (EFFICIENCY if k in small else PERFORMANCE) if small else None
         for t in ts:
             if t in off:
                 continue
             if known:
                 online_threads = frozenset(x for x in ts if x not in off)
-                cpus[t] = Cpu(t, node, socket, 0 if die_known else None, core, online_threads)
+                cpus[t] = Cpu(t, node, socket, 0 if die_known else None, core, online_threads, l3_of.get(k), kind)
             else:
-                cpus[t] = Cpu(t, node, None, None, None, frozenset({t}))
+                cpus[t] = Cpu(t, node, None, None, None, frozenset({t}), None, kind)
     node_of = {t: node for (node, _, _), ts in zip(core_list, threads_of) for t in ts}
 
     sizes = draw(st.sets(st.sampled_from(HUGEPAGE_SIZES[arch]))) if hugepages else set()
@@ -230,7 +306,14 @@ def machines(
 
     iso = frozenset(draw(st.sets(st.sampled_from(sorted(cpus))))) if isolated else frozenset()
     vendor = draw(st.sampled_from(["Intel", "AMD", None]))
-    host = Host(arch, tuple(cells), cpus, iso, vendor)
+    if len({c.kind for c in cpus.values()}) < 2:  # both kinds online, or the host has one kind
+        cpus = {i: Cpu(c.id, c.node, c.socket, c.die, c.core, c.siblings, c.l3) for i, c in cpus.items()}
+    l3s: dict[int, set[int]] = {}
+    for c in cpus.values():
+        if c.l3 is not None:
+            l3s.setdefault(c.l3, set()).add(c.id)
+    found = tuple(L3(i, frozenset(ids), sizes_mib * 1024) for i, ids in sorted(l3s.items()))
+    host = Host(arch, tuple(cells), cpus, iso, vendor, caches=found)
     return host, {c: node_of[c] for c in sorted(off)}
 
 

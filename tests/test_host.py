@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hosttrees import caps_xml, hosts, machines, write_sysfs
+from hosttrees import caps_view, caps_xml, hosts, machines, write_sysfs
 from vmtune import cpuset
 from vmtune.errors import InvalidInput
 from vmtune.host import Cpu, Host
+from vmtune.host.topology import L3
 
 CORPUS = Path(os.environ.get("VMTUNE_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 HOST_FILES = sorted((CORPUS / "hosts").glob("*.xml"))
@@ -66,8 +67,9 @@ def test_skylake_one_node_smt():
     host = load("vm-caps-x86_64-1node-skylake-smt.xml")
     assert (host.arch, host.vendor, host.node_ids) == ("x86_64", "Intel", (0,))
     assert host.cell(0).cpus == tuple(range(8))
-    assert host.cpus[0] == Cpu(0, 0, socket=0, die=0, core=0, siblings=frozenset({0, 4}))
+    assert host.cpus[0] == Cpu(0, 0, socket=0, die=0, core=0, siblings=frozenset({0, 4}), l3=0)
     assert host.cores(0) == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert host.caches == (L3(0, frozenset(range(8)), 8192),)  # <bank id='0' level='3' size='8' unit='MiB' cpus='0-7'/>
     assert host.smt
     assert host.cell(0).memory_kib == 32731708
     assert host.cell(0).pages == {2048: 0, 1048576: 0}
@@ -241,8 +243,8 @@ def test_missing_topology_files_mean_unknown(tmp_path):
     shutil.rmtree(os.path.join(root, "devices/system/cpu/cpu1/topology"))
     os.remove(os.path.join(root, "devices/system/cpu/cpu2/topology/die_id"))
     loaded = Host.from_sysfs(root)
-    assert loaded.cpus[1] == Cpu(1, 0, None, None, None, frozenset({1}))
-    assert loaded.cpus[2] == Cpu(2, 0, socket=0, die=None, core=2, siblings=frozenset({2, 6}))
+    assert loaded.cpus[1] == Cpu(1, 0, None, None, None, frozenset({1}), l3=0)
+    assert loaded.cpus[2] == Cpu(2, 0, socket=0, die=None, core=2, siblings=frozenset({2, 6}), l3=0)
 
 
 def test_no_node_directory_is_one_node(tmp_path):
@@ -312,14 +314,17 @@ def test_default_reserved_with_isolcpus_is_everything_not_isolated(tmp_path):
 
 
 # -- generated hosts ---------------------------------------------------------------------------------
-@given(machines())
-def test_generated_hosts_load_the_same_from_both_sources(machine):
+@given(machines(hybrid=True), st.sampled_from(["pmu", "capacity"]))
+def test_generated_hosts_load_the_same_from_both_sources(machine, kinds_by):
+    """L3 domains (none, per socket, contiguous, interleaved), hybrid hosts (by Intel's PMUs or by
+    cpu_capacity), offline CPUs: sysfs gives the host, capabilities all of it but the core kinds
+    and isolcpus, which it cannot know."""
     host, offline = machine
     with tempfile.TemporaryDirectory() as d:
-        from_sysfs = Host.from_sysfs(write_sysfs(host, d, offline), arch=host.arch)
+        from_sysfs = Host.from_sysfs(write_sysfs(host, d, offline, kinds_by=kinds_by), arch=host.arch)
     from_caps = Host.from_capabilities(caps_xml(host, offline))
     assert from_sysfs == host
-    assert from_caps == replace(host, isolated=frozenset())  # capabilities cannot know isolcpus
+    assert from_caps == caps_view(host)
     assert from_sysfs.offline == from_caps.offline == offline  # vmtune map shows them, on their node
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lxml import etree
 
@@ -11,8 +11,9 @@ from . import claims as claims_mod
 from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
-from . import facts, profiles, xmlsafe, xmltext
-from .profiles import Pinning
+from . import facts, locality, profiles, xmlsafe, xmltext
+from .host.devices import NO_DEVICES
+from .profiles import DeviceLocality, Pinning
 from .context import PassContext
 from .edits import Change, Warn
 from .errors import InvalidInput, Unsupported
@@ -79,6 +80,18 @@ def emulator_with_vcpus(virt_type: str, profile) -> bool:
 
 def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod.Placement:
     spread = config.placement != "pack"
+    if profile.cpu_pinning == Pinning.FLOAT:
+        req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)
+        return placement_mod.shared(host, ledger, req, one_node=False)
+    found = locality.locate(host, dom)
+    near = dict(anchors=found.anchors, locality=profile.device_locality, kinds=profile.cpu_kinds)
+    unknown = locality.unknown_warning(found.unknown, host.devices is not NO_DEVICES) \
+        if profile.device_locality != DeviceLocality.IGNORE else None
+    placed = _place(profile, host, ledger, reserved, dom, config, spread, near)
+    return replace(placed, warnings=placed.warnings + (unknown,)) if unknown else placed
+
+
+def _place(profile, host, ledger, reserved, dom, config, spread, near) -> placement_mod.Placement:
     if profile.dedicated:
         req = placement_mod.Request(
             vcpus=dom.vcpus,
@@ -90,10 +103,11 @@ def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod
             emulator_with_vcpus=emulator_with_vcpus(dom.type, profile),
             devices=tuple((dev.target_node or 0, dev.size_kib, dev.granule_kib) for dev in dom.memory_devices
                           if dev.model in MemoryDevice.RAM_MODELS and dev.pagesize_kib is None and dev.size_kib),
+            **near,
         )
         return placement_mod.dedicated(host, reserved, ledger, req)
-    req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)
-    return placement_mod.shared(host, ledger, req, one_node=profile.cpu_pinning == Pinning.NODE)
+    req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread, **near)
+    return placement_mod.shared(host, ledger, req, one_node=True)
 
 
 def serialize(root: etree._Element) -> str:

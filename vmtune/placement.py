@@ -2,7 +2,19 @@
 
 Pure functions of (host, reserved CPUs, ledger, request). A dedicated vCPU gets a host CPU on a
 physical core that nobody else uses: not the host's reserved cores, not a core that holds
-another domain's dedicated CPU.
+another domain's dedicated CPU. Among the places that fit, the rules, in order:
+
+1. the fewest NUMA nodes (then, as before: hugepages over none, even shares, short distances);
+2. the nodes of the devices it uses (``Anchor``): a passthrough device's node must be one of the
+   domain's nodes under ``required`` and should be under ``preferred``; a backing device's (a
+   block device, a macvtap or bridge port) should be;
+3. the fewest L3 domains (``Host.caches``), the one that fits best when one holds it all: the
+   one left with the fewest whole free cores, which keeps large holes for large domains;
+4. performance cores on a hybrid host: only those under ``cpu_kinds = "performance"``, first
+   under ``"any"``;
+5. the spread across nodes (or the packing, with ``placement = "pack"``).
+
+A host without cache information, core kinds or devices is placed exactly as before them.
 """
 
 from __future__ import annotations
@@ -14,9 +26,19 @@ from . import cpuset, units
 from .claims import Ledger
 from .errors import DoesNotFit
 from .host import Host
-from .profiles import Pinning
+from .profiles import CpuKinds, DeviceLocality, Pinning
 
 MIB = 1024
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A device a domain uses, on a host node: a passthrough device (hostdev, an NVMe disk, an
+    mdev's parent) or a backing one (a block device, a macvtap or bridge port)."""
+
+    node: int
+    what: str  # "hostdev 0000:3b:00.0", as the messages name it
+    passthrough: bool = True
 
 
 @dataclass(frozen=True)
@@ -39,6 +61,9 @@ class Request:
     # RAM memory devices (DIMM, virtio-mem) without a page size of their own: (guest cell, KiB, the
     # size their page must divide). Backed like their cell, they count where it lands.
     devices: tuple[tuple[int, int, int], ...] = ()
+    anchors: tuple[Anchor, ...] = ()  # the devices it uses, by node
+    locality: DeviceLocality = DeviceLocality.PREFERRED  # what a passthrough device's node means
+    kinds: CpuKinds = CpuKinds.ANY  # which cores of a hybrid host its dedicated vCPUs may take
 
 
 @dataclass(frozen=True)
@@ -53,6 +78,8 @@ class Placement:
     hugepage_kib: int | None = None
     hugepage_why: str = ""  # why this page size, when there was a choice (for --explain)
     warnings: tuple[str, ...] = field(default=())
+    l3: tuple[tuple[int, ...], ...] = ()  # the vCPUs on each L3 domain, in vCPU order (dedicated, caches known)
+    why: tuple[str, ...] = ()  # what decided the place: L3 domains, core kind, device nodes (--explain)
 
     @property
     def dedicated(self) -> bool:
@@ -71,6 +98,8 @@ class Placement:
             "emulator": cpuset.format(self.emulator),
             "cpuset": None if self.cpuset is None else cpuset.format(self.cpuset),
             "hugepage_kib": self.hugepage_kib,
+            "l3": [cpuset.format(vcpus) for vcpus in self.l3],
+            "why": list(self.why),
         }
 
 
@@ -193,36 +222,129 @@ def _distance(host: Host, nodes: tuple[int, ...]) -> int:
     return sum(host.cell(a).distances.get(b, 0) for a, b in combinations(nodes, 2))
 
 
+def _kinds_usable(host: Host, cores: list[tuple[int, ...]], req: Request) -> list[tuple[int, ...]]:
+    """The cores a dedicated vCPU of ``req`` may take: on a hybrid host the performance cores only
+    (``cpu_kinds = "performance"``), or those first (``"any"``)."""
+    if not host.hybrid:
+        return cores
+    if req.kinds == CpuKinds.PERFORMANCE:
+        return [c for c in cores if not host.efficient(c[0])]
+    return sorted(cores, key=lambda c: host.efficient(c[0]))  # stable: whole cores first within a kind
+
+
+def _groups(host: Host, cores: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
+    """``cores`` by L3 domain, each in the order given, the domains by their first core there
+    (cores of no known L3 form one group: a host without caches is one group per node)."""
+    out: dict[int | None, list[tuple[int, ...]]] = {}
+    for core in cores:
+        out.setdefault(host.l3_of(core[0]), []).append(core)
+    return sorted(out.values(), key=lambda g: min(c[0] for c in g))
+
+
+def _fewest(caps: list[int], count: int) -> int:
+    """How few of the groups of capacities ``caps`` hold ``count`` vCPUs (len + 1: none do)."""
+    total = 0
+    for i, cap in enumerate(sorted(caps, reverse=True)):
+        total += cap
+        if total >= count:
+            return i + 1
+    return len(caps) + 1
+
+
+def _left_whole(group: list[tuple[int, ...]], count: int, smt: str) -> int:
+    """Whole cores of ``group`` left untouched after ``count`` vCPUs are taken from it."""
+    used = 0
+    for core in group:
+        if count <= 0:
+            break
+        count -= 1 if smt == "isolate" else len(core)
+        used += 1
+    return len(group) - used
+
+
+def _pick(groups: list[list[tuple[int, ...]]], count: int, smt: str) -> list[tuple[int, list[int]]]:
+    """(group index, threads) for ``count`` vCPUs: from the fewest groups; where one holds them
+    all, the best fit (the fewest whole cores left); else the largest, the last one best fit."""
+    caps = [_capacity(g, smt) for g in groups]
+    m = _fewest(caps, count)
+    order = sorted(range(len(groups)), key=lambda i: (-caps[i], i))
+    chosen = order[: m - 1]
+    rest = count - sum(caps[i] for i in chosen)
+    last = min((i for i in range(len(groups)) if i not in chosen and caps[i] >= rest),
+               key=lambda i: (_left_whole(groups[i], rest, smt), i))
+    return [(i, _take(groups[i], rest if i == last else caps[i], smt)) for i in sorted(chosen + [last])]
+
+
 def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request) -> Placement:
-    """Place ``req.vcpus`` dedicated vCPUs and their memory on the fewest nodes."""
+    """Place ``req.vcpus`` dedicated vCPUs and their memory by the rules of the module docstring."""
     blocked = taken_cores(host, ledger.dedicated) | taken_cores(host, reserved)
-    cores = {c.id: free_cores(host, c.id, blocked) for c in host.cells if c.cpus}
+    free = {c.id: free_cores(host, c.id, blocked) for c in host.cells if c.cpus}
+    cores = {n: _kinds_usable(host, cs, req) for n, cs in free.items()}
+    groups = {n: _groups(host, cs) for n, cs in cores.items()}
     caps = {n: _capacity(cs, req.smt) for n, cs in cores.items()}
+    gcaps = {n: [_capacity(g, req.smt) for g in gs] for n, gs in groups.items()}
+    need = {a.node for a in req.anchors if a.passthrough} if req.locality != DeviceLocality.IGNORE else set()
+    backing = {a.node for a in req.anchors if not a.passthrough}
+    required = req.locality == DeviceLocality.REQUIRED
     n = req.vcpus
     for k in range(1, len(cores) + 1):
         best = None
         for nodes in combinations(sorted(cores), k):
+            if required and not need <= set(nodes):
+                continue
             for shares in _shares(n, [caps[x] for x in nodes]):
                 fit = _memory_fit(host, ledger, nodes, shares, req)
                 if fit is None:
                     continue
                 size, parts, why = fit
-                free = sum(caps[x] for x in nodes)
-                key = (size is None, any(a != shares[0] for a in shares), _distance(host, nodes),
-                       -free if req.spread else free, nodes)
+                room = sum(caps[x] for x in nodes)
+                l3 = sum(_fewest(gcaps[x], s) for x, s in zip(nodes, shares))
+                small = sum(_efficient_taken(host, cores[x], s, req.smt) for x, s in zip(nodes, shares))
+                key = (len(need - set(nodes)), len(backing - set(nodes)), l3, small, size is None,
+                       any(a != shares[0] for a in shares), _distance(host, nodes), -room if req.spread else room, nodes)
                 if best is None or key < best[0]:
                     best = (key, nodes, shares, size, parts, why)
         if best is not None:
             _, nodes, shares, size, parts, why = best
-            return _build(host, reserved, blocked, cores, req, nodes, shares, (size, why), parts)
-    total = sum(caps.values())
+            return _build(host, reserved, blocked, groups, req, nodes, shares, (size, why), parts)
+    raise _why_not(host, reserved, ledger, req, caps, free)
+
+
+def _efficient_taken(host: Host, cores: list[tuple[int, ...]], count: int, smt: str) -> int:
+    """Efficiency cores among the first ``count`` vCPUs' threads of ``cores`` (0 off hybrid hosts)."""
+    return sum(host.efficient(c) for c in _take(cores, count, smt)) if host.hybrid else 0
+
+
+def _why_not(host, reserved, ledger, req, caps, free) -> DoesNotFit:
+    """Why ``req`` fits nowhere: its device's node, the performance cores, memory, or CPUs."""
+    from dataclasses import replace
+
+    if req.locality == DeviceLocality.REQUIRED and any(a.passthrough for a in req.anchors):
+        try:
+            dedicated(host, reserved, ledger, replace(req, locality=DeviceLocality.IGNORE))
+        except DoesNotFit:
+            pass
+        else:
+            far = [a for a in req.anchors if a.passthrough]
+            where = "; ".join(f"{a.what} is on node {a.node}" for a in far)
+            return DoesNotFit(f"{where}: {req.vcpus} dedicated vCPUs and {req.memory_kib} KiB do not fit on "
+                              f"node(s) that include {'it' if len(far) == 1 else 'them'} (device_locality = "
+                              "\"required\"; \"preferred\" places the domain elsewhere with a warning)")
+    n = req.vcpus
     unit = "cores" if req.smt == "isolate" else "CPUs"
+    if host.hybrid and req.kinds == CpuKinds.PERFORMANCE:
+        every = sum(_capacity(cs, req.smt) for cs in free.values())
+        if every >= n > sum(caps.values()):
+            return DoesNotFit(f"{n} dedicated vCPUs do not fit on the performance cores: {sum(caps.values())} free "
+                              f"performance {unit} are left ({every} with the efficiency cores; the profile's "
+                              "cpu_kinds = \"any\" allows them)")
+    total = sum(caps.values())
     if total >= n:
-        raise DoesNotFit(
+        return DoesNotFit(
             f"{n} dedicated vCPUs fit ({total} free {unit}) but {req.memory_kib} KiB of memory does not: "
             "no node has that much normal memory or matching free hugepages left"
         )
-    raise DoesNotFit(
+    return DoesNotFit(
         f"{n} dedicated vCPUs do not fit: {total} free {unit} outside the reserved set "
         f"({cpuset.format(reserved) or 'none'}) and other domains' dedicated CPUs"
     )
@@ -246,13 +368,18 @@ def _shares(n: int, caps: list[int]) -> list[list[int]]:
     return out
 
 
-def _build(host, reserved, blocked, cores, req, nodes, shares, page, parts) -> Placement:
+def _build(host, reserved, blocked, groups, req, nodes, shares, page, parts) -> Placement:
     size, why = page
     pins: list[int] = []
     cells: list[GuestCell] = []
+    l3: list[tuple[int, ...]] = []
+    caches: list[int | None] = []
     for cell_id, (node, share, kib) in enumerate(zip(nodes, shares, parts)):
         first = len(pins)
-        pins.extend(_take(cores[node], share, req.smt))
+        for i, threads in _pick(groups[node], share, req.smt):
+            l3.append(tuple(range(len(pins), len(pins) + len(threads))))
+            caches.append(host.l3_of(groups[node][i][0][0]))
+            pins.extend(threads)
         cells.append(GuestCell(cell_id, node, tuple(range(first, len(pins))), kib))
     if len(nodes) == 1 and not req.cell_when_single:
         cells = []
@@ -264,6 +391,8 @@ def _build(host, reserved, blocked, cores, req, nodes, shares, page, parts) -> P
         )
     if any(not host.cell(x).memory_kib for x in nodes):
         warnings.append(f"memory size of node(s) {cpuset.format(nodes)} is unknown; memory fit not checked")
+    warnings += _far(req, nodes)
+    known = None not in caches
     return Placement(
         mode=Pinning.DEDICATED,
         nodes=tuple(nodes),
@@ -274,41 +403,86 @@ def _build(host, reserved, blocked, cores, req, nodes, shares, page, parts) -> P
         hugepage_kib=size,
         hugepage_why=why,
         warnings=tuple(warnings),
+        l3=tuple(l3) if known and host.caches else (),
+        why=tuple(_reasons(host, req, nodes, pins, caches if known and host.caches else [])),
     )
 
 
+def _far(req: Request, nodes) -> list[str]:
+    """A warning per passthrough device the domain could not be placed beside (``preferred``)."""
+    if req.locality == DeviceLocality.IGNORE:
+        return []
+    return [f"{a.what} is on node {a.node}, and the domain is placed on node(s) {cpuset.format(nodes)}: there is no "
+            f"room for it on node {a.node} (device_locality = \"{req.locality}\")"
+            for a in req.anchors if a.passthrough and a.node not in nodes]
+
+
+def _reasons(host: Host, req: Request, nodes, pins: list[int], caches: list[int | None]) -> list[str]:
+    """What decided the place, for ``--explain``: the L3 domains, the core kind, the device nodes."""
+    out = []
+    if caches:
+        ids = sorted(set(caches))  # type: ignore[arg-type]
+        each = ", ".join(f"L3 {i} (CPUs {cpuset.format(host.cache(i).cpus)})" for i in ids)
+        many = "" if len(ids) == 1 else " (no single L3 domain had room for them all)"
+        out.append(f"L3: {len(ids)} of the host's {len(host.caches)} L3 domains: {each}{many}")
+    if host.hybrid:
+        small = [c for c in pins if host.efficient(c)]
+        out.append(f"core kind: {'performance cores only' if not small else 'efficiency cores too: ' + cpuset.format(small)}"
+                   f" (cpu_kinds = \"{req.kinds}\")")
+    for a in req.anchors:
+        if a.passthrough and req.locality == DeviceLocality.IGNORE:
+            continue
+        rule = f"device_locality = \"{req.locality}\"" if a.passthrough else "a backing device: a preference only"
+        place = "on its node" if a.node in nodes else "not on its node"
+        out.append(f"device: {a.what} on node {a.node}: {place} ({rule})")
+    return out
+
+
 def _emulator(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes, pins: frozenset[int]) -> frozenset[int]:
-    """Non-dedicated CPUs for the emulator and iothreads: the node(s)' reserved CPUs first."""
+    """Non-dedicated CPUs for the emulator and iothreads: the node(s)' reserved CPUs first; on a
+    hybrid host, the efficiency cores of a choice where it has any."""
     local = frozenset(c for x in nodes for c in host.cell(x).cpus)
     dedicated_elsewhere = blocked - reserved
     for choice in (reserved & local, local - dedicated_elsewhere - pins,
                    reserved & frozenset(host.cpus), frozenset(host.cpus) - dedicated_elsewhere - pins):
         choice = choice - pins
+        small = frozenset(c for c in choice if host.efficient(c))
         if choice:
-            return choice
+            return small or choice
     raise DoesNotFit("no CPU is left for the emulator and iothreads outside the dedicated vCPUs")
 
 
 def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placement:
-    """Floating vCPUs: kept off dedicated cores; with ``one_node``, on one node with its memory."""
+    """Floating vCPUs: kept off dedicated cores; with ``one_node``, on one node with its memory,
+    the node of the devices it uses first (``req.anchors``, as ``dedicated`` weighs them)."""
     free = frozenset(host.cpus) - taken_cores(host, ledger.dedicated)
     if not free:
         raise DoesNotFit("every host CPU is dedicated to another domain; nothing is left to share")
     if not one_node:
         return Placement(mode=Pinning.FLOAT, cpuset=free if ledger.dedicated else None)
+    need = {a.node for a in req.anchors if a.passthrough} if req.locality != DeviceLocality.IGNORE else set()
+    backing = {a.node for a in req.anchors if not a.passthrough}
     best = None
     for cell in host.cells:
         local = free & frozenset(cell.cpus)
         if not local:
+            continue
+        if req.locality == DeviceLocality.REQUIRED and not need <= {cell.id}:
             continue
         avail = _normal_free(host, ledger, cell.id)
         if avail is not None and avail < req.memory_kib:
             continue
         # spread by the memory other domains left on the node, then by its shared CPUs
         room = avail if avail is not None else 0
-        key = (-room, -len(local), cell.id) if req.spread else (room, len(local), cell.id)
+        spread = (-room, -len(local), cell.id) if req.spread else (room, len(local), cell.id)
+        key = (len(need - {cell.id}), len(backing - {cell.id})) + spread
         if best is None or key < best[0]:
             best = (key, cell.id, local)
+    if best is None and req.locality == DeviceLocality.REQUIRED and need:
+        far = "; ".join(f"{a.what} is on node {a.node}" for a in req.anchors if a.passthrough)
+        raise DoesNotFit(f"{far}: the domain's vCPUs and {req.memory_kib} KiB do not fit on "
+                         f"{'that node' if len(need) == 1 else 'one node with all of them'} "
+                         "(device_locality = \"required\")")
     if best is None:
         return Placement(
             mode=Pinning.NODE,
@@ -316,4 +490,5 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
             warnings=(f"{req.memory_kib // MIB} MiB does not fit on one node; vCPUs and memory are not bound to a node",),
         )
     _, node, local = best
-    return Placement(mode=Pinning.NODE, nodes=(node,), cpuset=local)
+    return Placement(mode=Pinning.NODE, nodes=(node,), cpuset=local, warnings=tuple(_far(req, (node,))),
+                     why=tuple(_reasons(host, req, (node,), [], [])[1 if host.hybrid else 0:]))

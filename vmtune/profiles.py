@@ -27,8 +27,12 @@ DiskCache = choice("DiskCache", "keep", "none", "writeback", "writethrough", "di
 DiskIo = choice("DiskIo", "keep", "native", "threads", "io_uring", module=__name__)
 Hpet = choice("Hpet", "keep", "off", module=__name__)
 KvmClock = choice("KvmClock", "keep", "on", module=__name__)
+# which cores of a hybrid host dedicated vCPUs take: performance cores only, or any (those first)
+CpuKinds = choice("CpuKinds", "performance", "any", module=__name__)
+# what a passthrough device's NUMA node means for the placement
+DeviceLocality = choice("DeviceLocality", "required", "preferred", "ignore", module=__name__)
 ENUMS = {e.__name__: e for e in (CpuMode, Pinning, SmtPolicy, Scheduler, Pmu, Balloon, DiskCache, DiskIo, Hpet,
-                                 KvmClock)}
+                                 KvmClock, CpuKinds, DeviceLocality)}
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class Profile:
     cpu_pmu: Pmu = Pmu.KEEP
     cpu_kvm_hint_dedicated: bool = False
     cpu_kvm_poll_control: bool = False
+    cpu_kinds: CpuKinds = CpuKinds.ANY
+    device_locality: DeviceLocality = DeviceLocality.PREFERRED
     memory_hugepages: bool = False
     memory_nosharepages: bool = False
     memory_locked: bool = False

@@ -24,6 +24,10 @@ NODE_DIR = "devices/system/node"
 POOLS_DIR = "kernel/mm/hugepages"  # the hugepage pools of a kernel without NUMA (and the sizes)
 POOL = re.compile(r"hugepages-(\d+)kB")
 VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
+PERFORMANCE = "performance"  # a core kind (Cpu.kind) on a hybrid host
+EFFICIENCY = "efficiency"
+HYBRID = (("cpu_core", PERFORMANCE), ("cpu_atom", EFFICIENCY))  # Intel's PMUs: devices/NAME/cpus
+SIZE = re.compile(r"(\d+)\s*([KMG]?)", re.IGNORECASE)
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -159,6 +163,70 @@ def _cpu(cpu_dir: str, cid: int, node: int) -> dict:
             "siblings": siblings | {cid}}
 
 
+def _l3_dir(cpu_dir: str, cid: int) -> str | None:
+    """``cpuN/cache/indexM`` of ``cid``'s L3 (index3 on x86, else the one whose level is 3)."""
+    cache = os.path.join(cpu_dir, f"cpu{cid}", "cache")
+    if number(os.path.join(cache, "index3", "level")) == 3:
+        return os.path.join(cache, "index3")
+    try:
+        names = sorted(n for n in os.listdir(cache) if re.fullmatch(r"index\d+", n))
+    except OSError:
+        return None
+    return next((os.path.join(cache, n) for n in names if number(os.path.join(cache, n, "level")) == 3), None)
+
+
+def _size_kib(found: str | None) -> int:
+    """A cache ``size`` file (``16384K``) in KiB; 0 when it says nothing readable."""
+    m = SIZE.fullmatch((found or "").strip())
+    if not m:
+        return 0
+    n, unit = int(m.group(1)), m.group(2).upper()
+    return n // 1024 if not unit else n * {"K": 1, "M": 1024, "G": 1 << 20}[unit]
+
+
+def _caches(cpu_dir: str, online: frozenset[int], known: frozenset[int]) -> tuple[list[dict], dict[int, int]]:
+    """The L3 caches (each read once, at its first CPU) and each online CPU's L3 id. A shared
+    list naming a CPU the host does not have is InvalidInput; offline CPUs are left out."""
+    caches: dict[int, dict] = {}
+    of: dict[int, int] = {}
+    for cid in sorted(online):
+        if cid in of:
+            continue
+        where = _l3_dir(cpu_dir, cid)
+        if where is None:
+            continue
+        shared = cpu_list(text(os.path.join(where, "shared_cpu_list")))
+        if shared - known:
+            raise InvalidInput(f"{os.path.join(where, 'shared_cpu_list')} names CPU(s) "
+                               f"{cpuset.format(shared - known)}, which this host does not have")
+        cpus = (shared & online) | {cid}
+        ident = number(os.path.join(where, "id"))
+        ident = min(cpus) if ident is None or ident < 0 else ident
+        entry = caches.setdefault(ident, {"id": ident, "cpus": frozenset(), "size_kib": 0})
+        entry["cpus"] |= frozenset(c for c in cpus if c not in of)
+        entry["size_kib"] = entry["size_kib"] or _size_kib(text(os.path.join(where, "size")))
+        for c in cpus:
+            of.setdefault(c, ident)
+    return [caches[i] for i in sorted(caches)], of
+
+
+def _kinds(root: str, online: frozenset[int]) -> dict[int, str]:
+    """Each online CPU's core kind on a hybrid host (empty on any other): Intel's ``cpu_core`` and
+    ``cpu_atom`` PMUs, else ``cpuN/cpu_capacity``, where the highest capacity is performance."""
+    lists = {kind: cpu_list(text(os.path.join(root, "devices", pmu, "cpus"))) & online for pmu, kind in HYBRID}
+    if all(lists.values()):
+        return {c: kind for kind, cpus in lists.items() for c in cpus}
+    cpu_dir = os.path.join(root, CPU_DIR)
+    if not online or number(os.path.join(cpu_dir, f"cpu{min(online)}", "cpu_capacity")) is None:
+        return {}
+    capacity = {c: number(os.path.join(cpu_dir, f"cpu{c}", "cpu_capacity")) for c in sorted(online)}
+    known = {c: v for c, v in capacity.items() if v is not None}
+    if len(set(known.values())) < 2:
+        return {}
+    top = max(known.values())
+    return {c: PERFORMANCE if v == top else EFFICIENCY for c, v in known.items()}
+
+
 def _node_ids(node_dir: str) -> list[int]:
     online = text(os.path.join(node_dir, "online"))
     if online is not None:
@@ -218,6 +286,12 @@ def load(root: str = "/sys", proc: str | None = None, arch: str | None = None) -
         cells = [{"id": 0, "cpus": tuple(sorted(online)),
                   "memory_kib": meminfo_kib(os.path.join(proc, "meminfo")) or 0,
                   "pages": pools(os.path.join(root, POOLS_DIR)), "distances": {}}]
+    known = online | frozenset(offline) | frozenset(cpu_dirs(root)) | \
+        cpu_list(text(os.path.join(cpu_dir, "present"))) | cpu_list(text(os.path.join(cpu_dir, "possible")))
+    caches, l3 = _caches(cpu_dir, online, known)
+    kinds = _kinds(root, online)
+    for cpu in cpus:
+        cpu["l3"], cpu["kind"] = l3.get(cpu["id"]), kinds.get(cpu["id"])
     return {"arch": arch or os.uname().machine, "cells": cells, "cpus": sorted(cpus, key=lambda c: c["id"]),
             "isolated": cpuset.parse(text(os.path.join(cpu_dir, "isolated"))), "vendor": vendor(proc),
-            "offline": offline}
+            "offline": offline, "caches": caches}

@@ -1,4 +1,5 @@
-"""The host's NUMA topology: nodes, their CPUs, cores, memory and free hugepages.
+"""The host's NUMA topology: nodes, their CPUs, cores, L3 caches, core kinds, memory and free
+hugepages, and where its devices hang (host/devices.py).
 
 Two loaders fill the same model and must agree for the same machine:
 ``Host.from_capabilities`` reads ``virsh capabilities`` XML (capabilities.py), ``Host.from_sysfs``
@@ -9,10 +10,14 @@ fields and this module builds the Host, so neither loader imports this module.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import cpuset
 from . import sysfs
+from .devices import NO_DEVICES, Devices
+from .sysfs import EFFICIENCY, PERFORMANCE
+
+__all__ = ["EFFICIENCY", "PERFORMANCE", "Cell", "Cpu", "Host", "L3"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,18 @@ class Cpu:
     die: int | None = None
     core: int | None = None
     siblings: frozenset[int] = frozenset()  # the threads of its physical core, itself included
+    l3: int | None = None  # the id of its L3 cache (an L3 domain); None when unknown
+    kind: str | None = None  # PERFORMANCE or EFFICIENCY on a hybrid host; None: the host has one kind
+
+
+
+@dataclass(frozen=True)
+class L3:
+    """One L3 cache and the online CPUs that share it (an L3 domain)."""
+
+    id: int
+    cpus: frozenset[int]
+    size_kib: int = 0  # 0 when unknown
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,9 @@ class Host:
     guest_arches: frozenset[str] | None = field(default=None, compare=False)  # KVM guest arches (<guest>)
     # CPUs the host has but are offline now: id -> node (``vmtune map`` shows them; nothing is placed there)
     offline: Mapping[int, int] = field(default_factory=dict, compare=False)
+    caches: tuple[L3, ...] = ()  # the L3 domains, by id; () when the host gives no cache information
+    # where its PCI devices, disks and NICs hang (host/devices.py); none known by default
+    devices: Devices = field(default=NO_DEVICES, compare=False)
 
     __hash__ = object.__hash__
 
@@ -85,6 +105,23 @@ class Host:
     def smt(self) -> bool:
         return any(len(self.core_of(c)) > 1 for c in self.cpus)
 
+    @property
+    def hybrid(self) -> bool:
+        """Performance and efficiency cores (Intel hybrid, big.LITTLE): the kinds are known."""
+        return any(c.kind == EFFICIENCY for c in self.cpus.values())
+
+    def efficient(self, cpu: int) -> bool:
+        return self.cpus[cpu].kind == EFFICIENCY
+
+    def l3_of(self, cpu: int) -> int | None:
+        return self.cpus[cpu].l3 if cpu in self.cpus else None
+
+    def cache(self, l3: int) -> L3:
+        for c in self.caches:
+            if c.id == l3:
+                return c
+        raise KeyError(l3)
+
     def reserved(self, config=None) -> frozenset[int]:
         """The CPUs kept for the host here: the config's ``reserved_cpus`` when it sets them, else
         ``default_reserved()``; only CPUs this host has. The one rule every caller uses."""
@@ -95,15 +132,17 @@ class Host:
         """CPUs kept for the host, the emulator and iothreads.
 
         With ``isolcpus`` set: every online CPU that is not isolated. Otherwise the first
-        physical core (all its threads) of each NUMA node.
+        physical core (all its threads) of each NUMA node; on a hybrid host its first efficiency
+        core, where it has one (the performance cores are for the vCPUs).
         """
         if self.isolated:
             return frozenset(self.cpus) - self.isolated
         out: set[int] = set()
         for cell in self.cells:
             cores = self.cores(cell.id)
-            if cores:
-                out.update(cores[0])
+            small = [c for c in cores if self.efficient(c[0])]
+            if small or cores:
+                out.update((small or cores)[0])
         return frozenset(out)
 
     def to_dict(self) -> dict:
@@ -112,6 +151,8 @@ class Host:
             "arch": self.arch,
             "vendor": self.vendor,
             "isolated": cpuset.format(self.isolated),
+            "l3": [{"id": c.id, "cpus": cpuset.format(c.cpus), "size_kib": c.size_kib} for c in self.caches],
+            "efficiency": cpuset.format(c for c in self.cpus if self.efficient(c)),
             "nodes": [
                 {
                     "id": c.id,
@@ -134,7 +175,17 @@ class Host:
 
     @classmethod
     def from_sysfs(cls, root: str = "/sys", proc: str | None = None, arch: str | None = None) -> Host:
-        return cls.build(sysfs.load(root, proc=proc, arch=arch))
+        from .devices import SysfsDevices
+
+        host = cls.build(sysfs.load(root, proc=proc, arch=arch))
+        return replace(host, devices=SysfsDevices(root, frozenset(host.node_ids)))
+
+    def with_devices(self, devices: Devices) -> Host:
+        """This host, its devices found first in ``devices`` (``--nodedev`` files, libvirt's node
+        devices), then where it found them before."""
+        from .devices import Chain
+
+        return replace(self, devices=Chain(devices, self.devices))
 
     @classmethod
     def probe(cls) -> Host:
@@ -146,4 +197,5 @@ class Host:
         Cell and Cpu (as dicts), the CPUs in ascending order."""
         cells = tuple(Cell(**cell) for cell in fields["cells"])
         cpus = {cpu["id"]: Cpu(**cpu) for cpu in fields["cpus"]}
-        return cls(**{**fields, "cells": cells, "cpus": cpus})
+        caches = tuple(L3(**c) for c in fields.get("caches", ()))
+        return cls(**{**fields, "cells": cells, "cpus": cpus, "caches": caches})

@@ -1,32 +1,51 @@
-"""The guest CPU topology, derived from the pins: threads='2' only when vCPU pairs are siblings."""
+"""The guest CPU topology, derived from the pins: threads='2' only when vCPU pairs are siblings,
+one socket per guest NUMA cell, and one die per L3 domain when the vCPUs span several with equal
+shares (QEMU gives each x86 die its own L3, so the guest sees which vCPUs share one)."""
 
 from ..edits import E, Warn
 from ..model import Domain
 from ._xml import put_under
 
 
-def shape(host, placement) -> tuple[int, int, int]:
-    """(sockets, cores, threads) for the pinned vCPUs: one socket per guest cell when even."""
+X86 = ("x86_64", "i686")
+
+
+def _dies(host, placement, sockets: int) -> int:
+    """Guest dies per socket: one per L3 domain when every socket spans the same number of them
+    with equal shares (x86 only, where QEMU has dies and gives each its L3); else 1."""
+    groups = placement.l3
+    if host.arch not in X86 or len(groups) < 2 or len(groups) % sockets:
+        return 1
+    return len(groups) // sockets if len({len(g) for g in groups}) == 1 else 1
+
+
+def shape(host, placement) -> tuple[int, int, int, int]:
+    """(sockets, dies, cores, threads) for the pinned vCPUs: one socket per guest cell when even,
+    one die per L3 domain when even."""
     pins = placement.pins
     n = len(pins)
     sizes = {len(c.vcpus) for c in placement.cells}
     sockets = len(placement.cells) if placement.cells and len(sizes) == 1 else 1
-    per = n // sockets
+    dies = _dies(host, placement, sockets)
+    per = n // sockets // dies
     pairs = per % 2 == 0 and all(
         pins[i] != pins[i + 1] and pins[i + 1] in host.core_of(pins[i]) for i in range(0, n, 2)
     )
     threads = 2 if pairs else 1
-    return sockets, per // threads, threads
+    return sockets, dies, per // threads, threads
 
 
 def run(ctx, dom):
     pl = ctx.placement
     if not pl.dedicated:
         return []
-    sockets, cores, threads = shape(ctx.host, pl)
-    topo = E("topology", {"sockets": sockets, "dies": 1, "cores": cores, "threads": threads})
-    why = (f"{sockets} socket(s) x {cores} core(s) x {threads} thread(s), as pinned: "
-           + ("vCPU pairs sit on sibling threads" if threads == 2 else "no vCPU pair shares a physical core"))
+    sockets, dies, cores, threads = shape(ctx.host, pl)
+    topo = E("topology", {"sockets": sockets, "dies": dies, "cores": cores, "threads": threads})
+    per_die = f" x {dies} die(s)" if dies > 1 else ""
+    why = (f"{sockets} socket(s){per_die} x {cores} core(s) x {threads} thread(s), as pinned: "
+           + ("vCPU pairs sit on sibling threads" if threads == 2 else "no vCPU pair shares a physical core")
+           + (f"; one die per host L3 domain ({len(pl.l3)}, {len(pl.l3[0])} vCPUs each), so the guest sees "
+              "which vCPUs share an L3" if dies > 1 else ""))
     edits = [put_under(dom, "cpu", topo, why)]
     if pl.cells and sockets == 1 and len(pl.cells) > 1:
         edits.append(Warn("guest NUMA cells have unequal vCPU counts; the guest sees one socket"))

@@ -1,0 +1,199 @@
+"""Where the host's devices hang: the NUMA node of a PCI device, a disk and a NIC, and the PCI
+device a mediated device (mdev) is carved from.
+
+A ``Devices`` answers ``locate(kind, key)`` with a ``Location``: whether the host knows the device,
+and its node (None: the device has none, as the kernel's ``numa_node`` -1 says). Three sources give
+the same answers for the same machine (tests/test_devices.py checks it):
+
+    SysfsDevices   a sysfs tree, read on demand: ``bus/pci/devices/ADDR/numa_node``; a disk's or a
+                   NIC's node is the nearest ``numa_node`` up its device path (``class/block/NAME``,
+                   ``class/net/NAME``), a virtual one's (device mapper, bridge, bond) the node all
+                   its lower devices agree on; an mdev's is its parent's (``bus/mdev/devices/UUID``)
+    Table          what ``virsh nodedev-dumpxml`` files say (host/nodedev.py), or libvirt's node
+                   devices, live
+    Chain          the first source that knows the device
+
+Keys: a PCI address ``dddd:bb:ss.f`` (lower case hex), an mdev UUID, a disk's device path or name
+(``/dev/sda``; a symlink such as ``/dev/disk/by-id/...`` is followed where it exists), a NIC's name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import InvalidInput
+
+PCI = "pci"
+MDEV = "mdev"
+BLOCK = "block"
+NET = "net"
+KINDS = (PCI, MDEV, BLOCK, NET)
+MAX_DEPTH = 8  # lower devices followed (a bond of VLANs of a bridge ...)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where one device hangs: ``known`` by the host or not, and its NUMA node (None: none)."""
+
+    known: bool
+    node: int | None = None
+    via: str | None = None  # the PCI device its node was read from, when that is another device
+
+    @property
+    def constrains(self) -> bool:
+        return self.known and self.node is not None
+
+
+UNKNOWN = Location(False)
+
+
+def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
+    return f"{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
+
+
+def block_name(path: str) -> str:
+    """The kernel's name of the disk at ``path`` (``/dev/sda`` -> ``sda``): a symlink that exists
+    here (``/dev/disk/by-id/...``, ``/dev/mapper/...``) is followed first."""
+    try:
+        real = os.path.realpath(path) if path.startswith("/dev/") else path
+    except (OSError, ValueError):
+        real = path
+    return os.path.basename(real.rstrip("/"))
+
+
+def check_node(node: int | None, nodes: frozenset[int] | None, what: str) -> int | None:
+    """``node`` as a device's node: -1 (or below) is none; one the host lacks is InvalidInput."""
+    if node is None or node < 0:
+        return None
+    if nodes is not None and node not in nodes:
+        raise InvalidInput(f"{what} names NUMA node {node}, which this host does not have "
+                           f"(its nodes: {', '.join(map(str, sorted(nodes)))})")
+    return node
+
+
+class Devices:
+    """No device known: every ``locate`` is UNKNOWN (a host from capabilities alone)."""
+
+    def locate(self, kind: str, key: str) -> Location:
+        return UNKNOWN
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+NO_DEVICES = Devices()
+
+
+class Chain(Devices):
+    """The first of several sources that knows a device."""
+
+    def __init__(self, *sources: Devices):
+        self.sources = tuple(s for s in sources if s is not NO_DEVICES)
+
+    def locate(self, kind: str, key: str) -> Location:
+        for source in self.sources:
+            found = source.locate(kind, key)
+            if found.known:
+                return found
+        return UNKNOWN
+
+
+class Table(Devices):
+    """Devices listed ahead: (kind, key) -> Location; disks by their kernel name."""
+
+    def __init__(self, entries: Mapping[tuple[str, str], Location]):
+        self.entries = dict(entries)
+
+    def locate(self, kind: str, key: str) -> Location:
+        if kind == BLOCK:
+            key = block_name(key)
+        return self.entries.get((kind, key), UNKNOWN)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class SysfsDevices(Devices):
+    """The devices of the sysfs tree at ``root``, read when asked (and remembered)."""
+
+    def __init__(self, root: str, nodes: frozenset[int] | None = None):
+        self.root = root
+        self.nodes = nodes
+        self._seen: dict[tuple[str, str], Location] = {}
+
+    def __repr__(self) -> str:
+        return f"SysfsDevices({self.root!r})"
+
+    def locate(self, kind: str, key: str) -> Location:
+        if (kind, key) not in self._seen:
+            self._seen[(kind, key)] = self._find(kind, key)
+        return self._seen[(kind, key)]
+
+    def _find(self, kind: str, key: str) -> Location:
+        if kind == PCI:
+            path = os.path.join(self.root, "bus", "pci", "devices", key)
+            return self._up(os.path.realpath(path), key) if os.path.isdir(path) and "/" not in key else UNKNOWN
+        if kind == MDEV:
+            path = os.path.join(self.root, "bus", "mdev", "devices", key)
+            if "/" in key or not os.path.isdir(path):
+                return UNKNOWN
+            parent = os.path.basename(os.path.dirname(os.path.realpath(path)))
+            found = self.locate(PCI, parent)
+            return Location(True, found.node, parent) if found.known else Location(True, None, parent)
+        if kind in (BLOCK, NET):
+            name = block_name(key) if kind == BLOCK else key
+            return self._class(kind, name, 0) if name and "/" not in name and name not in (".", "..") else UNKNOWN
+        return UNKNOWN
+
+    def _class(self, kind: str, name: str, depth: int) -> Location:
+        """A disk's or a NIC's location: the nearest ``numa_node`` up its device path; for a
+        virtual device, the one node its lower devices (``slaves/``, ``lower_*``, ``brif/``) share."""
+        path = os.path.join(self.root, "class", kind, name)
+        if not os.path.exists(path):
+            return UNKNOWN
+        real = os.path.realpath(path)
+        found = self._up(real, name)
+        if found.node is not None or depth >= MAX_DEPTH:
+            return found
+        nodes = {self._class(kind, lower, depth + 1).node for lower in self._lowers(kind, real)}
+        return Location(True, nodes.pop() if len(nodes) == 1 else None, found.via)
+
+    def _lowers(self, kind: str, path: str) -> list[str]:
+        names: list[str] = []
+        try:
+            if kind == BLOCK:
+                names = os.listdir(os.path.join(path, "slaves"))
+            else:
+                names = [n[len("lower_"):] for n in os.listdir(path) if n.startswith("lower_")]
+                if os.path.isdir(os.path.join(path, "brif")):
+                    names += os.listdir(os.path.join(path, "brif"))
+        except OSError:
+            pass
+        return sorted(set(names))
+
+    def _up(self, real: str, what: str) -> Location:
+        """The nearest ``numa_node`` from ``real`` up to ``devices/``, and the PCI device it is on."""
+        top = os.path.realpath(os.path.join(self.root, "devices"))
+        here = real
+        while here.startswith(top + os.sep):
+            text = _read(os.path.join(here, "numa_node"))
+            if text is not None:
+                try:
+                    node = int(text)
+                except ValueError:
+                    raise InvalidInput(f"{os.path.join(here, 'numa_node')}: not a node number: {text[:40]!r}") from None
+                where = os.path.basename(here)
+                return Location(True, check_node(node, self.nodes, f"{os.path.join(here, 'numa_node')} of {what}"),
+                                where if where != what else None)
+            here = os.path.dirname(here)
+        return Location(True, None)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
