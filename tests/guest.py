@@ -52,6 +52,8 @@ echo "cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^
 echo "cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "mem_total_kib=$(grep '^MemTotal' /proc/meminfo | tr -s ' ' | cut -d' ' -f2)"
 echo "numa_nodes=$(cat /sys/devices/system/node/online)"
+echo "l3=$(for c in $(ls -d /sys/devices/system/cpu/cpu[0-9]* | sed 's/.*cpu//' | sort -n); do [ "$(cat /sys/devices/system/cpu/cpu$c/online 2>/dev/null || echo 1)" = 1 ] && echo "$(cat /sys/devices/system/cpu/cpu$c/cache/index3/shared_cpu_list 2>/dev/null)"; done | tr '\\n' ';' | sed 's/;$//')"
+echo "l3_level=$(cat /sys/devices/system/cpu/cpu0/cache/index3/level 2>/dev/null)"
 echo "clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 echo "virtio=$(ls /sys/bus/virtio/devices 2>/dev/null | tr '\\n' ' ')"
 echo "disks=$(ls /sys/block | grep -v '^loop\\|^ram' | tr '\\n' ' ')"

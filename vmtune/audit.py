@@ -73,7 +73,7 @@ from lxml import etree
 
 from . import claims as claims_mod
 from . import config as config_mod
-from . import cpuset, facts, profiles, units, xmlsafe
+from . import cpuset, facts, locality, profiles, units, xmlsafe
 from .errors import InvalidInput
 from .host import Host
 from .model import Domain
@@ -87,7 +87,10 @@ ON_RESERVED = "on-reserved"
 UNKNOWN_PROFILE = "unknown-profile"
 HUGEPAGES = "hugepages"
 NOT_LIVE = "not-live"
-KINDS = (CPU_OVERLAP, CORE_OVERLAP, FLOAT, NOT_APPLIED, ON_RESERVED, UNKNOWN_PROFILE, HUGEPAGES, NOT_LIVE)
+DEVICE_REMOTE = "device-remote"
+DEVICE_SHARED = "device-shared"
+KINDS = (CPU_OVERLAP, CORE_OVERLAP, FLOAT, NOT_APPLIED, ON_RESERVED, UNKNOWN_PROFILE, HUGEPAGES, NOT_LIVE,
+         DEVICE_REMOTE, DEVICE_SHARED)
 
 SHUT_OFF = "shut off"
 
@@ -335,6 +338,34 @@ def _tags(doms: list[_Dom], profiles_dir: str | None, reserved: frozenset[int]) 
     return out
 
 
+def _devices(host: Host, doms: list[_Dom], profiles_dir: str | None) -> list[Problem]:
+    """device-remote: a dedicated domain away from every node its passthrough devices hang off;
+    device-shared: one device passed through to two domains."""
+    out = []
+    for d in doms:
+        if not d.row.profile or not d.row.nodes or not d.claim.passthrough:
+            continue
+        try:
+            if not profiles.load(d.row.profile, profiles_dir).dedicated:
+                continue
+        except InvalidInput:
+            continue
+        for use, where in locality.locate(host, d.dom).located:
+            if where.constrains and where.node not in d.row.nodes:
+                out.append(Problem(DEVICE_REMOTE, (d.row.name,), nodes=(where.node,), message=(
+                    f"{d.row.name} ({d.row.profile}) runs on node(s) {cpuset.format(d.row.nodes)}, and its "
+                    f"{use.what} is on node {where.node}: every DMA and interrupt crosses nodes "
+                    f"(vmtune apply {d.row.name} places it beside the device)")))
+    for a, b in combinations(doms, 2):
+        both = a.claim.passthrough & b.claim.passthrough
+        if both:
+            a, b = sorted((a, b), key=lambda d: d.row.name)
+            what = ", ".join(f"{k} {v}" for k, v in sorted(both))
+            out.append(Problem(DEVICE_SHARED, (a.row.name, b.row.name), message=(
+                f"{a.row.name} and {b.row.name} both pass through {what}: only one of them can run at a time")))
+    return out
+
+
 def _cpus(cpus) -> str:
     return f"CPU{'s' if len(cpus) > 1 else ''} {cpuset.format(cpus)}"
 
@@ -413,7 +444,7 @@ def audit(host: Host, domains: list[tuple[str, str]], *, config: config_mod.Conf
     reserved = host.reserved(config)
     pages_problems, need = _hugepages(host, doms)
     problems = (_overlaps(host, doms) + _floats(host, doms, reserved) + _tags(doms, config.profiles_dir, reserved)
-                + pages_problems)
+                + pages_problems + _devices(host, doms, config.profiles_dir))
     problems.sort(key=lambda p: (_ORDER.get(p.kind, len(KINDS)), p.domains, sorted(p.cpus), p.nodes, p.message))
     return Report(tuple(d.row for d in doms), tuple(problems), _free(host, doms, reserved, need),
                   tuple(d.dom for d in doms))

@@ -1,5 +1,5 @@
 """What other domains on the host already hold: dedicated CPUs, strict-bound memory, hugepages
-(each by the rules of facts.py)."""
+(each by the rules of facts.py), and the host devices they pass through (locality.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from . import facts, xmlsafe
+from . import facts, locality, xmlsafe
 from .errors import InvalidInput
 from .host import Host
 from .model import Domain
@@ -26,6 +26,8 @@ class Claim:
     memory: Mapping[int, int] = field(default_factory=dict)  # node -> KiB bound strictly
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (node, size KiB) -> pages
     unbound_pages: Mapping[int, int] = field(default_factory=dict)  # size KiB -> pages on any node
+    # the host devices it passes through, as (kind, key) of vmtune.locality: one domain at a time has each
+    passthrough: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def read(xml: str | bytes, host: Host) -> Claim:
     facts.check_counts(dom)
     mem = facts.memory(dom, lambda: default_page_kib(host))
     return Claim(dom.name, dom.uuid, dom.tagged_profile, facts.dedicated(dom), facts.pinned(dom),
-                 mem.bound_kib, mem.hugepages, mem.unbound_pages)
+                 mem.bound_kib, mem.hugepages, mem.unbound_pages, locality.passthrough(dom))
 
 
 def ledger(claims: Iterable[str | bytes], host: Host, skip_uuid: str | None = None, skip_name: str | None = None) -> Ledger:

@@ -80,15 +80,18 @@ def emulator_with_vcpus(virt_type: str, profile) -> bool:
 
 def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod.Placement:
     spread = config.placement != "pack"
+    shared = tuple(locality.shared_with(dom, ledger.claims))
     if profile.cpu_pinning == Pinning.FLOAT:
         req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)
-        return placement_mod.shared(host, ledger, req, one_node=False)
+        placed = placement_mod.shared(host, ledger, req, one_node=False)
+        return replace(placed, warnings=placed.warnings + shared) if shared else placed
     found = locality.locate(host, dom)
     near = dict(anchors=found.anchors, locality=profile.device_locality, kinds=profile.cpu_kinds)
     unknown = locality.unknown_warning(found.unknown, host.devices is not NO_DEVICES) \
         if profile.device_locality != DeviceLocality.IGNORE else None
     placed = _place(profile, host, ledger, reserved, dom, config, spread, near)
-    return replace(placed, warnings=placed.warnings + (unknown,)) if unknown else placed
+    more = ((unknown,) if unknown else ()) + shared
+    return replace(placed, warnings=placed.warnings + more) if more else placed
 
 
 def _place(profile, host, ledger, reserved, dom, config, spread, near) -> placement_mod.Placement:

@@ -17,9 +17,18 @@ from dataclasses import dataclass
 from .host import Host
 from .host.devices import BLOCK, MDEV, NET, PCI, Location, pci_address
 from .model import Domain
-from .placement import Anchor
 
 ADDRESS = ("domain", "bus", "slot", "function")
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A device a domain uses, on a host node: a passthrough device (hostdev, an NVMe disk, an
+    mdev's parent) or a backing one (a block device, a macvtap or bridge port)."""
+
+    node: int
+    what: str  # "hostdev 0000:3b:00.0", as the messages name it
+    passthrough: bool = True
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,23 @@ def uses(dom: Domain) -> tuple[Use, ...]:
     return tuple(out)
 
 
+def passthrough(dom: Domain) -> frozenset[tuple[str, str]]:
+    """(kind, key) of every device ``dom`` passes through (a PCI device, an mdev)."""
+    return frozenset((u.kind, u.key) for u in uses(dom) if u.passthrough)
+
+
+def shared_with(dom: Domain, claims) -> list[str]:
+    """A warning per passthrough device of ``dom`` that another domain (``claims``) passes through
+    too: libvirt starts one of them at a time."""
+    mine = {(u.kind, u.key): u.what for u in uses(dom) if u.passthrough}
+    out = []
+    for key, what in mine.items():
+        others = sorted(c.name or c.uuid or "?" for c in claims if key in c.passthrough)
+        if others:
+            out.append(f"{what} is passed through to {', '.join(others)} too: only one of them can run at a time")
+    return out
+
+
 @dataclass(frozen=True)
 class Found:
     """A domain's devices on one host: the ones with a node, the passthrough ones the host does
@@ -133,4 +159,4 @@ def unknown_warning(unknown: tuple[Use, ...], known_any: bool) -> str | None:
     return f"{names}: not on this host, so the device's NUMA node was not looked at"
 
 
-__all__ = ["BLOCK", "MDEV", "NET", "PCI", "Found", "Use", "locate", "uses", "unknown_warning"]
+__all__ = ["BLOCK", "MDEV", "NET", "PCI", "Anchor", "Found", "Use", "locate", "passthrough", "shared_with", "uses", "unknown_warning"]

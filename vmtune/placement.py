@@ -26,19 +26,10 @@ from . import cpuset, units
 from .claims import Ledger
 from .errors import DoesNotFit
 from .host import Host
+from .locality import Anchor
 from .profiles import CpuKinds, DeviceLocality, Pinning
 
 MIB = 1024
-
-
-@dataclass(frozen=True)
-class Anchor:
-    """A device a domain uses, on a host node: a passthrough device (hostdev, an NVMe disk, an
-    mdev's parent) or a backing one (a block device, a macvtap or bridge port)."""
-
-    node: int
-    what: str  # "hostdev 0000:3b:00.0", as the messages name it
-    passthrough: bool = True
 
 
 @dataclass(frozen=True)

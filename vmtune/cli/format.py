@@ -19,6 +19,7 @@ def diff(before: str, after: str, fromfile: str, tofile: str) -> str:
 def explain(result) -> list[str]:
     """``rewrite --explain``: one line per change of a vmtune.Result, with its reason."""
     lines = [f"profile {result.profile}: {len(result.changes)} change(s)"]
+    lines += [f"placement: {why}" for why in result.placement.get("why", ())]
     lines += [f"{c.element}: {c.before or '(none)'} -> {c.after or '(removed)'}  # {c.reason}" for c in result.changes]
     return lines
 
@@ -33,6 +34,12 @@ def topology(host, reserved: frozenset[int]) -> list[str]:
         cores = " ".join("(" + ",".join(map(str, core)) + ")" for core in host.cores(cell.id)) or "-"
         lines.append(f"{cell.id:>4}  {cpuset.format(cell.cpus) or '-':<16} {cell.memory_kib // 1024:>10}  "
                      f"{pages:<22} {cores}")
+    for l3 in host.caches:
+        size = f", {units.size(l3.size_kib)}" if l3.size_kib else ""
+        lines.append(f"L3 {l3.id}: CPUs {cpuset.format(l3.cpus)}{size}")
+    if host.hybrid:
+        small = [c for c in host.cpus if host.efficient(c)]
+        lines.append(f"efficiency cores: {cpuset.format(small)}; performance: {cpuset.format(set(host.cpus) - set(small))}")
     return lines
 
 

@@ -17,6 +17,7 @@ from .. import xmlsafe
 from ..atomic import write_atomic
 from ..errors import Unavailable
 from ..host import Host
+from .offline import add_nodedev_arg, host_of, with_nodedevs
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +29,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--sysfs", metavar="DIR", help="host topology from a sysfs tree (default: this machine)")
     p.add_argument("--claim", metavar="DOM.xml", action="append", default=[],
                    help="offline: a domain on the host (repeatable), as rewrite --claim takes it")
+    add_nodedev_arg(p)
     p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
     p.add_argument("-c", "--connect", metavar="URI", default=None, help="live: libvirt URI (default qemu:///system)")
     out = p.add_mutually_exclusive_group()
@@ -63,13 +65,12 @@ def cmd_map(args, cfg, roots) -> int:
     if args.svg == "":
         args.usage_error("--svg needs a file name, or - for stdout")
     if args.host or args.claim:
-        host = (Host.from_capabilities(xmlsafe.read(args.host, "capabilities XML")) if args.host
-                else Host.from_sysfs(args.sysfs or roots.sysfs))
+        host = host_of(args, roots.sysfs)
         found = [(xmlsafe.read(path, "claimed domain XML"), "claim") for path in args.claim]
         hostmap = build.build(host, found, config=cfg)
     else:
         sysfs = args.sysfs or roots.sysfs
-        host = Host.from_sysfs(sysfs)
+        host = with_nodedevs(Host.from_sysfs(sysfs), args.nodedev)
         found, notes = _domains(args.connect)
         hostmap = build.build(host, found, config=cfg, mode="live", hook=live.hook_view(roots),
                               page_totals=live.page_totals(sysfs), warnings=notes)

@@ -13,6 +13,7 @@ import json
 import sys
 
 from . import format as fmt
+from .offline import add_nodedev_arg, with_nodedevs
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -62,6 +63,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                           description="One table for the whole host: domains, their pins, nodes and hugepages, "
                                       "what is left per node, and every problem. Exit 1 when there is a problem.")
     _common(plan)
+    add_nodedev_arg(plan)
 
 
 # -- tag, untag -----------------------------------------------------------------------------------------
@@ -206,7 +208,7 @@ def cmd_plan(args, cfg, roots) -> int:
     from ..live import connect, domains, hostview
 
     with connect.connection(args.connect) as conn:
-        host = hostview.host(conn)
+        host = with_nodedevs(hostview.host(conn), args.nodedev)
         every = domains.every(conn)
     report = with_live_drift(audit(host, [(d.xml, d.state) for d in every], config=cfg), host, every)
     if args.json:

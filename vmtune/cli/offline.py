@@ -20,18 +20,36 @@ from ..host import Host
 from . import format as fmt
 
 
-def _host(args) -> Host:
+def host_of(args, sysfs: str | None = None) -> Host:
+    """The host of ``--host CAPS.xml`` or ``--sysfs DIR`` (else ``sysfs``, else this machine), with
+    the devices of ``--nodedev FILE``s first."""
     if getattr(args, "host", None):
-        return Host.from_capabilities(xmlsafe.read(args.host, "capabilities XML"))
-    if getattr(args, "sysfs", None):
-        return Host.from_sysfs(args.sysfs)
-    return Host.probe()
+        host = Host.from_capabilities(xmlsafe.read(args.host, "capabilities XML"))
+    else:
+        host = Host.from_sysfs(getattr(args, "sysfs", None) or sysfs or "/sys")
+    return with_nodedevs(host, getattr(args, "nodedev", None))
+
+
+def with_nodedevs(host: Host, paths: list[str] | None) -> Host:
+    """``host`` with the node devices of ``paths`` (``--nodedev``) found first."""
+    if not paths:
+        return host
+    from ..host import nodedev
+
+    return host.with_devices(nodedev.load(paths, frozenset(host.node_ids)))
+
+
+def add_nodedev_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodedev", metavar="FILE", action="append", default=[],
+                   help="where a device hangs: the output of `virsh nodedev-dumpxml` for a PCI device, NIC or disk "
+                        "the domains use (repeatable; found before the host's own)")
 
 
 def _add_host_args(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--host", metavar="CAPS.xml", help="host topology from `virsh capabilities` output")
     g.add_argument("--sysfs", metavar="DIR", help="host topology from a sysfs tree (default: this machine)")
+    add_nodedev_arg(p)
     p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
 
 
@@ -77,7 +95,7 @@ def cmd_rewrite(args, cfg, roots) -> int:
         raise InvalidInput("-i needs a file, not stdin")
     source = xmlsafe.read(args.domain, "domain XML")
     claims = [xmlsafe.read(path, "claimed domain XML") for path in args.claim]
-    result = rewrite(source, _host(args), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
+    result = rewrite(source, host_of(args), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
     # -i on a symlink rewrites the file it points to, as sed -i --follow-symlinks would
     target = os.path.realpath(args.domain) if args.in_place else args.output
     if target:
@@ -98,7 +116,7 @@ def cmd_rewrite(args, cfg, roots) -> int:
 
 
 def cmd_topology(args, cfg, roots) -> int:
-    host = _host(args)
+    host = host_of(args)
     reserved = host.reserved(cfg)
     if args.json:
         print(json.dumps({**host.to_dict(), "reserved": cpuset.format(reserved)}, indent=2))

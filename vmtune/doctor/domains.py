@@ -20,6 +20,7 @@ from ..errors import Unavailable, VmtuneError
 from ..live import connect
 from ..live.domains import state_text, word_text
 from ..model import Domain
+from ..audit import holds_now
 from .findings import Context, Finding, maker
 
 new = maker("domains")
@@ -28,7 +29,8 @@ FAIL_KINDS = ("cpu-overlap", "core-overlap")
 FIXES = {"cpu-overlap": "vmtune apply --all (one plan for the whole host)",
          "core-overlap": "vmtune apply --all (one plan for the whole host)",
          "float": "vmtune apply {0}", "not-applied": "vmtune apply {0}",
-         "unknown-profile": "vmtune tag {0} --profile latency (or add the profile)"}
+         "unknown-profile": "vmtune tag {0} --profile latency (or add the profile)",
+         "device-remote": "vmtune apply {0} (it moves beside its device at its next start)"}
 
 
 def identity(xml: str) -> tuple[str | None, str | None]:
@@ -121,7 +123,10 @@ def check(ctx: Context) -> list[Finding]:
         return [new("WARN", source, f"cannot audit the domains: {audit}")]
     rows = [f"{row.name} ({row.profile or 'untagged'}, {row.state})" for row in audit.rows]
     out = [new("INFO", source, f"{len(rows)} domain(s): {', '.join(rows)}")]
-    shown = [p for p in audit.problems if p.kind != "hugepages"]
+    running = {row.name for row in audit.rows if holds_now(row.state)}
+    # hugepages: memory.py's; a device away from its domain matters while the domain runs
+    shown = [p for p in audit.problems if p.kind != "hugepages"
+             and (p.kind != "device-remote" or set(p.domains) <= running)]
     for problem in shown:
         level = "FAIL" if problem.kind in FAIL_KINDS else "WARN"
         fix = FIXES.get(problem.kind, "vmtune plan").format(*(problem.domains or ("NAME",)))
