@@ -101,7 +101,7 @@ MACHINE = pytest.StashKey[dict]()
 # once. A module that asks for the ``libvirtd`` fixture belongs in MACHINE_MODULES (checked below).
 MACHINE_MODULES = {"test_bench", "test_ansible_libvirt", "test_doctor", "test_hook", "test_hook_irqbalance_real",
                    "test_hook_isolation", "test_hook_isolation_kernel", "test_hook_isolation_records",
-                   "test_hook_libvirt", "test_libvirt_harness", "test_libvirt_real", "test_live"}
+                   "test_hook_libvirt", "test_libvirt_harness", "test_libvirt_real", "test_live", "test_guest_l3"}
 
 
 @pytest.hookimpl(tryfirst=True)

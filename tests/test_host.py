@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hosttrees import caps_view, caps_xml, hosts, machines, write_sysfs
-from vmtune import cpuset
+from vmtune import cpuset, xmlsafe
 from vmtune.errors import InvalidInput
 from vmtune.host import Cpu, Host
 from vmtune.host.topology import L3
@@ -337,3 +337,56 @@ def test_strategy_arguments_narrow(data):
     assert not host.smt and all(c.cpus and c.memory_kib for c in host.cells)
     host, offline = data.draw(machines(offline=False))
     assert not offline
+
+
+# -- libvirt's own test data: a sysfs tree and the capabilities libvirt makes of it -------------------
+VIRCAPS = Path(__file__).parent / "data" / "libvirt" / "vircaps2xmldata"  # tests/data/libvirt/SOURCES.md
+VIRCAPS_CASES = [("linux-caches", "vircaps-x86_64-caches.xml"), ("linux-resctrl", "vircaps-x86_64-resctrl.xml"),
+                 ("linux-resctrl-skx", "vircaps-x86_64-resctrl-skx.xml"),
+                 ("linux-resctrl-skx-twocaches", "vircaps-x86_64-resctrl-skx-twocaches.xml"),
+                 ("linux-basic", "vircaps-x86_64-basic.xml")]
+
+
+def _libvirt_tree(case: str, tmp_path) -> str:
+    """A sysfs root whose devices/system is libvirt's fake tree of ``case``."""
+    root = tmp_path / "sys"
+    (root / "devices").mkdir(parents=True)
+    (root / "devices" / "system").symlink_to((VIRCAPS / case / "system").resolve())
+    return str(root)
+
+
+@pytest.mark.skipif(not VIRCAPS.is_dir(), reason="libvirt's vircaps2xmldata is not in tests/data")
+@pytest.mark.parametrize("case, caps", VIRCAPS_CASES, ids=[c for c, _ in VIRCAPS_CASES])
+def test_libvirts_sysfs_trees_give_the_l3_domains_of_its_capabilities(case, caps, tmp_path):
+    """libvirt's own fake sysfs trees (vircaps2xmltest.c) and the capabilities libvirt writes of
+    them: the same CPUs, nodes and L3 domains (ids, CPUs, sizes) from both loaders. The sizes and
+    pools of libvirt's memory mock are not in the trees, so only the topology is compared."""
+    from_sysfs = Host.from_sysfs(_libvirt_tree(case, tmp_path), arch="x86_64")
+    from_caps = Host.from_capabilities((VIRCAPS / caps).read_bytes())
+    assert from_sysfs.caches == from_caps.caches
+    assert {c: (cpu.node, cpu.l3) for c, cpu in from_sysfs.cpus.items()} == \
+        {c: (cpu.node, cpu.l3) for c, cpu in from_caps.cpus.items()}
+    if case == "linux-resctrl":
+        assert [(l3.id, l3.cpus, l3.size_kib) for l3 in from_caps.caches] == \
+            [(0, frozenset(range(6)), 15360), (1, frozenset(range(6, 12)), 15360)]
+    if case == "linux-basic":
+        assert from_caps.caches == ()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parent / "data" / "libvirt" / "capabilities")
+                                        .glob("*.xml")) if (Path(__file__).parent / "data" / "libvirt").is_dir() else [])
+def test_libvirts_capabilities_with_caches_load(name):
+    """libvirt's own capabilities test data with cache banks: every L3 bank becomes an L3 domain of
+    online CPUs, each CPU in at most one (a bank id repeated at level 2 is another cache)."""
+    path = Path(__file__).parent / "data" / "libvirt" / "capabilities" / name
+    host = Host.from_capabilities(path.read_bytes())
+    root = xmlsafe.parse(path.read_bytes())
+    banks = [b for b in root.iter("bank") if b.get("level") == "3"]
+    named = frozenset().union(*(cpuset.parse(b.get("cpus")) for b in banks)) if banks else frozenset()
+    assert frozenset().union(*(l3.cpus for l3 in host.caches)) == named & frozenset(host.cpus)
+    assert {l3.id for l3 in host.caches} <= {int(b.get("id")) for b in banks}
+    seen: set[int] = set()
+    for l3 in host.caches:
+        assert l3.cpus <= set(host.cpus) and not l3.cpus & seen
+        seen |= l3.cpus
+        assert all(host.cpus[c].l3 == l3.id for c in l3.cpus)

@@ -55,9 +55,10 @@ def parse(xml: str | bytes, where: str) -> NodeDevice:
     for cap in root.findall("capability"):
         kind = cap.get("type")
         if kind == "pci":
-            parts = [_number(_text(cap.find(f)), f, where) for f in ("domain", "bus", "slot", "function")]
             if cap.find("bus") is None or cap.find("slot") is None or cap.find("function") is None:
                 raise InvalidInput(f"{where}: a PCI node device without its bus, slot and function")
+            parts = [_number(_text(cap.find(f)) or ("0" if f == "domain" else ""), f, where)
+                     for f in ("domain", "bus", "slot", "function")]
             pci = pci_address(*parts)
             keys.append((PCI, pci))
             numa = cap.find("numa")
