@@ -21,6 +21,11 @@ domains) runs with part 2 and alone with ``--part map``.
 
 ``--hook-against REV`` (part 2) also times REV's hook in the hook-cost case's interleaved rounds,
 from a temporary git worktree of REV (bench/hook_cost.py): variants ``SHORT:tagged-prepare`` etc.
+
+The ``placement-l3`` case (bench/locality_cost.py: placing one more latency domain with a GPU on a
+256-CPU host with 16 L3 domains, N claims) runs with part 2 and alone with ``--part locality``;
+``--rewrite-against REV`` adds the ``rewrite-against`` case there: this tree's rewrite throughput
+over REV's, in one interleaved run.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import costs, guests, hook_cost, host_isolation, host_noise, map_cost
+from . import costs, guests, hook_cost, host_isolation, host_noise, locality_cost, map_cost
 from .common import ROOT, machine, versions, write_result
 
 # The --part values that run the host-isolation case (None: the full run). Not "1" yet:
@@ -81,13 +86,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="recorded in every result; type= of the generated domains (default qemu: TCG)")
     ap.add_argument("--cprofile", action="store_true",
                     help="also write a cProfile of planning the largest N (not timed)")
-    ap.add_argument("--part", choices=("1", "2", "host-isolation", "host-noise", "map"),
+    ap.add_argument("--part", choices=("1", "2", "host-isolation", "host-noise", "map", "locality"),
                     help="only part 1 (guests through libvirt, root), part 2 (vmtune's own cost), "
                          "the host-isolation case, the host-noise case (oslat; root) or the map case")
     ap.add_argument("--hook-against", metavar="REV",
                     help="part 2's hook cost also times REV's hook (a temporary git worktree of REV) "
                          "in the same interleaved rounds")
+    ap.add_argument("--rewrite-against", metavar="REV",
+                    help="also time REV's rewrite throughput against this tree's, interleaved (part 2, locality)")
     args = ap.parse_args(argv)
+    if args.rewrite_against and args.part not in (None, "2", "locality"):
+        ap.error("--rewrite-against goes with part 2 or --part locality")
     if args.hook_against and args.part not in (None, "2"):
         ap.error("--hook-against is part 2's (the hook-cost case)")
     args.quick = args.quick or args.smoke
@@ -115,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         records += hook_cost.run(args.quick, log, args.hook_against)  # FULL/QUICK sizes in bench/hook_cost.py
     if args.part in (None, "2", "map"):
         records += map_cost.run(size, args.virt_type, log)  # its SIZES in bench/map_cost.py
+    if args.part in (None, "2", "locality"):
+        records += locality_cost.placement(size, args.virt_type, log)  # its SIZES in bench/locality_cost.py
+        if args.rewrite_against:
+            records += locality_cost.against(args.rewrite_against, size, log)
     part1, isolation, noise = {"ran": False}, {"ran": False}, {"ran": False}
     if args.part is None or args.part == "1":
         part1 = _part("part 1 (what a guest gains)", records, log, guests.Unavailable,

@@ -149,3 +149,29 @@ def test_ledger_from_leases_skips_the_domain_itself():
     led = repin.ledger_from_leases({"u1": Lease("a", cpus=frozenset({2, 3})), "u2": Lease("b", cpus=frozenset({5}))},
                                    "u1", "a")
     assert led.dedicated == frozenset({5}) and [c.name for c in led.claims] == ["b"]
+
+
+def test_repin_follows_the_l3_domains_and_a_required_device(tmp_path):
+    """A restore on a host with L3 domains and the domain's GPU on node 1 (a sysfs tree as the
+    kernel lays it out): the filter re-pins through the rewriter's placement, onto node 1 and one
+    L3 domain, in the same bytes everywhere else."""
+    from pathlib import Path
+
+    from devtrees import Pci, Tree
+    from devtrees import write_sysfs as write_devices
+
+    amd = Host.from_capabilities((Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hosts" /
+                                  "lv-caps-x86_64-amd-2socket-8die-smt.xml").read_bytes())
+    root = write_sysfs(amd, str(tmp_path))
+    write_devices(Tree([Pci("0000:3b:00.0", 1)]), root)
+    here = Host.from_sysfs(root, arch="x86_64")
+    gpu = ("<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x3b' "
+           "slot='0x00' function='0x0'/></source></hostdev>")
+    xml = tagged(make_host(2, 8, 2), vcpus=8).replace("<memballoon", gpu + "<memballoon")
+    assert {here.cpus[c].node for p in pins(xml).values() for c in p} != {1}  # where the other host put it
+    out = repin.filter_xml(xml.encode(), here, {}, vmtune.Config())
+    new = [next(iter(p)) for _, p in sorted(pins(out).items())]
+    assert {here.cpus[c].node for c in new} == {1}
+    assert len({here.l3_of(c) for c in new}) == 1
+    assert strip_mutable(out) == strip_mutable(xml)
+    assert repin.filter_xml(out.encode(), here, {}, vmtune.Config()) is None  # right here now

@@ -1,7 +1,8 @@
 """``vmtune map``: the model (every CPU once, every pin on its CPU), its three views, the CLI.
 
 The pins are checked against the XML read here with lxml, not through the model vmtune reads it
-with. Goldens of the terminal view (no colour) are tests/golden/map/*.txt; regenerate them after an
+with; each CPU's L3 domain and core kind against the Host's, the passthrough devices against a
+node-device XML written here. Goldens of the terminal view (no colour) are tests/golden/map/*.txt; regenerate them after an
 intended change with ``VMTUNE_REGEN=1 scripts/test tests/test_hostmap.py`` and read the diff.
 """
 
@@ -27,7 +28,7 @@ from vmtune import cpuset
 from vmtune.cli import main
 from vmtune.driver import rewrite
 from vmtune.errors import VmtuneError
-from vmtune.host import Host
+from vmtune.host import Host, nodedev
 from vmtune.hostmap import build, example, names, svg, text
 from vmtune.hostmap.build import Role
 
@@ -36,6 +37,7 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 GOLDEN = Path(__file__).parent / "golden" / "map"
 SVG_NS = "http://www.w3.org/2000/svg"
 HOSTS = sorted((CORPUS / "hosts").glob("*.xml")) + [EXAMPLES / "hosts" / "2node-smt.xml"]
+AMD = CORPUS / "hosts" / "lv-caps-x86_64-amd-2socket-8die-smt.xml"  # 8 L3 domains of 4 cores, 8 threads
 DOMAINS = sorted((CORPUS / "domains").glob("*.xml"))
 TAG = "<metadata><vmtune:tune xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='{}'/></metadata>"
 
@@ -75,7 +77,38 @@ def check_map(hostmap, host: Host, xmls: list[str]) -> dict:
     if len(every) <= 64:
         assert max(len(line) for line in lines) <= 80, "\n".join(lines)
     check_svg(svg.render(hostmap), hostmap)
+    check_l3_and_kinds(hostmap, host, data, lines)
     return data
+
+
+def check_l3_and_kinds(hostmap, host: Host, data: dict, lines: list[str]) -> None:
+    """Every CPU's L3 and kind in the JSON are the host's; each node's L3 domains hold its CPUs of
+    them; the terminal names every L3 and marks efficiency cores; the SVG has a box per (node, L3)."""
+    for node in data["nodes"]:
+        for core in node["cores"]:
+            for c in core["threads"]:
+                cpu = host.cpus.get(c["id"])
+                assert (c["l3"], c["kind"]) == ((cpu.l3, cpu.kind) if cpu else (None, None)), c
+        l3s = {x["id"]: cpuset.parse(x["cpus"]) for x in node["l3"]}
+        assert l3s == {i: frozenset(c for c in host.cache(i).cpus if host.cpus[c].node == node["id"])
+                       for i in {host.l3_of(c) for c in host.cell(node["id"]).cpus} - {None}}
+    shown = "\n".join(lines)
+    for cache in host.caches:
+        assert re.search(rf"^ +L3 {cache.id}: ", shown, re.M), shown
+    assert ("( ): an efficiency core" in " ".join(shown.split())) == host.hybrid
+    small = {c for c in host.cpus if host.efficient(c)}
+    cores = "\n".join(line for line in lines if re.match(r" +[\[(]", line))
+    in_parens = {int(i) for block in re.findall(r"\(([^()\[\]]*)\)", cores)
+                 for i in re.findall(r"(?<![^\s(])(\d+)[ *!#]", block)}
+    assert in_parens == small
+    root = etree.fromstring(svg.render(hostmap).encode())
+    boxes = [g.get("id") for g in root.iter(f"{{{SVG_NS}}}g") if g.get("class") == "l3"]
+    pairs = {(c.node, c.l3) for c in host.cpus.values() if c.l3 is not None}
+    assert sorted(boxes) == sorted(f"node{n}-l3-{i}" for n, i in pairs)
+    for g in root.iter(f"{{{SVG_NS}}}g"):
+        if g.get("id", "").startswith("cpu"):
+            cpu = int(g.get("id")[3:])
+            assert ("an efficiency core" in g.findtext(f"{{{SVG_NS}}}title")) == (cpu in small)
 
 
 def check_svg(document: str, hostmap) -> etree._Element:
@@ -123,7 +156,7 @@ def pinned_domains(draw, ids: list[int], index: int) -> str:
 
 @st.composite
 def mapped_hosts(draw):
-    host, offline = draw(machines())
+    host, offline = draw(machines(hybrid=True))
     host = Host.from_capabilities(caps_xml(host, offline)) if draw(st.booleans()) else _with_offline(host, offline)
     ids = sorted(set(host.cpus) | set(host.offline)) + [max(host.cpus) + 7]
     xmls = [draw(pinned_domains(ids, i)) for i in range(draw(st.integers(0, 4)))]
@@ -138,8 +171,9 @@ def _with_offline(host: Host, offline: dict[int, int]) -> Host:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mapped_hosts())
 def test_every_cpu_once_and_every_pin_on_its_cpu(case):
-    """On generated hosts (sparse node ids, CPU-less nodes, offline CPUs, SMT or not) with claims
-    pinned at random: every host CPU appears once, in its node, and every pin on its CPU."""
+    """On generated hosts (sparse node ids, CPU-less nodes, offline CPUs, SMT or not, L3 layouts,
+    hybrid or not) with claims pinned at random: every host CPU appears once, in its node, and every
+    pin on its CPU; its L3 and kind as the host has them, in every view."""
     host, xmls = case
     hostmap = build.build(host, [(x, "running") for x in xmls])
     check_map(hostmap, host, xmls)
@@ -191,12 +225,14 @@ GOLDENS = {
                    (EXAMPLES / "batch-4vcpu.xml", "balanced")]),
     "4node-nosmt": (CORPUS / "hosts" / "lv-caps-x86_64-4node-hugepages-nosmt.xml",
                     [(EXAMPLES / "db-4vcpu.xml", "latency"), (EXAMPLES / "batch-4vcpu.xml", "throughput")]),
+    "amd-8l3": (AMD, [(EXAMPLES / "db-4vcpu.xml", "latency"), (EXAMPLES / "batch-4vcpu.xml", "balanced")]),
 }
 
 
 @pytest.mark.parametrize("name", sorted(GOLDENS))
 def test_terminal_view_golden(name):
-    """The terminal view without colour, on a host with SMT and one without."""
+    """The terminal view without colour, on a host with SMT and one without (neither with L3
+    banks: their cores as they always were), and on one with 8 L3 domains."""
     hostmap = _golden_map(*GOLDENS[name])
     got = "\n".join(text.render(hostmap, color=False)) + "\n"
     path = GOLDEN / f"{name}.txt"
@@ -205,7 +241,8 @@ def test_terminal_view_golden(name):
         path.write_text(got)
     assert got == path.read_text()
     assert "\x1b" not in got
-    assert hostmap.smt == (name == "2node-smt")
+    assert hostmap.smt == (name != "4node-nosmt")
+    assert ("L3 " in got) == (name == "amd-8l3")
 
 
 def test_color_only_adds_escapes():
@@ -497,3 +534,105 @@ def test_the_library_entry():
     assert isinstance(picture, vmtune.HostMap)
     assert picture.to_dict() == build.build(host, [(xml, "running")]).to_dict()
     assert {c.id for c in picture.cpus if c.role == Role.DEDICATED} == set(picture.domains[0].dedicated)
+
+
+# -- passthrough devices -------------------------------------------------------------------------------
+NODEDEV = ("<device><name>pci_0000_{bus:02x}_00_0</name><parent>computer</parent><capability type='pci'>"
+           "<domain>0</domain><bus>{bus}</bus><slot>0</slot><function>0</function>{numa}</capability></device>")
+
+
+def _hostdev(bus: int) -> str:
+    return (f"<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' "
+            f"bus='{bus:#04x}' slot='0x00' function='0x0'/></source></hostdev>")
+
+
+def _device_case(tmp_path) -> tuple[Path, Path, Path]:
+    """The example host (no L3 banks); db1 passes through 0000:3b:00.0 (node 1 by its node-device
+    XML), 0000:5e:00.0 (on no node) and 0000:99:00.0 (not on this host); web none."""
+    files = []
+    for bus, numa in ((0x3b, "<numa node='1'/>"), (0x5e, "<numa node='-1'/>")):
+        path = tmp_path / f"pci_{bus:02x}.xml"
+        path.write_text(NODEDEV.format(bus=bus, numa=numa))
+        files.append(path)
+    dom = tmp_path / "db1.xml"
+    dom.write_text("<domain type='kvm'><name>db1</name><memory unit='MiB'>512</memory><vcpu>2</vcpu>"
+                   + TAG.format("latency") + "<os><type arch='x86_64'>hvm</type></os><devices>"
+                   + "".join(_hostdev(b) for b in (0x3b, 0x5e, 0x99)) + "</devices></domain>")
+    return dom, files[0], files[1]
+
+
+def test_passthrough_devices_under_their_node(tmp_path):
+    """A PCI device a node-device XML puts on node 1 is under node 1 with its holder, in every view;
+    one on no node and one the host lacks are in the host's lists."""
+    dom, on_node, nowhere = _device_case(tmp_path)
+    base = Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    host = base.with_devices(nodedev.load([str(on_node), str(nowhere)], frozenset(base.node_ids)))
+    web = "<domain type='kvm'><name>web</name><memory unit='MiB'>512</memory><vcpu>1</vcpu></domain>"
+    hostmap = build.build(host, [(web, "claim"), (dom.read_text(), "claim")])
+    data = check_map(hostmap, host, [web, dom.read_text()])
+    assert not data["nodes"][0]["devices"]
+    assert [(d["key"], d["domain"], d["index"], d["node"], d["known"]) for d in data["nodes"][1]["devices"]] == [
+        ("0000:3b:00.0", "db1", 1, 1, True)]
+    assert [(d["key"], d["node"], d["known"]) for d in data["devices"]] == [
+        ("0000:5e:00.0", None, True), ("0000:99:00.0", None, False)]
+    assert data["devices_known"]
+    lines = text.render(hostmap)
+    node1, domains = lines.index("node 1: 16 CPUs, 64 GiB memory"), lines.index("domains:")
+    assert "  0000:3b:00.0 hostdev -> db1" in lines[node1:domains]
+    assert lines[lines.index("devices on no node:") + 1] == "  0000:5e:00.0 hostdev -> db1"
+    assert lines[lines.index("devices not on this host:") + 1] == "  0000:99:00.0 hostdev -> db1"
+    root = check_svg(svg.render(hostmap), hostmap)
+    node_g = {g.get("id"): g for g in root.iter(f"{{{SVG_NS}}}g") if g.get("class") == "node"}
+    said = {n: [t.text for t in g.iter(f"{{{SVG_NS}}}text") if t.get("class") == "device"] for n, g in node_g.items()}
+    assert said == {"node0": [], "node1": ["0000:3b:00.0 hostdev -> db1"]}
+    assert "0000:99:00.0 hostdev -> db1" in "".join(root.itertext())
+
+
+def test_passthrough_devices_without_a_device_source():
+    """A host from capabilities alone knows no device: the map says so, and how to give them."""
+    host = Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    xml = ("<domain type='kvm'><name>db1</name><memory unit='MiB'>512</memory><vcpu>1</vcpu><devices>"
+           + _hostdev(0x3b) + "</devices></domain>")
+    hostmap = build.build(host, [(xml, "claim")])
+    assert [d.known for d in hostmap.devices] == [False] and not hostmap.devices_known
+    shown = " ".join(" ".join(text.render(hostmap)).split())
+    assert "devices this host does not know (give their `virsh nodedev-dumpxml` with --nodedev): " \
+           "0000:3b:00.0 hostdev -> db1" in shown
+
+
+def test_cli_map_with_nodedev(capsys, tmp_path):
+    """``vmtune map --host CAPS --claim DOM --nodedev FILE``: the device under node 1, in the JSON
+    and the terminal."""
+    dom, on_node, _ = _device_case(tmp_path)
+    caps = str(EXAMPLES / "hosts" / "2node-smt.xml")
+    argv = ["map", "--host", caps, "--claim", str(dom), "--nodedev", str(on_node)]
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    VALIDATOR.validate(data)
+    assert [(d["key"], d["domain"]) for d in data["nodes"][1]["devices"]] == [("0000:3b:00.0", "db1")]
+    assert {d["key"] for d in data["devices"]} == {"0000:5e:00.0", "0000:99:00.0"}
+    code, out, err = run_cli(capsys, *argv, "--color", "never")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines.index("  0000:3b:00.0 hostdev -> db1") > lines.index("node 1: 16 CPUs, 64 GiB memory")
+
+
+def test_l3_domains_in_every_view():
+    """The AMD host's 8 L3 domains: a group each under its node in the terminal, a box each in the
+    SVG (its title naming its id, size and CPUs), and under its node in the JSON."""
+    hostmap = _golden_map(*GOLDENS["amd-8l3"])
+    lines = text.render(hostmap)
+    heads = [line.strip() for line in lines if line.startswith("  L3 ")]
+    assert heads[:2] == ["L3 0: 16 MiB, CPUs 0-3,32-35", "L3 4: 16 MiB, CPUs 4-7,36-39"] and len(heads) == 8
+    start = lines.index("  L3 4: 16 MiB, CPUs 4-7,36-39")
+    assert lines[start + 1].startswith("    [ 4 ") and lines[start + 1].split()[3] == "36"
+    root = check_svg(svg.render(hostmap), hostmap)
+    titles = {g.get("id"): g.findtext(f"{{{SVG_NS}}}title") for g in root.iter(f"{{{SVG_NS}}}g")
+              if g.get("class") == "l3"}
+    assert len(titles) == 8 and titles["node1-l3-8"] == "L3 8: 16 MiB, CPUs 16-19,48-51 (node 1)"
+    box = next(g for g in root.iter(f"{{{SVG_NS}}}g") if g.get("id") == "node0-l3-6")
+    assert {g.get("id") for g in box.iter(f"{{{SVG_NS}}}g")} - {"node0-l3-6"} == {f"cpu{c}" for c in (*range(8, 12), *range(40, 44))}
+    data = hostmap.to_dict()
+    assert [x["id"] for x in data["nodes"][0]["l3"]] == [0, 2, 4, 6]
+    assert data["nodes"][0]["l3"][0] == {"id": 0, "cpus": "0-3,32-35", "size_kib": 16384, "other_nodes": []}

@@ -80,12 +80,13 @@ def emulator_with_vcpus(virt_type: str, profile) -> bool:
 
 def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod.Placement:
     spread = config.placement != "pack"
-    shared = tuple(locality.shared_with(dom, ledger.claims))
+    used = locality.uses(dom)
+    shared = tuple(locality.shared_with(used, ledger.claims))
     if profile.cpu_pinning == Pinning.FLOAT:
         req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)
         placed = placement_mod.shared(host, ledger, req, one_node=False)
         return replace(placed, warnings=placed.warnings + shared) if shared else placed
-    found = locality.locate(host, dom)
+    found = locality.locate(host, dom, used)
     near = dict(anchors=found.anchors, locality=profile.device_locality, kinds=profile.cpu_kinds)
     unknown = locality.unknown_warning(found.unknown, host.devices is not NO_DEVICES) \
         if profile.device_locality != DeviceLocality.IGNORE else None

@@ -110,10 +110,12 @@ def passthrough(dom: Domain) -> frozenset[tuple[str, str]]:
     return frozenset((u.kind, u.key) for u in uses(dom) if u.passthrough)
 
 
-def shared_with(dom: Domain, claims) -> list[str]:
-    """A warning per passthrough device of ``dom`` that another domain (``claims``) passes through
-    too: libvirt starts one of them at a time."""
-    mine = {(u.kind, u.key): u.what for u in uses(dom) if u.passthrough}
+def shared_with(used: tuple[Use, ...], claims) -> list[str]:
+    """A warning per passthrough device of ``used`` (a domain's ``uses``) that another domain
+    (``claims``) passes through too: libvirt starts one of them at a time."""
+    mine = {(u.kind, u.key): u.what for u in used if u.passthrough}
+    if not mine:
+        return []
     out = []
     for key, what in mine.items():
         others = sorted(c.name or c.uuid or "?" for c in claims if key in c.passthrough)
@@ -132,10 +134,11 @@ class Found:
     located: tuple[tuple[Use, Location], ...]
 
 
-def locate(host: Host, dom: Domain) -> Found:
-    """Where ``dom``'s devices hang on ``host`` (InvalidInput for a node the host lacks)."""
+def locate(host: Host, dom: Domain, used: tuple[Use, ...] | None = None) -> Found:
+    """Where ``dom``'s devices (``used``, when read already) hang on ``host`` (InvalidInput for a
+    node the host lacks)."""
     anchors, unknown, located = [], [], []
-    for use in uses(dom):
+    for use in uses(dom) if used is None else used:
         where = host.devices.locate(use.kind, use.key)
         if use.passthrough:
             located.append((use, where))

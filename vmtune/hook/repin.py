@@ -11,8 +11,10 @@ incoming text (vmtune/splice.py says why), so every other byte (devices, CPU mod
 memory sizes, guest NUMA cells) is what came in. A placement that would need different guest NUMA cells is
 refused rather than applied.
 
-The host comes from sysfs (``Roots.sysfs``), the other domains' dedicated CPUs from the leases:
-the hook never calls libvirt.
+The host comes from sysfs (``Roots.sysfs``: its L3 domains, core kinds and devices too, so the
+re-pin follows the rewriter's rules), the other domains' dedicated CPUs from the leases: the hook
+never calls libvirt. Under ``device_locality = "required"`` a passthrough device away from every
+node of the domain's vCPUs makes the pins wrong here too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 
 from lxml import etree
 
-from .. import cpuset, facts, profiles, splice
+from .. import cpuset, facts, locality, profiles, splice
 from ..claims import Claim, Ledger
 from ..errors import DoesNotFit
 from ..host import Host
@@ -45,8 +47,9 @@ def ledger_from_leases(leases: dict[str, Lease], skip_uuid: str | None, skip_nam
     return Ledger(tuple(kept), dedicated)
 
 
-def _problems(dom: Domain, host: Host, ledger: Ledger) -> list[str]:
-    """Why the domain's current pins are not right on ``host`` (empty: keep them)."""
+def _problems(dom: Domain, host: Host, ledger: Ledger, required: bool = False) -> list[str]:
+    """Why the domain's current pins are not right on ``host`` (empty: keep them); ``required``:
+    a passthrough device away from every node of its vCPUs is one (``device_locality``)."""
     from ..placement import taken_cores
 
     out = []
@@ -72,6 +75,10 @@ def _problems(dom: Domain, host: Host, ledger: Ledger) -> list[str]:
         far = {host.cpus[c].node for c in vcpu_cpus} - set(bound)
         if far:
             out.append(f"vCPUs run on node(s) {cpuset.format(far)} outside the memory nodeset")
+    if required and vcpu_cpus and vcpu_cpus <= online:
+        nodes = {host.cpus[c].node for c in vcpu_cpus}
+        out += [f"{use.what} is on node {where.node}, away from its vCPUs (node {cpuset.format(nodes)})"
+                for use, where in locality.locate(host, dom).located if where.constrains and where.node not in nodes]
     return out
 
 
@@ -134,20 +141,22 @@ def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg, limit: int
 
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
-    if not profiles.tunes_host(dom.tagged_profile, cfg.profiles_dir):
+    profile = profiles.host_tuning(dom.tagged_profile, cfg.profiles_dir)
+    if profile is None:
         return None
+    required = profile.device_locality == profiles.DeviceLocality.REQUIRED
     try:
         bounds.check(root, max(limit, cpuset.MAX_HOST_CPUS), "the last CPU of any host")
     except InvalidInput as exc:
         raise DoesNotFit(str(exc)) from None
     ledger = ledger_from_leases(leases, dom.uuid, dom.name)
-    if not _problems(dom, host, ledger):
+    if not _problems(dom, host, ledger, required):
         return None
     placed = Domain(_place(xml, host, ledger, cfg))  # raises DoesNotFit
     if _cells(placed) != _cells(dom):
         raise DoesNotFit("placing it here would change its guest NUMA cells "
                          f"({len(dom.cells)} -> {len(placed.cells)}); not an ABI-neutral change")
-    still = _problems(placed, host, ledger)
+    still = _problems(placed, host, ledger, required)
     if still:
         raise DoesNotFit("; ".join(still))
     text = xml.decode("utf-8")

@@ -90,16 +90,20 @@ class Host:
         return frozenset(s for s in (c.siblings or {cpu}) if s in self.cpus) | {cpu}
 
     def cores(self, node: int) -> list[tuple[int, ...]]:
-        """The physical cores of ``node`` as ascending thread tuples, ordered by first thread."""
-        seen: set[int] = set()
-        out: list[tuple[int, ...]] = []
-        for cpu in self.cell(node).cpus:
-            if cpu in seen:
-                continue
-            core = tuple(sorted(t for t in self.core_of(cpu) if self.cpus[t].node == node))
-            seen.update(core)
-            out.append(core)
-        return out
+        """The physical cores of ``node`` as ascending thread tuples, ordered by first thread
+        (worked out once per node: a Host never changes)."""
+        known = self.__dict__.setdefault("_cores", {})  # a cache beside the fields: not compared
+        if node not in known:
+            seen: set[int] = set()
+            out: list[tuple[int, ...]] = []
+            for cpu in self.cell(node).cpus:
+                if cpu in seen:
+                    continue
+                core = tuple(sorted(t for t in self.core_of(cpu) if self.cpus[t].node == node))
+                seen.update(core)
+                out.append(core)
+            known[node] = tuple(out)
+        return list(known[node])
 
     @property
     def smt(self) -> bool:
@@ -108,7 +112,9 @@ class Host:
     @property
     def hybrid(self) -> bool:
         """Performance and efficiency cores (Intel hybrid, big.LITTLE): the kinds are known."""
-        return any(c.kind == EFFICIENCY for c in self.cpus.values())
+        if "_hybrid" not in self.__dict__:
+            self.__dict__["_hybrid"] = any(c.kind == EFFICIENCY for c in self.cpus.values())
+        return self.__dict__["_hybrid"]
 
     def efficient(self, cpu: int) -> bool:
         return self.cpus[cpu].kind == EFFICIENCY

@@ -20,13 +20,18 @@ A CPU's role, the first that holds:
 ``isolated`` is also a mark of its own (``MapCpu.isolated``), whatever the role. A CPU's pins are
 every vCPU, emulator and iothread that may run there by its pin, or by the ``<vcpu cpuset>`` where
 it has no pin of its own; a thread with neither floats over the host and is pinned nowhere.
+
+Each CPU carries its L3 domain and core kind as the host has them (``Host.l3_of``, ``Cpu.kind``);
+each node its L3 domains (``MapNode.groups``: its cores by L3, the order the views draw) and the
+passthrough devices that hang off it (devices.py, ``locality.locate``); the map the devices of no
+node, or that the host does not know.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -34,8 +39,10 @@ from .. import audit as audit_mod
 from .. import config as config_mod
 from .. import cpuset, facts
 from ..host import Host
+from ..host.sysfs import EFFICIENCY
 from ..placement import taken_cores
 from . import names
+from .devices import MapDevice, collect_devices, known_any
 
 LABEL = 6  # a domain's name in a CPU's label: at most this long (names.short)
 OVERLAPS = (audit_mod.CPU_OVERLAP, audit_mod.CORE_OVERLAP, audit_mod.FLOAT)  # marked on their CPUs
@@ -103,6 +110,12 @@ class MapCpu:
     pins: tuple[Pin, ...] = ()
     isolated: bool = False
     problems: tuple[str, ...] = ()  # audit problem kinds that name this CPU (overlaps, floats)
+    l3: int | None = None  # the id of its L3 domain; None when unknown (and offline)
+    kind: str | None = None  # "performance" or "efficiency" on a hybrid host; None on others
+
+    @property
+    def efficient(self) -> bool:
+        return self.kind == EFFICIENCY
 
 
 @dataclass(frozen=True)
@@ -117,12 +130,43 @@ class PagePool:
 
 
 @dataclass(frozen=True)
+class MapL3:
+    """One L3 domain as a node shows it; one that spans nodes is shown under each."""
+
+    id: int
+    cpus: frozenset[int]  # its CPUs on this node
+    size_kib: int  # 0 when unknown
+    elsewhere: tuple[int, ...] = ()  # the other nodes it spans
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "cpus": cpuset.format(self.cpus), "size_kib": self.size_kib,
+                "other_nodes": list(self.elsewhere)}
+
+
+Group = tuple[MapL3 | None, tuple[tuple[MapCpu, ...], ...]]  # an L3 domain (None: unknown) and its cores
+
+
+@dataclass(frozen=True)
 class MapNode:
     id: int
     cores: tuple[tuple[MapCpu, ...], ...]  # online cores (sibling threads), then each offline CPU alone
     memory_kib: int  # 0 when unknown
     bound_kib: int  # normal memory the domains bind here strictly
     pages: tuple[PagePool, ...] = ()
+    caches: tuple[MapL3, ...] = ()  # its L3 domains, by id
+    devices: tuple[MapDevice, ...] = ()  # the passthrough devices that hang off it
+
+    def groups(self) -> tuple[Group, ...]:
+        """Its cores by L3 domain (a core's first thread's), the domains in the order of their
+        first core, cores in their order; the cores of no known L3 (offline ones) last, in a group
+        of None. A node without L3 domains is one group of None: every core, as it is."""
+        caches = {c.id: c for c in self.caches}
+        by_l3: dict[int | None, list[tuple[MapCpu, ...]]] = {}
+        for core in self.cores:
+            key = core[0].l3 if core[0].l3 in caches else None
+            by_l3.setdefault(key, []).append(core)
+        order = [k for k in by_l3 if k is not None] + ([None] if None in by_l3 else [])
+        return tuple((caches.get(k) if k is not None else None, tuple(by_l3[k])) for k in order)
 
 
 @dataclass(frozen=True)
@@ -164,6 +208,8 @@ class HostMap:
     problems: tuple[audit_mod.Problem, ...] = ()
     unbound_pages: Mapping[int, int] = field(default_factory=dict)  # size KiB -> pages on any node
     warnings: tuple[str, ...] = ()
+    devices: tuple[MapDevice, ...] = ()  # passthrough devices on no node, or that the host does not know
+    devices_known: bool = False  # the host has a source of devices (sysfs, --nodedev); else none is known
 
     @property
     def cpus(self) -> list[MapCpu]:
@@ -172,6 +218,11 @@ class HostMap:
     @property
     def smt(self) -> bool:
         return any(len(core) > 1 for node in self.nodes for core in node.cores)
+
+    @property
+    def hybrid(self) -> bool:
+        """Efficiency cores among its CPUs (the views mark them)."""
+        return any(c.efficient for c in self.cpus)
 
     def owner(self, cpu: MapCpu) -> int | None:
         """The domain a view colours the CPU with: its holder's, or on a shared CPU the one domain
@@ -206,16 +257,21 @@ class HostMap:
         def cpu(c: MapCpu) -> dict:
             return {"id": c.id, "role": c.role.value, "holder": None if c.holder is None else pin(c.holder),
                     "label": self.label(c), "isolated": c.isolated, "problems": list(c.problems),
-                    "pins": [pin(p) for p in c.pins]}
+                    "pins": [pin(p) for p in c.pins], "l3": c.l3, "kind": c.kind}
+
+        domain_names = [d.name for d in self.domains]
 
         return {
             "version": 1, "mode": self.mode, "arch": self.arch,
             "reserved": cpuset.format(self.reserved), "isolcpus": cpuset.format(self.isolcpus),
             "nodes": [{"id": n.id, "memory_kib": n.memory_kib, "bound_kib": n.bound_kib,
                        "hugepages": [p.to_dict() for p in n.pages],
-                       "cores": [{"threads": [cpu(c) for c in core]} for core in n.cores]} for n in self.nodes],
+                       "cores": [{"threads": [cpu(c) for c in core]} for core in n.cores],
+                       "l3": [c.to_dict() for c in n.caches],
+                       "devices": [d.to_dict(domain_names) for d in n.devices]} for n in self.nodes],
             "unbound_hugepages": {str(k): v for k, v in sorted(self.unbound_pages.items())},
             "domains": [d.to_dict() for d in self.domains],
+            "devices": [d.to_dict(domain_names) for d in self.devices], "devices_known": self.devices_known,
             "hook": None if self.hook is None else self.hook.to_dict(),
             "problems": [p.to_dict() for p in self.problems],
             "warnings": list(self.warnings),
@@ -284,6 +340,17 @@ def _cpu(cpu: int, offline: bool, pins: list[Pin], doms: list[MapDomain], reserv
     return MapCpu(cpu, role, holder, tuple(pins), cpu in isolated, problems)
 
 
+def _caches(host: Host, node: int) -> tuple[MapL3, ...]:
+    """The L3 domains with CPUs on ``node``, by id: their CPUs there, and the other nodes they span."""
+    out = []
+    for cache in host.caches:
+        nodes = {host.cpus[c].node for c in cache.cpus if c in host.cpus}
+        if node in nodes:
+            here = frozenset(c for c in cache.cpus if c in host.cpus and host.cpus[c].node == node)
+            out.append(MapL3(cache.id, here, cache.size_kib, tuple(sorted(nodes - {node}))))
+    return tuple(sorted(out, key=lambda c: c.id))
+
+
 def _pages(host: Host, node: int, report, totals: Mapping[tuple[int, int], int] | None) -> tuple[PagePool, ...]:
     claimed: dict[int, int] = defaultdict(int)
     held: dict[int, int] = defaultdict(int)  # by domains that hold their pages now
@@ -325,21 +392,25 @@ def build(host: Host, domains: Sequence[tuple[str | bytes, str]] = (), *, config
         if problem.kind in OVERLAPS:
             for cpu in problem.cpus:
                 marks[cpu].add(problem.kind)
+    devices = collect_devices(host, report.parsed)
     nodes = []
     for cell in host.cells:
         def made(cpu: int, offline: bool = False) -> MapCpu:
-            return _cpu(cpu, offline, pins.get(cpu, []), doms, reserved, isolated, taken,
-                        tuple(sorted(marks.get(cpu, ()))))
+            plain = _cpu(cpu, offline, pins.get(cpu, []), doms, reserved, isolated, taken,
+                         tuple(sorted(marks.get(cpu, ()))))
+            return plain if offline else replace(plain, l3=host.l3_of(cpu), kind=host.cpus[cpu].kind)
 
         cores = [tuple(made(c) for c in core) for core in host.cores(cell.id)]
         cores += [(made(c, offline=True),) for c, n in sorted(host.offline.items()) if n == cell.id]
         free = next(f for f in report.nodes if f.node == cell.id)
         nodes.append(MapNode(cell.id, tuple(cores), cell.memory_kib, free.bound_kib,
-                             _pages(host, cell.id, report, page_totals)))
+                             _pages(host, cell.id, report, page_totals), _caches(host, cell.id),
+                             tuple(d for d in devices if d.node == cell.id)))
     unbound: dict[int, int] = defaultdict(int)
     for row in report.rows:
         for (n, size), count in row.pages.items():
             if n is None:
                 unbound[size] += count
     return HostMap(mode, host.arch, tuple(nodes), tuple(doms), reserved, host.isolated, hook,
-                   report.problems, dict(unbound), tuple(warnings) + tuple(notes))
+                   report.problems, dict(unbound), tuple(warnings) + tuple(notes),
+                   tuple(d for d in devices if d.node not in host.node_ids), known_any(host))

@@ -1,10 +1,17 @@
 """The map's terminal view: each NUMA node a block, each core its sibling threads side by side.
 
-    node 0: 64 GiB memory; hugepages 2M 3840 of 4096 free (256 claimed), 1G 8 of 8 free
-      [ 0 host       16 host     ] [ 1 web:v0     17 free     ] ...
+    node 0: 16 CPUs, 64 GiB memory
+      hugepages: 2M 3840 of 4096 free, 256 claimed; 1G 8 of 8 free, 0 claimed
+      L3 0: 16 MiB, CPUs 0-3,16-19
+        [ 0 host       16 host     ] [ 1 web:v0     17 free     ] ...
+      0000:3b:00.0 hostdev -> db
 
 A CPU's cell is its id, a mark (``!`` an overlap or a float that ``vmtune plan`` reports, else ``*``
-isolated now, else a space) and its label (``HostMap.label``). Cores are packed into lines of at
+isolated now, else a space) and its label (``HostMap.label``); an efficiency core is in ``( )``
+instead of ``[ ]``. On a host with L3 domains a node's cores are grouped by L3, each group under
+its line and indented; without, they follow the node's lines. Then the PCI devices and mdevs that
+domains pass through and that hang off the node, a line each with the domain that holds it; the
+ones on no node or that the host does not know follow the nodes. Cores are packed into lines of at
 most ``width`` columns (80): every host of up to 64 CPUs fits, a core whose threads do not fit on
 one line (SMT8) is split over several. With ``color``, a domain's CPUs take its colour, reserved,
 free and offline ones are dim, marks are bold; the text is the same.
@@ -16,7 +23,8 @@ import textwrap
 
 from .. import cpuset, units
 from ..oneline import escape
-from .build import HostMap, MapCpu, MapNode, Role, Thread
+from .build import HostMap, MapCpu, MapL3, MapNode, Role, Thread
+from .devices import MapDevice
 from .names import columns
 
 WIDTH = 80
@@ -27,6 +35,8 @@ LEGEND = ("NAME:vN vCPU N of a domain, NAME:emu its emulator, NAME:ioN its iothr
           "shared: threads of domains that do not hold it; sibling: the idle thread of a core a domain "
           "holds; free: nothing pinned; off: offline; * isolated now; ! an overlap or a float (vmtune "
           "plan); # both")
+HYBRID_LEGEND = "; ( ): an efficiency core"
+NODEDEV_HINT = "give their `virsh nodedev-dumpxml` with --nodedev"
 
 
 def mark(cpu: MapCpu) -> str:
@@ -60,30 +70,76 @@ class _Cells:
         return f"{style}{head}{label:<{self.label_width}}{RESET}"
 
 
-def _blocks(node: MapNode, cells: _Cells, width: int) -> tuple[list[list[str]], int]:
-    """Each core as its lines, ``[ a b ]``, split where its threads do not fit in ``width``; and the
-    width of a block on screen (escape sequences take none)."""
-    per_line = max(1, (width - 4 + 1) // (cells.width + 1))
-    shown = min(max(len(core) for core in node.cores), per_line)
-    inner = shown * cells.width + shown - 1
-    out = []
-    for core in node.cores:
-        rows = [core[i:i + per_line] for i in range(0, len(core), per_line)]
-        out.append([f"[{' '.join(cells.draw(c) for c in row)}{' ' * (inner - len(row) * (cells.width + 1) + 1)}]"
-                    for row in rows])
-    return out, inner + 2
+class _Blocks:
+    """How a node's cores are drawn: each core as its lines, ``[ a b ]`` (an efficiency core
+    ``( a b )``), split where its threads do not fit in ``width``; every block of the node as wide
+    (on screen: escape sequences take none)."""
+
+    def __init__(self, node: MapNode, cells: _Cells, width: int):
+        self.cells, self.per_line = cells, max(1, (width - 4 + 1) // (cells.width + 1))
+        shown = min(max(len(core) for core in node.cores), self.per_line)
+        self.inner = shown * cells.width + shown - 1
+        self.width = self.inner + 2
+
+    def draw(self, core: tuple[MapCpu, ...]) -> list[str]:
+        left, right = "()" if core[0].efficient else "[]"
+        rows = [core[i:i + self.per_line] for i in range(0, len(core), self.per_line)]
+        return [f"{left}{' '.join(self.cells.draw(c) for c in row)}"
+                f"{' ' * (self.inner - len(row) * (self.cells.width + 1) + 1)}{right}" for row in rows]
 
 
-def _pack(blocks: list[list[str]], block_width: int, width: int) -> list[str]:
-    """Blocks side by side, as many as fit in ``width`` after a two-column indent."""
-    per_line = max(1, (width - 2 + 1) // (block_width + 1))
+def _pack(blocks: list[list[str]], block_width: int, width: int, indent: str = "  ") -> list[str]:
+    """Blocks side by side, as many as fit in ``width`` after ``indent``."""
+    per_line = max(1, (width - len(indent) + 1) // (block_width + 1))
     lines = []
     for i in range(0, len(blocks), per_line):
         group = blocks[i:i + per_line]
         height = max(len(b) for b in group)
         for row in range(height):
             parts = [b[row] if row < len(b) else " " * block_width for b in group]
-            lines.append(("  " + " ".join(parts)).rstrip())
+            lines.append((indent + " ".join(parts)).rstrip())
+    return lines
+
+
+def l3_heading(l3: MapL3 | None) -> str:
+    """``L3 4: 32 MiB, CPUs 16-19,48-51`` (and the other nodes it spans); ``L3 unknown`` (both views)."""
+    if l3 is None:
+        return "L3 unknown"
+    size = units.size(l3.size_kib) if l3.size_kib else "size unknown"
+    also = f", also on node{'s' if len(l3.elsewhere) > 1 else ''} {cpuset.format(l3.elsewhere)}" if l3.elsewhere else ""
+    return f"L3 {l3.id}: {size}, CPUs {cpuset.format(l3.cpus)}{also}"
+
+
+def _cores(node: MapNode, cells: _Cells, width: int) -> list[str]:
+    """The node's cores: packed after its lines; on a host with L3 domains, each L3's under its line."""
+    blocks = _Blocks(node, cells, width)
+    groups = node.groups()
+    if len(groups) == 1 and groups[0][0] is None:
+        return _pack([blocks.draw(core) for core in node.cores], blocks.width, width)
+    lines = []
+    for l3, cores in groups:
+        lines += _wrap("  " + l3_heading(l3), width, "      ")
+        lines += _pack([blocks.draw(core) for core in cores], blocks.width, width, "    ")
+    return lines
+
+
+def device(hostmap: HostMap, dev: MapDevice) -> str:
+    """``0000:3b:00.0 hostdev -> db`` (both views)."""
+    return f"{dev.key} {dev.how} -> {escape(hostmap.domains[dev.domain].name)}"
+
+
+def loose_devices(hostmap: HostMap) -> list[str]:
+    """The passthrough devices on no node, then those the host does not know, each under its line,
+    unwrapped (both views)."""
+    lines = []
+    nowhere = [d for d in hostmap.devices if d.known]
+    unknown = [d for d in hostmap.devices if not d.known]
+    if nowhere:
+        lines += ["devices on no node:"] + ["  " + device(hostmap, d) for d in nowhere]
+    if unknown:
+        lines.append("devices not on this host:" if hostmap.devices_known
+                     else f"devices this host does not know ({NODEDEV_HINT}):")
+        lines += ["  " + device(hostmap, d) for d in unknown]
     return lines
 
 
@@ -145,9 +201,10 @@ def _node(node: MapNode, cells: _Cells, width: int) -> list[str]:
     cpus = [c for core in node.cores for c in core]
     head = node_heading(node)
     lines = _wrap(head, width) + _pages_lines(node, width)
-    if not cpus:
-        return lines + ["  (no CPUs)"]
-    return lines + _pack(*_blocks(node, cells, width), width)
+    lines += _cores(node, cells, width) if cpus else ["  (no CPUs)"]
+    for dev in node.devices:
+        lines += _wrap("  " + device(cells.map, dev), width, "      ")
+    return lines
 
 
 def _where(hostmap: HostMap, d) -> str:
@@ -228,8 +285,10 @@ def render(hostmap: HostMap, color: bool = False, width: int = WIDTH) -> list[st
     if hostmap.unbound_pages:
         lines += _wrap("hugepages on any node: " + ", ".join(
             f"{units.page(s)} {n} claimed" for s, n in sorted(hostmap.unbound_pages.items())), width)
+    for line in loose_devices(hostmap):
+        lines += _wrap(line, width, "      " if line.startswith(" ") else "  ")
     lines += _domains(hostmap, width)
     for line in notes(hostmap):
         lines += _wrap(line, width)
-    lines += _wrap("legend: " + LEGEND, width, "        ")
+    lines += _wrap("legend: " + LEGEND + (HYBRID_LEGEND if hostmap.hybrid else ""), width, "        ")
     return lines

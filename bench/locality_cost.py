@@ -1,0 +1,188 @@
+"""What issue 24's placement costs: L3 domains, core kinds and device nodes.
+
+- ``placement-l3``: a generated host of 256 CPUs (4 nodes x 32 cores x 2 threads) with 16 L3
+  domains of 8 cores, and a PCI device on each node; N domains of the placement mix planned on it
+  (every tenth latency one passes a device through), then the time to place one more latency
+  domain (2 vCPUs, with a device) with all N as claims. Issue 24 asks for under 50 ms at N=300.
+- ``rewrite-against`` (``--rewrite-against REV``): rewrite throughput of this tree and of REV (a
+  temporary git worktree) in one interleaved run, each in a process of its own (``.venv``'s
+  interpreter, ``PYTHONPATH`` its tree). A round rewrites every (domain, profile) pair of the
+  corpus and ``examples/*.xml`` that both trees place, on two hosts: ``examples/hosts/2node-smt.xml``
+  (no caches) and the corpus AMD host with 8 L3 domains; the order of the two processes alternates
+  every round, and the figure is this tree's rate over REV's, paired by round.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import vmtune
+from vmtune.host.devices import Location, Table
+from vmtune.host.topology import L3
+
+from .common import CORPUS, EXAMPLES, ROOT, quantile, summarize
+from .costs import MIX, grid_host, make_domain
+
+NODES, CORES, THREADS, L3_CORES = 4, 32, 2, 8
+SIZES = {"full": ((10, 100, 300), 5, 10), "quick": ((10, 100), 3, 3), "smoke": ((10,), 1, 1)}
+AMD = CORPUS / "hosts" / "lv-caps-x86_64-amd-2socket-8die-smt.xml"
+HOSTS = {"2node-smt": EXAMPLES / "hosts" / "2node-smt.xml", "amd-8l3": AMD}
+ROUNDS = {"full": 40, "quick": 6, "smoke": 2}
+
+
+def l3_host() -> vmtune.Host:
+    """4 nodes x 32 cores x 2 threads, an L3 per 8 cores (16 in all), a GPU on each node."""
+    base = grid_host(NODES, CORES, THREADS, 512 << 20, {2048: 32768, 1048576: 128})
+    cpus = {c: _with_l3(cpu) for c, cpu in base.cpus.items()}
+    groups: dict[int, set[int]] = {}
+    for cpu in cpus.values():
+        groups.setdefault(cpu.l3, set()).add(cpu.id)
+    from dataclasses import replace
+
+    host = replace(base, cpus=cpus, caches=tuple(L3(i, frozenset(g), 32768) for i, g in sorted(groups.items())))
+    return host.with_devices(Table({("pci", _gpu(n)): Location(True, n) for n in range(NODES)}))
+
+
+def _with_l3(cpu):
+    from dataclasses import replace
+
+    return replace(cpu, l3=cpu.node * (CORES // L3_CORES) + cpu.core // L3_CORES)
+
+
+def _gpu(node: int) -> str:
+    return f"0000:{0x40 * (node + 1):02x}:00.0"
+
+
+def _with_device(xml: bytes, node: int) -> bytes:
+    address = _gpu(node)
+    dev = (f"<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' "
+           f"bus='0x{address[5:7]}' slot='0x00' function='0x0'/></source></hostdev>").encode()
+    return xml.replace(b"</devices>", dev + b"</devices>")
+
+
+def fleet(n: int, virt_type: str) -> list[bytes]:
+    specs = [MIX[i % len(MIX)] for i in range(n)]
+    order = sorted(range(n), key=lambda i: specs[i][0] not in ("latency", "realtime"))
+    out = []
+    for i in order:
+        xml = make_domain(i, *specs[i], virt_type)
+        out.append(_with_device(xml, i % NODES) if specs[i][0] == "latency" and i % 10 == 0 else xml)
+    return out
+
+
+def placement(size: str, virt_type: str, log) -> list[dict]:
+    sizes, runs, inner = SIZES[size]
+    host = l3_host()
+    fleets = {n: fleet(n, virt_type) for n in sizes}
+    extra = _with_device(make_domain(99999, "latency", 2, 4, virt_type), 3)
+    per: dict[int, list[dict]] = {n: [] for n in sizes}
+    facts: dict[int, dict] = {}
+    for r in range(runs):
+        for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
+            outputs = []
+            for xml in fleets[n]:
+                try:
+                    outputs.append(vmtune.rewrite(xml, host, claims=outputs).xml)
+                except vmtune.DoesNotFit:
+                    continue
+            gc.collect()
+            times = []
+            for _ in range(inner):
+                t0 = time.perf_counter()
+                result = vmtune.rewrite(extra, host, claims=outputs)
+                times.append(time.perf_counter() - t0)
+            facts[n] = {"planned": len(outputs), "placement": result.placement}
+            per[n].append({"p50_ms": quantile(times, 0.5) * 1e3, "p99_ms": quantile(times, 0.99) * 1e3,
+                           "mean_ms": statistics.fmean(times) * 1e3})
+        log(f"placement-l3: round {r + 1}/{runs} done")
+    out = []
+    for n in sizes:
+        s = summarize(per[n], ("p50_ms", "p99_ms", "mean_ms"))
+        out.append({
+            "case": "placement-l3", "variant": f"N={n}", "claims": n,
+            "description": "rewrite one more latency domain (2 vCPUs, 4 GiB, a GPU on node 3) with N planned "
+                           "domains as claims, on a 256-CPU host with 16 L3 domains and a GPU per node",
+            "host": f"generated: {NODES} nodes x {CORES} cores x {THREADS} threads, an L3 per {L3_CORES} cores",
+            "p50_ms": s["p50_ms"]["median"], "p99_ms": s["p99_ms"]["median"], "spread": s, "runs": runs,
+            "calls_per_run": inner, "fleet": facts[n], "per_run": per[n], "goal_ms": 50,
+        })
+    return out
+
+
+# -- this tree against another revision ------------------------------------------------------------
+WORKER = r"""
+import json, sys, time
+from pathlib import Path
+import vmtune
+from vmtune.errors import VmtuneError
+hosts = {k: vmtune.Host.from_capabilities(Path(v).read_bytes()) for k, v in json.loads(sys.argv[1]).items()}
+paths = json.loads(sys.argv[2])
+profiles = ("balanced", "latency", "realtime", "throughput")
+ok = []
+for h, host in hosts.items():
+    for p in paths:
+        for prof in profiles:
+            try:
+                vmtune.rewrite(Path(p).read_bytes(), host, prof)
+            except VmtuneError:
+                continue
+            ok.append([h, p, prof])
+print(json.dumps(ok), flush=True)
+pairs = [(hosts[h], Path(p).read_bytes(), prof) for h, p, prof in json.loads(sys.stdin.readline())]
+for line in sys.stdin:
+    t0 = time.perf_counter()
+    for host, xml, prof in pairs:
+        vmtune.rewrite(xml, host, prof)
+    print(time.perf_counter() - t0, flush=True)
+"""
+
+
+def against(rev: str, size: str, log) -> list[dict]:
+    from .hook_cost import worktree
+
+    with worktree(rev, log) as (label, tree):
+        return _against(label, tree, ROUNDS[size], log)
+
+
+def _against(label: str, tree: Path, rounds: int, log) -> list[dict]:
+    paths = [str(p) for p in sorted((CORPUS / "domains").glob("*.xml")) + sorted(EXAMPLES.glob("*.xml"))]
+    hosts = {k: str(v) for k, v in HOSTS.items()}
+    procs = {}
+    for name, root in (("this", ROOT), (label, tree)):
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        procs[name] = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(hosts), json.dumps(paths)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
+    lists = {name: json.loads(p.stdout.readline()) for name, p in procs.items()}
+    both = [x for x in lists["this"] if x in lists[label]]
+    for p in procs.values():
+        p.stdin.write(json.dumps(both) + "\n")
+        p.stdin.flush()
+    seconds: dict[str, list[float]] = {name: [] for name in procs}
+    for r in range(rounds):
+        for name in (list(procs) if r % 2 == 0 else list(procs)[::-1]):
+            procs[name].stdin.write("go\n")
+            procs[name].stdin.flush()
+            seconds[name].append(float(procs[name].stdout.readline()))
+        log(f"rewrite-against {label}: round {r + 1}/{rounds}")
+    for p in procs.values():
+        p.stdin.close()
+        p.wait()
+    per_round = [{"rate_this": len(both) / a, "rate_rev": len(both) / b, "ratio": b / a,
+                  "ms_this": a / len(both) * 1e3, "ms_rev": b / len(both) * 1e3}
+                 for a, b in zip(seconds["this"], seconds[label])]
+    s = summarize(per_round, ("rate_this", "rate_rev", "ratio", "ms_this", "ms_rev"))
+    return [{
+        "case": "rewrite-against", "variant": label,
+        "description": f"rewrites/s of this tree over {label}'s (ratio: this tree's rate / {label}'s), paired by "
+                       "round, interleaved, one process each; p50/p99: this tree's ms per rewrite over the rounds",
+        "pairs": len(both), "runs": rounds, "hosts": list(HOSTS),
+        "p50_ms": s["ms_this"]["median"], "p99_ms": quantile([r["ms_this"] for r in per_round], 0.99),
+        "ratio_median": s["ratio"]["median"], "spread": s, "per_run": per_round,
+    }]
