@@ -57,7 +57,7 @@ def _with_l3(cpu):
 
 
 def _gpu(node: int) -> str:
-    return f"0000:{0x40 * (node + 1):02x}:00.0"
+    return f"0000:{0x20 * (node + 1):02x}:00.0"
 
 
 def _with_device(xml: bytes, node: int) -> bytes:

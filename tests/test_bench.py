@@ -13,7 +13,7 @@ from conftest import ROOT
 
 REQUIRED = ("case", "variant", "virt_type", "p50_ms", "p99_ms", "spread", "runs",
             "machine", "python", "lxml")
-CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost", "map"}
+CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost", "map", "placement-l3"}
 HOOK_VARIANTS = {"python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release",
                  "reap-idle"}
 PROFILES = {"balanced", "latency", "realtime", "throughput"}
@@ -51,6 +51,10 @@ def test_bench_run_quick(tmp_path: Path):
     assert by_case.keys() == CASES
     assert by_case["rewrite-throughput"] == PROFILES
     assert by_case["placement-place-one"] == by_case["placement-plan-all"]
+    assert by_case["placement-l3"] == {"N=10", "N=100"}
+    for rec in records:
+        if rec["case"] == "placement-l3":  # the extra domain went beside its GPU, in one L3 domain
+            assert rec["fleet"]["placement"]["nodes"] == [3] and len(rec["fleet"]["placement"]["l3"]) == 1
     for rec in records:
         if rec["case"] == "rewrite-throughput":
             counts = rec["domains"]

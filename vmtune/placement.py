@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from . import cpuset, units
+from . import corepick, cpuset, units
 from .claims import Ledger
 from .errors import DoesNotFit
 from .host import Host
@@ -100,26 +100,6 @@ def taken_cores(host: Host, cpus: frozenset[int]) -> frozenset[int]:
     for cpu in cpus:
         out |= host.core_of(cpu) if cpu in host.cpus else {cpu}
     return frozenset(out)
-
-
-def free_cores(host: Host, node: int, blocked: frozenset[int]) -> list[tuple[int, ...]]:
-    """Cores of ``node`` with no thread in ``blocked``; whole cores first, then by first thread."""
-    cores = [c for c in host.cores(node) if not blocked.intersection(c)]
-    return sorted(cores, key=lambda c: (-len(c), c[0]))
-
-
-def _capacity(cores: list[tuple[int, ...]], smt: str) -> int:
-    return len(cores) if smt == "isolate" else sum(len(c) for c in cores)
-
-
-def _take(cores: list[tuple[int, ...]], count: int, smt: str) -> list[int]:
-    out: list[int] = []
-    for core in cores:
-        threads = core[:1] if smt == "isolate" else core
-        out.extend(threads[: count - len(out)])
-        if len(out) == count:
-            break
-    return out
 
 
 def _normal_free(host: Host, ledger: Ledger, node: int) -> int | None:
@@ -213,67 +193,14 @@ def _distance(host: Host, nodes: tuple[int, ...]) -> int:
     return sum(host.cell(a).distances.get(b, 0) for a, b in combinations(nodes, 2))
 
 
-def _kinds_usable(host: Host, cores: list[tuple[int, ...]], req: Request) -> list[tuple[int, ...]]:
-    """The cores a dedicated vCPU of ``req`` may take: on a hybrid host the performance cores only
-    (``cpu_kinds = "performance"``), or those first (``"any"``)."""
-    if not host.hybrid:
-        return cores
-    if req.kinds == CpuKinds.PERFORMANCE:
-        return [c for c in cores if not host.efficient(c[0])]
-    return sorted(cores, key=lambda c: host.efficient(c[0]))  # stable: whole cores first within a kind
-
-
-def _groups(host: Host, cores: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
-    """``cores`` by L3 domain, each in the order given, the domains by their first core there
-    (cores of no known L3 form one group: a host without caches is one group per node)."""
-    out: dict[int | None, list[tuple[int, ...]]] = {}
-    for core in cores:
-        out.setdefault(host.l3_of(core[0]), []).append(core)
-    return sorted(out.values(), key=lambda g: min(c[0] for c in g))
-
-
-def _fewest(caps: list[int], count: int) -> int:
-    """How few of the groups of capacities ``caps`` hold ``count`` vCPUs (len + 1: none do)."""
-    total = 0
-    for i, cap in enumerate(sorted(caps, reverse=True)):
-        total += cap
-        if total >= count:
-            return i + 1
-    return len(caps) + 1
-
-
-def _left_whole(group: list[tuple[int, ...]], count: int, smt: str) -> int:
-    """Whole cores of ``group`` left untouched after ``count`` vCPUs are taken from it."""
-    used = 0
-    for core in group:
-        if count <= 0:
-            break
-        count -= 1 if smt == "isolate" else len(core)
-        used += 1
-    return len(group) - used
-
-
-def _pick(groups: list[list[tuple[int, ...]]], count: int, smt: str) -> list[tuple[int, list[int]]]:
-    """(group index, threads) for ``count`` vCPUs: from the fewest groups; where one holds them
-    all, the best fit (the fewest whole cores left); else the largest, the last one best fit."""
-    caps = [_capacity(g, smt) for g in groups]
-    m = _fewest(caps, count)
-    order = sorted(range(len(groups)), key=lambda i: (-caps[i], i))
-    chosen = order[: m - 1]
-    rest = count - sum(caps[i] for i in chosen)
-    last = min((i for i in range(len(groups)) if i not in chosen and caps[i] >= rest),
-               key=lambda i: (_left_whole(groups[i], rest, smt), i))
-    return [(i, _take(groups[i], rest if i == last else caps[i], smt)) for i in sorted(chosen + [last])]
-
-
 def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request) -> Placement:
     """Place ``req.vcpus`` dedicated vCPUs and their memory by the rules of the module docstring."""
     blocked = taken_cores(host, ledger.dedicated) | taken_cores(host, reserved)
-    free = {c.id: free_cores(host, c.id, blocked) for c in host.cells if c.cpus}
-    cores = {n: _kinds_usable(host, cs, req) for n, cs in free.items()}
-    groups = {n: _groups(host, cs) for n, cs in cores.items()}
-    caps = {n: _capacity(cs, req.smt) for n, cs in cores.items()}
-    gcaps = {n: [_capacity(g, req.smt) for g in gs] for n, gs in groups.items()}
+    free = {c.id: corepick.free_cores(host, c.id, blocked) for c in host.cells if c.cpus}
+    cores = {n: corepick.usable(host, cs, req.kinds) for n, cs in free.items()}
+    groups = {n: corepick.by_l3(host, cs) for n, cs in cores.items()}
+    caps = {n: corepick.capacity(cs, req.smt) for n, cs in cores.items()}
+    gcaps = {n: [corepick.capacity(g, req.smt) for g in gs] for n, gs in groups.items()}
     need = {a.node for a in req.anchors if a.passthrough} if req.locality != DeviceLocality.IGNORE else set()
     backing = {a.node for a in req.anchors if not a.passthrough}
     required = req.locality == DeviceLocality.REQUIRED
@@ -289,8 +216,8 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
                     continue
                 size, parts, why = fit
                 room = sum(caps[x] for x in nodes)
-                l3 = sum(_fewest(gcaps[x], s) for x, s in zip(nodes, shares))
-                small = sum(_efficient_taken(host, cores[x], s, req.smt) for x, s in zip(nodes, shares))
+                l3 = sum(corepick.fewest(gcaps[x], s) for x, s in zip(nodes, shares))
+                small = sum(corepick.efficient_taken(host, cores[x], s, req.smt) for x, s in zip(nodes, shares))
                 key = (len(need - set(nodes)), len(backing - set(nodes)), l3, small, size is None,
                        any(a != shares[0] for a in shares), _distance(host, nodes), -room if req.spread else room, nodes)
                 if best is None or key < best[0]:
@@ -299,11 +226,6 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
             _, nodes, shares, size, parts, why = best
             return _build(host, reserved, blocked, groups, req, nodes, shares, (size, why), parts)
     raise _why_not(host, reserved, ledger, req, caps, free)
-
-
-def _efficient_taken(host: Host, cores: list[tuple[int, ...]], count: int, smt: str) -> int:
-    """Efficiency cores among the first ``count`` vCPUs' threads of ``cores`` (0 off hybrid hosts)."""
-    return sum(host.efficient(c) for c in _take(cores, count, smt)) if host.hybrid else 0
 
 
 def _why_not(host, reserved, ledger, req, caps, free) -> DoesNotFit:
@@ -324,7 +246,7 @@ def _why_not(host, reserved, ledger, req, caps, free) -> DoesNotFit:
     n = req.vcpus
     unit = "cores" if req.smt == "isolate" else "CPUs"
     if host.hybrid and req.kinds == CpuKinds.PERFORMANCE:
-        every = sum(_capacity(cs, req.smt) for cs in free.values())
+        every = sum(corepick.capacity(cs, req.smt) for cs in free.values())
         if every >= n > sum(caps.values()):
             return DoesNotFit(f"{n} dedicated vCPUs do not fit on the performance cores: {sum(caps.values())} free "
                               f"performance {unit} are left ({every} with the efficiency cores; the profile's "
@@ -367,7 +289,7 @@ def _build(host, reserved, blocked, groups, req, nodes, shares, page, parts) -> 
     caches: list[int | None] = []
     for cell_id, (node, share, kib) in enumerate(zip(nodes, shares, parts)):
         first = len(pins)
-        for i, threads in _pick(groups[node], share, req.smt):
+        for i, threads in corepick.pick(groups[node], share, req.smt):
             l3.append(tuple(range(len(pins), len(pins) + len(threads))))
             caches.append(host.l3_of(groups[node][i][0][0]))
             pins.extend(threads)

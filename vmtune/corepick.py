@@ -1,0 +1,91 @@
+"""Which cores of one NUMA node a dedicated domain takes, and how few L3 domains hold it.
+
+Pure functions of the host and a node's free cores (placement.py calls them for every node and
+share it weighs): on a hybrid host the performance cores only, or those first (``usable``); the
+cores by L3 domain (``by_l3``); how few L3 domains hold a share (``fewest``); and the threads a
+share takes: from one L3 domain when one holds it all, the best fit (the fewest whole cores left),
+else the largest ones and the best fit for the rest (``pick``).
+"""
+
+from __future__ import annotations
+
+from .host import Host
+from .profiles import CpuKinds
+
+
+def free_cores(host: Host, node: int, blocked: frozenset[int]) -> list[tuple[int, ...]]:
+    """Cores of ``node`` with no thread in ``blocked``; whole cores first, then by first thread."""
+    cores = [c for c in host.cores(node) if not blocked.intersection(c)]
+    return sorted(cores, key=lambda c: (-len(c), c[0]))
+
+
+def capacity(cores: list[tuple[int, ...]], smt: str) -> int:
+    return len(cores) if smt == "isolate" else sum(len(c) for c in cores)
+
+
+def take(cores: list[tuple[int, ...]], count: int, smt: str) -> list[int]:
+    out: list[int] = []
+    for core in cores:
+        threads = core[:1] if smt == "isolate" else core
+        out.extend(threads[: count - len(out)])
+        if len(out) == count:
+            break
+    return out
+
+
+def usable(host: Host, cores: list[tuple[int, ...]], kinds: CpuKinds) -> list[tuple[int, ...]]:
+    """The cores a dedicated vCPU may take of ``cores``: on a hybrid host the performance cores only
+    (``cpu_kinds = "performance"``), or those first (``"any"``)."""
+    if not host.hybrid:
+        return cores
+    if kinds == CpuKinds.PERFORMANCE:
+        return [c for c in cores if not host.efficient(c[0])]
+    return sorted(cores, key=lambda c: host.efficient(c[0]))  # stable: whole cores first within a kind
+
+
+def by_l3(host: Host, cores: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
+    """``cores`` by L3 domain, each in the order given, the domains by their first core there
+    (cores of no known L3 form one group: a host without caches is one group per node)."""
+    out: dict[int | None, list[tuple[int, ...]]] = {}
+    for core in cores:
+        out.setdefault(host.l3_of(core[0]), []).append(core)
+    return sorted(out.values(), key=lambda g: min(c[0] for c in g))
+
+
+def fewest(caps: list[int], count: int) -> int:
+    """How few of the groups of capacities ``caps`` hold ``count`` vCPUs (len + 1: none do)."""
+    total = 0
+    for i, cap in enumerate(sorted(caps, reverse=True)):
+        total += cap
+        if total >= count:
+            return i + 1
+    return len(caps) + 1
+
+
+def left_whole(group: list[tuple[int, ...]], count: int, smt: str) -> int:
+    """Whole cores of ``group`` left untouched after ``count`` vCPUs are taken from it."""
+    used = 0
+    for core in group:
+        if count <= 0:
+            break
+        count -= 1 if smt == "isolate" else len(core)
+        used += 1
+    return len(group) - used
+
+
+def pick(groups: list[list[tuple[int, ...]]], count: int, smt: str) -> list[tuple[int, list[int]]]:
+    """(group index, threads) for ``count`` vCPUs: from the fewest groups; where one holds them
+    all, the best fit (the fewest whole cores left); else the largest, the last one best fit."""
+    caps = [capacity(g, smt) for g in groups]
+    m = fewest(caps, count)
+    order = sorted(range(len(groups)), key=lambda i: (-caps[i], i))
+    chosen = order[: m - 1]
+    rest = count - sum(caps[i] for i in chosen)
+    last = min((i for i in range(len(groups)) if i not in chosen and caps[i] >= rest),
+               key=lambda i: (left_whole(groups[i], rest, smt), i))
+    return [(i, take(groups[i], rest if i == last else caps[i], smt)) for i in sorted(chosen + [last])]
+
+
+def efficient_taken(host: Host, cores: list[tuple[int, ...]], count: int, smt: str) -> int:
+    """Efficiency cores among the first ``count`` vCPUs' threads of ``cores`` (0 off hybrid hosts)."""
+    return sum(host.efficient(c) for c in take(cores, count, smt)) if host.hybrid else 0
