@@ -176,3 +176,39 @@ def _caps() -> str:
     cpus = {i: Cpu(i, i // 4, 0, 0, i, frozenset({i})) for i in range(8)}
     cells = (Cell(0, (0, 1, 2, 3), 1 << 22), Cell(1, (4, 5, 6, 7), 1 << 22))
     return caps_xml(Host("x86_64", cells, cpus))
+
+
+@pytest.mark.parametrize("field, value", [("function", "9"), ("bus", "65536"), ("domain", "-1"), ("slot", "32")])
+def test_a_pci_address_out_of_range_is_refused(field, value):
+    xml = ("<device><name>p</name><capability type='pci'><domain>0</domain><bus>1</bus><slot>0</slot>"
+           "<function>0</function></capability></device>").replace(f"<{field}>", f"<{field}>{value}<!--", 1) \
+        .replace(f"</{field}>", f"--></{field}>", 1)
+    with pytest.raises(InvalidInput, match=f"PCI {field}"):
+        nodedev.parse(xml, "f.xml")
+
+
+def test_a_bad_numa_node_is_refused_even_when_no_domain_uses_the_device(tmp_path, capsys):
+    from vmtune import cli
+
+    root = write_host(Host.from_capabilities(_caps()), str(tmp_path))
+    write_sysfs(__import__("devtrees").Tree([__import__("devtrees").Pci("0000:3b:00.0", 1)]), root)
+    (Path(root) / "devices/pci0000:00/0000:3b:00.0/numa_node").write_text("5\n")
+    for argv in (["topology", "--sysfs", root], ["map", "--sysfs", root]):
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "NUMA node 5" in err
+
+
+def test_a_tree_copied_with_its_links_followed_keeps_its_nodes(tmp_path):
+    """``cp -rL`` of a sysfs tree: bus/pci/devices/ADDR is a folder of its own, with its
+    ``numa_node``: the node is still found."""
+    import shutil
+
+    from devtrees import Pci, Tree
+
+    root = write_host(Host.from_capabilities(_caps()), str(tmp_path / "a"))
+    write_sysfs(Tree([Pci("0000:3b:00.0", 1, nets=["eth5"])]), root)
+    copy = tmp_path / "b"
+    shutil.copytree(Path(root).parent, copy, symlinks=False)
+    host = Host.from_sysfs(str(copy / "sys"))
+    assert host.devices.locate("pci", "0000:3b:00.0").node == 1

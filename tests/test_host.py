@@ -390,3 +390,34 @@ def test_libvirts_capabilities_with_caches_load(name):
         assert l3.cpus <= set(host.cpus) and not l3.cpus & seen
         seen |= l3.cpus
         assert all(host.cpus[c].l3 == l3.id for c in l3.cpus)
+
+
+def test_l3_ids_repeated_per_socket_are_two_domains_in_both_loaders(tmp_path):
+    """A kernel that numbers L3 caches per socket (ids 0, 1 on each), and the capabilities libvirt
+    makes of it (two banks with id 0): four L3 domains, numbered alike by both loaders."""
+    cpus = {c: Cpu(c, 0, c // 8, 0, c % 8, frozenset({c}), (c // 4) % 2) for c in range(16)}
+    from vmtune.host import Cell
+
+    host = Host("x86_64", (Cell(0, tuple(range(16)), 1 << 20),), cpus,
+                caches=(L3(0, frozenset({0, 1, 2, 3, 8, 9, 10, 11}), 8192), L3(1, frozenset({4, 5, 6, 7, 12, 13, 14, 15}), 8192)))
+    root = write_sysfs(host, str(tmp_path))
+    caps = caps_xml(host).replace("cpus='0-3,8-11'", "cpus='0-3'").replace("cpus='4-7,12-15'", "cpus='4-7'")
+    caps = caps.replace("    </cache>", "      <bank id='0' level='3' type='both' size='8' unit='MiB' cpus='8-11'/>\n"
+                                       "      <bank id='1' level='3' type='both' size='8' unit='MiB' cpus='12-15'/>\n"
+                                       "    </cache>")
+    for c in range(16):  # sysfs: each socket's own L3s
+        shared = [c - c % 4 + i for i in range(4)]
+        (Path(root) / f"devices/system/cpu/cpu{c}/cache/index3/shared_cpu_list").write_text(cpuset.format(shared) + "\n")
+    from_sysfs, from_caps = Host.from_sysfs(root, arch="x86_64"), Host.from_capabilities(caps)
+    assert from_sysfs.caches == from_caps.caches
+    assert [sorted(l3.cpus) for l3 in from_caps.caches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    assert [l3.id for l3 in from_caps.caches] == [0, 1, 2, 3]
+
+
+def test_an_l3_without_an_id_is_left_out_by_both_loaders(tmp_path):
+    """libvirt leaves a cache without an ``id`` file out of its capabilities; so does sysfs."""
+    host = load("vm-caps-x86_64-1node-skylake-smt.xml")
+    root = write_sysfs(host, str(tmp_path))
+    for c in range(8):
+        os.remove(os.path.join(root, f"devices/system/cpu/cpu{c}/cache/index3/id"))
+    assert Host.from_sysfs(root, arch="x86_64").caches == ()

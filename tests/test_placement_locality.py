@@ -76,9 +76,10 @@ def scenes(draw):
     return host, offline, tree, source, plan
 
 
-def _free_groups(host: Host, node: int, blocked: frozenset[int], smt: str, performance_only: bool) -> list[int]:
-    """Free capacity per L3 domain on ``node``, counted from scratch (not the placement's code)."""
-    caps: dict[object, int] = {}
+def _free_cores(host: Host, node: int, blocked: frozenset[int], performance_only: bool) -> dict[object, list[int]]:
+    """Free cores per L3 domain on ``node`` (each core as its thread count), counted from scratch
+    (not the placement's code)."""
+    out: dict[object, list[int]] = {}
     seen: set[int] = set()
     for cpu in host.cell(node).cpus:
         core = frozenset(t for t in host.core_of(cpu) if host.cpus[t].node == node)
@@ -87,9 +88,40 @@ def _free_groups(host: Host, node: int, blocked: frozenset[int], smt: str, perfo
         seen |= core
         if performance_only and host.efficient(min(core)):
             continue
-        key = host.cpus[min(core)].l3
-        caps[key] = caps.get(key, 0) + (1 if smt == "isolate" else len(core))
-    return sorted(caps.values(), reverse=True)
+        out.setdefault(host.cpus[min(core)].l3, []).append(len(core))
+    return out
+
+
+def _free_groups(host: Host, node: int, blocked: frozenset[int], smt: str, performance_only: bool) -> list[int]:
+    """Free capacity per L3 domain on ``node``, largest first."""
+    cores = _free_cores(host, node, blocked, performance_only)
+    return sorted((len(c) if smt == "isolate" else sum(c) for c in cores.values()), reverse=True)
+
+
+def _left_whole(cores: list[int], count: int, smt: str) -> int:
+    """Whole cores left in an L3 domain of ``cores`` (thread counts) once ``count`` vCPUs take the
+    fewest cores they need, whole ones first."""
+    used = 0
+    for threads in sorted(cores, reverse=True):
+        if count <= 0:
+            break
+        count -= 1 if smt == "isolate" else threads
+        used += 1
+    return len(cores) - used
+
+
+def _fewest_over(host: Host, nodes, blocked, smt: str, performance_only: bool, count: int) -> int:
+    """The fewest L3 domains ``count`` vCPUs take on ``nodes`` with a share on each: each node's
+    largest, then the largest others (cores of no known L3 count as one domain per node)."""
+    groups = [_free_groups(host, n, blocked, smt, performance_only) for n in nodes]
+    if not all(groups):
+        return 10**6
+    total, used = sum(g[0] for g in groups), len(groups)
+    for cap in sorted((c for g in groups for c in g[1:]), reverse=True):
+        if total >= count:
+            break
+        total, used = total + cap, used + 1
+    return used
 
 
 def _fewest(caps: list[int], count: int) -> int:
@@ -141,12 +173,23 @@ def test_placement_follows_caches_core_kinds_and_devices(scene):
                     used = {loaded.cpus[c].l3 for c in share}
                     caps = _free_groups(loaded, node, blocked, smt, loaded.hybrid)
                     assert len(used) == _fewest(caps, len(share)), (node, share, caps)
+                ids = {loaded.cpus[c].l3 for c in pins}
+                # over the nodes it spans: no more than the fewest split over them could take
+                assert len(ids) <= _fewest_over(loaded, sorted(nodes), blocked, smt, loaded.hybrid, vcpus), pins
                 need = {nodes_of[("pci", a)] for a in hostdevs if nodes_of[("pci", a)] is not None}
                 if len(nodes) == 1 and len(need) <= 1:
-                    used = len({loaded.cpus[c].l3 for c in pins})
-                    could = [_fewest(_free_groups(loaded, n, blocked, smt, loaded.hybrid), vcpus)
-                             for n in loaded.node_ids if (not need or n in need) and loaded.cell(n).cpus]
-                    assert used <= min(could), (pins, could)
+                    could = {n: _fewest(_free_groups(loaded, n, blocked, smt, loaded.hybrid), vcpus)
+                             for n in loaded.node_ids if (not need or n in need) and loaded.cell(n).cpus}
+                    assert len(ids) <= min(could.values()), (pins, could)
+                    if len(ids) == 1 and None not in ids:
+                        # best fit: no L3 domain that holds it all would leave fewer whole cores free
+                        (node,) = nodes
+                        (l3,) = ids
+                        mine = _left_whole(_free_cores(loaded, node, blocked, loaded.hybrid)[l3], vcpus, smt)
+                        fits = [_left_whole(cs, vcpus, smt) for n in could
+                                for key, cs in _free_cores(loaded, n, blocked, loaded.hybrid).items()
+                                if key is not None and (len(cs) if smt == "isolate" else sum(cs)) >= vcpus]
+                        assert mine == min(fits), (pins, mine, fits)
             held |= frozenset(pins)
 
 
@@ -274,3 +317,71 @@ def test_performance_cores_full_exits_3_unless_any(tmp_path):
     more = vmtune.rewrite(_domain(1, 2, "latency", []), host, "anycore", [ok.xml],
                           config=Config(profiles_dir=str(tmp_path / "profiles")))
     assert all(host.efficient(c) for c in _pins(more.xml))
+
+
+# -- found by an outside-style audit: each failed before its fix ------------------------------------
+def _grid(nodes: int, l3_per_node: int, cores_per_l3: int, smt: bool, l3_of=None, distances=None) -> Host:
+    """``nodes`` x ``l3_per_node`` L3 domains of ``cores_per_l3`` cores; thread t of core k is
+    k + t*cores (siblings i and i+N, as on EPYC); ``l3_of(node, index)`` overrides the L3 id."""
+    from hosttrees import caps_xml
+    from vmtune.host import Cell, Cpu
+    from vmtune.host.topology import L3
+
+    per = l3_per_node * cores_per_l3
+    total = nodes * per
+    cpus, groups = {}, {}
+    for k in range(total):
+        node, index = k // per, (k % per) // cores_per_l3
+        l3 = l3_of(node, index) if l3_of else node * l3_per_node + index
+        threads = frozenset({k, k + total} if smt else {k})
+        for t in threads:
+            cpus[t] = Cpu(t, node, node, 0, k % per, threads, l3)
+            groups.setdefault(l3, set()).add(t)
+    cells = tuple(Cell(n, tuple(sorted(c for c in cpus if cpus[c].node == n)), 64 << 20, {},
+                       (distances or {}).get(n, {})) for n in range(nodes))
+    host = Host("x86_64", cells, cpus, caches=tuple(L3(i, frozenset(g), 32768) for i, g in sorted(groups.items())))
+    return Host.from_capabilities(caps_xml(host))
+
+
+def _l3s(host: Host, xml: str) -> set:
+    return {host.l3_of(c) for c in _pins(xml)}
+
+
+def test_a_domain_over_two_nodes_takes_the_fewest_l3_domains():
+    """15 vCPUs over 2 nodes of 2 L3 domains of 4 cores with SMT: two L3 domains, not three."""
+    host = _grid(2, 2, 4, smt=True)
+    result = vmtune.rewrite(_domain(0, 15, "latency", []), host)
+    assert len(_l3s(host, result.xml)) == 2, result.placement["why"]
+
+
+def test_an_l3_domain_over_two_nodes_counts_once():
+    """Intel SNC: nodes 0 and 1 share L3 0, nodes 2 and 3 L3 1. 8 vCPUs that fit on no one node
+    go to nodes 0 and 1 (one L3 domain), not to 0 and 2."""
+    distances = {n: {m: 10 if n == m else 12 if n // 2 == m // 2 else 21 for m in range(4)} for n in range(4)}
+    host = _grid(4, 1, 3, smt=False, l3_of=lambda node, i: node // 2, distances=distances)
+    result = vmtune.rewrite(_domain(0, 4, "latency", []), host)  # 2 free cores per node: two nodes
+    assert result.placement["nodes"] in ([0, 1], [2, 3]) and len(_l3s(host, result.xml)) == 1
+    assert "no single L3 domain" not in " ".join(result.placement["why"])
+
+
+def test_best_fit_comes_before_the_spread():
+    """a takes 2 of L3 0's 3 free cores; b (1 vCPU) takes the last one, leaving no whole core
+    free in a partly used L3 domain, rather than opening one on the emptier node."""
+    host = _grid(2, 2, 4, smt=False)
+    a = vmtune.rewrite(_domain(0, 2, "latency", []), host)
+    b = vmtune.rewrite(_domain(1, 1, "latency", []), host, None, [a.xml])
+    assert _l3s(host, a.xml) == _l3s(host, b.xml) == {0}
+
+
+def test_explain_does_not_blame_the_l3_size_when_devices_split_the_nodes(tmp_path):
+    host = _grid(2, 2, 4, smt=False)
+    paths = []
+    for node, bus in ((0, 59), (1, 60)):
+        path = tmp_path / f"gpu{node}.xml"
+        path.write_text(f"<device><name>pci_0000_{bus:02x}_00_0</name><capability type='pci'><domain>0</domain>"
+                        f"<bus>{bus}</bus><slot>0</slot><function>0</function><numa node='{node}'/></capability></device>")
+        paths.append(str(path))
+    host = host.with_devices(nodedev.load(paths, frozenset(host.node_ids)))
+    result = vmtune.rewrite(_domain(0, 4, "latency", ["0000:3b:00.0", "0000:3c:00.0"]), host)
+    assert result.placement["nodes"] == [0, 1]
+    assert "no single L3 domain" not in " ".join(result.placement["why"])

@@ -19,7 +19,8 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Cell": ("host", "Cell"), "Cpu": ("host", "Cpu"), "Host": ("host", "Host"),
+    "Cell": ("host", "Cell"), "Cpu": ("host", "Cpu"), "Host": ("host", "Host"), "L3": ("host", "L3"),
+    "load_nodedevs": ("host.nodedev", "load"),
     "Change": ("edits", "Change"), "Config": ("config", "Config"), "load_config": ("config", "load"),
     "DoesNotFit": ("errors", "DoesNotFit"), "InvalidInput": ("errors", "InvalidInput"),
     "Unsupported": ("errors", "Unsupported"), "Unavailable": ("errors", "Unavailable"),

@@ -85,7 +85,3 @@ def pick(groups: list[list[tuple[int, ...]]], count: int, smt: str) -> list[tupl
                key=lambda i: (left_whole(groups[i], rest, smt), i))
     return [(i, take(groups[i], rest if i == last else caps[i], smt)) for i in sorted(chosen + [last])]
 
-
-def efficient_taken(host: Host, cores: list[tuple[int, ...]], count: int, smt: str) -> int:
-    """Efficiency cores among the first ``count`` vCPUs' threads of ``cores`` (0 off hybrid hosts)."""
-    return sum(host.efficient(c) for c in take(cores, count, smt)) if host.hybrid else 0

@@ -4,15 +4,17 @@ Pure functions of (host, reserved CPUs, ledger, request). A dedicated vCPU gets 
 physical core that nobody else uses: not the host's reserved cores, not a core that holds
 another domain's dedicated CPU. Among the places that fit, the rules, in order:
 
-1. the fewest NUMA nodes (then, as before: hugepages over none, even shares, short distances);
+1. the fewest NUMA nodes;
 2. the nodes of the devices it uses (``Anchor``): a passthrough device's node must be one of the
    domain's nodes under ``required`` and should be under ``preferred``; a backing device's (a
    block device, a macvtap or bridge port) should be;
-3. the fewest L3 domains (``Host.caches``), the one that fits best when one holds it all: the
-   one left with the fewest whole free cores, which keeps large holes for large domains;
+3. the fewest L3 domains (``Host.caches``; one over two nodes counts once), the one that fits
+   best when one holds it all: the one left with the fewest whole free cores, which keeps large
+   holes for large domains (corepick.py);
 4. performance cores on a hybrid host: only those under ``cpu_kinds = "performance"``, first
    under ``"any"``;
-5. the spread across nodes (or the packing, with ``placement = "pack"``).
+5. then, as before caches were known: hugepages over none, even shares, short distances, and the
+   spread across nodes (or the packing, with ``placement = "pack"``).
 
 A host without cache information, core kinds or devices is placed exactly as before them.
 """
@@ -210,22 +212,39 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
         for nodes in combinations(sorted(cores), k):
             if required and not need <= set(nodes):
                 continue
-            for shares in _shares(n, [caps[x] for x in nodes]):
+            for shares in _shares(n, [caps[x] for x in nodes], [gcaps[x] for x in nodes]):
                 fit = _memory_fit(host, ledger, nodes, shares, req)
                 if fit is None:
                     continue
                 size, parts, why = fit
                 room = sum(caps[x] for x in nodes)
-                l3 = sum(corepick.fewest(gcaps[x], s) for x, s in zip(nodes, shares))
-                small = sum(corepick.efficient_taken(host, cores[x], s, req.smt) for x, s in zip(nodes, shares))
-                key = (len(need - set(nodes)), len(backing - set(nodes)), l3, small, size is None,
+                l3, left, small, picks = _score(host, groups, nodes, shares, req.smt)
+                key = (len(need - set(nodes)), len(backing - set(nodes)), l3, left, small, size is None,
                        any(a != shares[0] for a in shares), _distance(host, nodes), -room if req.spread else room, nodes)
                 if best is None or key < best[0]:
-                    best = (key, nodes, shares, size, parts, why)
+                    best = (key, nodes, picks, size, parts, why)
         if best is not None:
-            _, nodes, shares, size, parts, why = best
-            return _build(host, reserved, blocked, groups, req, nodes, shares, (size, why), parts)
+            _, nodes, picks, size, parts, why = best
+            return _build(host, reserved, blocked, groups, req, nodes, picks, (size, why), parts)
     raise _why_not(host, reserved, ledger, req, caps, free)
+
+
+def _score(host: Host, groups, nodes, shares, smt: str):
+    """(L3 domains, whole cores left free in them, efficiency threads, the picks) of taking
+    ``shares`` on ``nodes``: an L3 domain over two nodes (Intel's SNC) counts once; cores of no
+    known L3 count as one domain per node and leave nothing to fit, as before caches were known."""
+    picks = [corepick.pick(groups[x], s, smt) for x, s in zip(nodes, shares)]
+    ids: set = set()
+    left = small = 0
+    for x, chosen in zip(nodes, picks):
+        for i, threads in chosen:
+            l3 = host.l3_of(groups[x][i][0][0])
+            ids.add(("node", x) if l3 is None else l3)
+            if l3 is not None:
+                left += corepick.left_whole(groups[x][i], len(threads), smt)
+            if host.hybrid:
+                small += sum(host.efficient(c) for c in threads)
+    return len(ids), left, small, picks
 
 
 def _why_not(host, reserved, ledger, req, caps, free) -> DoesNotFit:
@@ -263,8 +282,9 @@ def _why_not(host, reserved, ledger, req, caps, free) -> DoesNotFit:
     )
 
 
-def _shares(n: int, caps: list[int]) -> list[list[int]]:
-    """vCPU counts per node: an even split first, then the greedy uneven one."""
+def _shares(n: int, caps: list[int], gcaps: list[list[int]]) -> list[list[int]]:
+    """vCPU counts per node: an even split first, then the greedy uneven one, then the one over
+    the fewest L3 domains (``gcaps``: each node's capacity per L3 domain)."""
     k = len(caps)
     out: list[list[int]] = []
     if n % k == 0 and all(c >= n // k for c in caps):
@@ -278,18 +298,46 @@ def _shares(n: int, caps: list[int]) -> list[list[int]]:
             left -= take
         if left == 0 and all(x > 0 for x in uneven) and uneven not in out:
             out.append(uneven)
+        fewest = _l3_split(n, gcaps)
+        if fewest is not None and fewest not in out:
+            out.append(fewest)
     return out
 
 
-def _build(host, reserved, blocked, groups, req, nodes, shares, page, parts) -> Placement:
+def _l3_split(n: int, gcaps: list[list[int]]) -> list[int] | None:
+    """vCPU counts per node over the fewest L3 domains: each node's largest domain, then the
+    largest others until they hold ``n``; what is over comes off the last domain taken (None:
+    a node has no room)."""
+    if not all(gcaps):
+        return None
+    firsts = [max(g) for g in gcaps]
+    shares = list(firsts)
+    rest = sorted(((c, i) for i, g in enumerate(gcaps) for c in sorted(g, reverse=True)[1:]), reverse=True)
+    last = min(range(len(shares)), key=lambda i: (firsts[i], -i))
+    for cap, i in rest:
+        if sum(shares) >= n:
+            break
+        shares[i] += cap
+        last = i
+    over = sum(shares) - n
+    if over < 0:
+        return None
+    for i in [last] + [j for j in range(len(shares)) if j != last]:  # what is over, off the last taken first
+        cut = min(over, shares[i] - 1)
+        shares[i] -= cut
+        over -= cut
+    return shares if over == 0 else None
+
+
+def _build(host, reserved, blocked, groups, req, nodes, picks, page, parts) -> Placement:
     size, why = page
     pins: list[int] = []
     cells: list[GuestCell] = []
     l3: list[tuple[int, ...]] = []
     caches: list[int | None] = []
-    for cell_id, (node, share, kib) in enumerate(zip(nodes, shares, parts)):
+    for cell_id, (node, chosen, kib) in enumerate(zip(nodes, picks, parts)):
         first = len(pins)
-        for i, threads in corepick.pick(groups[node], share, req.smt):
+        for i, threads in chosen:
             l3.append(tuple(range(len(pins), len(pins) + len(threads))))
             caches.append(host.l3_of(groups[node][i][0][0]))
             pins.extend(threads)
@@ -336,7 +384,8 @@ def _reasons(host: Host, req: Request, nodes, pins: list[int], caches: list[int 
     if caches:
         ids = sorted(set(caches))  # type: ignore[arg-type]
         each = ", ".join(f"L3 {i} (CPUs {cpuset.format(host.cache(i).cpus)})" for i in ids)
-        many = "" if len(ids) == 1 else " (no single L3 domain had room for them all)"
+        many = "" if len(ids) <= len(nodes) else (" (no single L3 domain had room for them all)" if len(nodes) == 1
+                                                   else f" (the fewest over {len(nodes)} nodes)")
         out.append(f"L3: {len(ids)} of the host's {len(host.caches)} L3 domains: {each}{many}")
     if host.hybrid:
         small = [c for c in pins if host.efficient(c)]

@@ -70,7 +70,9 @@ def cmd_map(args, cfg, roots) -> int:
         hostmap = build.build(host, found, config=cfg)
     else:
         sysfs = args.sysfs or roots.sysfs
-        host = with_nodedevs(Host.from_sysfs(sysfs), args.nodedev)
+        host = Host.from_sysfs(sysfs)
+        host.devices.check()
+        host = with_nodedevs(host, args.nodedev)
         found, notes = _domains(args.connect)
         hostmap = build.build(host, found, config=cfg, mode="live", hook=live.hook_view(roots),
                               page_totals=live.page_totals(sysfs), warnings=notes)

@@ -27,6 +27,7 @@ def host_of(args, sysfs: str | None = None) -> Host:
         host = Host.from_capabilities(xmlsafe.read(args.host, "capabilities XML"))
     else:
         host = Host.from_sysfs(getattr(args, "sysfs", None) or sysfs or "/sys")
+        host.devices.check()  # a numa_node naming a node the host lacks is refused, used or not
     return with_nodedevs(host, getattr(args, "nodedev", None))
 
 

@@ -1,6 +1,8 @@
 """The host: its topology and what vmtune reads of it.
 
-    topology.py      Host, Cell, Cpu: the NUMA model, its views and the reserved CPUs
+    topology.py      Host, Cell, Cpu, L3: the NUMA model, its views and the reserved CPUs
+    devices.py       where a PCI device, a disk or a NIC hangs (sysfs, or a table)
+    nodedev.py       libvirt's node devices (virsh nodedev-dumpxml) as such a table
     capabilities.py  the loader of libvirt's capabilities XML
     sysfs.py         the sysfs and proc readers (online CPUs, CPU lists, meminfo, cpuinfo,
                      hugepage pools) and the loader of a sysfs tree
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-__all__ = ["Cell", "Cpu", "Host"]
+__all__ = ["Cell", "Cpu", "Host", "L3"]
 
 
 def __getattr__(name: str):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .. import cpuset, units, xmlsafe, xmltext
 from ..errors import InvalidInput
+from .sysfs import l3_domains
 
 
 def _int(value: str | None, what: str) -> int:
@@ -103,36 +104,30 @@ def load(xml: str | bytes) -> dict:
         if node not in cells:
             cells[node] = _cell(ce, node, base_page, all_bare, cpus, offline)
     offline = {c: n for c, n in sorted(offline.items()) if c not in cpus}
-    caches = _caches(host, frozenset(cpus), frozenset(offline))
-    for cache in caches:
-        for cid in cache["cpus"]:
-            cpus[cid]["l3"] = cache["id"]
+    caches, l3 = _caches(host, frozenset(cpus), frozenset(offline))
+    for cid, ident in l3.items():
+        cpus[cid]["l3"] = ident
     return {"arch": (host.findtext("cpu/arch") or "").strip(), "cells": [cells[n] for n in sorted(cells)],
             "cpus": [cpus[c] for c in sorted(cpus)], "isolated": frozenset(), "offline": offline, "caches": caches,
             "vendor": (host.findtext("cpu/vendor") or "").strip() or None, "guest_arches": _native_guests(root)}
 
 
-def _caches(host, online: frozenset[int], offline: frozenset[int]) -> list[dict]:
-    """The L3 banks of ``<cache>`` (``<bank level='3' id=... cpus=... size=... unit=...>``) by id,
-    each with its online CPUs; a bank naming a CPU the host does not have is InvalidInput."""
-    found: dict[int, dict] = {}
-    taken: set[int] = set()
+def _caches(host, online: frozenset[int], offline: frozenset[int]) -> tuple[list[dict], dict[int, int]]:
+    """The L3 domains of ``<cache>``'s ``<bank level='3' id=... cpus=... size=... unit=...>``, by
+    the rules the sysfs loader uses (``sysfs.l3_domains``); a bank naming a CPU the host does not
+    have is InvalidInput."""
+    found = []
     for bank in host.findall("cache/bank"):
-        if (bank.get("level") or "").strip() != "3":
+        if (bank.get("level") or "").strip() != "3" or bank.get("id") is None:
             continue
         cpus = cpuset.parse(bank.get("cpus"))
         if cpus - online - offline:
             raise InvalidInput(f"capabilities XML: L3 cache bank {bank.get('id')!r} names CPU(s) "
                                f"{cpuset.format(cpus - online - offline)}, which this host does not have")
-        cpus = (cpus & online) - taken
-        if not cpus:
-            continue
-        ident = _int(bank.get("id"), "cache bank id") if bank.get("id") is not None else min(cpus)
-        entry = found.setdefault(ident, {"id": ident, "cpus": frozenset(), "size_kib": 0})
-        entry["cpus"] |= cpus
-        entry["size_kib"] = entry["size_kib"] or units.to_kib(bank.get("size"), bank.get("unit"), "B")
-        taken |= cpus
-    return [found[i] for i in sorted(found)]
+        if cpus & online:
+            found.append((_int(bank.get("id"), "cache bank id"), cpus & online,
+                          units.to_kib(bank.get("size"), bank.get("unit"), "B")))
+    return l3_domains(found)
 
 
 def _native_guests(root) -> frozenset[str] | None:

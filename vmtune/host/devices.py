@@ -79,6 +79,10 @@ class Devices:
     def locate(self, kind: str, key: str) -> Location:
         return UNKNOWN
 
+    def check(self) -> None:
+        """InvalidInput when the source names a node the host lacks (sources read ahead check it
+        as they load)."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -174,21 +178,41 @@ class SysfsDevices(Devices):
         return sorted(set(names))
 
     def _up(self, real: str, what: str) -> Location:
-        """The nearest ``numa_node`` from ``real`` up to ``devices/``, and the PCI device it is on."""
-        top = os.path.realpath(os.path.join(self.root, "devices"))
-        here = real
-        while here.startswith(top + os.sep):
-            text = _read(os.path.join(here, "numa_node"))
-            if text is not None:
-                try:
-                    node = int(text)
-                except ValueError:
-                    raise InvalidInput(f"{os.path.join(here, 'numa_node')}: not a node number: {text[:40]!r}") from None
-                where = os.path.basename(here)
-                return Location(True, check_node(node, self.nodes, f"{os.path.join(here, 'numa_node')} of {what}"),
-                                where if where != what else None)
-            here = os.path.dirname(here)
+        """The nearest ``numa_node`` from ``real`` up to the sysfs root (its ``device/`` first: a
+        tree copied with its links followed has the parent there), and the PCI device it is on."""
+        top = os.path.realpath(self.root)
+        for path in [os.path.join(real, "device", "numa_node")] + _parents(real, top):
+            text = _read(path)
+            if text is None:
+                continue
+            try:
+                node = int(text)
+            except ValueError:
+                raise InvalidInput(f"{path}: not a node number: {text[:40]!r}") from None
+            where = os.path.basename(os.path.dirname(os.path.realpath(path)))
+            return Location(True, check_node(node, self.nodes, f"{path} of {what}"), where if where != what else None)
         return Location(True, None)
+
+    def check(self) -> None:
+        """InvalidInput when a PCI device's ``numa_node`` names a node the host lacks (or is no
+        number): the commands read every device once, so a broken tree is refused whatever the
+        domains use."""
+        folder = os.path.join(self.root, "bus", "pci", "devices")
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return
+        for name in names:
+            self.locate(PCI, name)
+
+
+def _parents(path: str, top: str) -> list[str]:
+    """``numa_node`` of ``path`` and of each folder above it, up to ``top`` (the sysfs root)."""
+    out = []
+    while path.startswith(top + os.sep):
+        out.append(os.path.join(path, "numa_node"))
+        path = os.path.dirname(path)
+    return out
 
 
 def _read(path: str) -> str | None:

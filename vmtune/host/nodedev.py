@@ -15,7 +15,7 @@ from .. import xmlsafe, xmltext
 from ..errors import InvalidInput
 from .devices import BLOCK, MDEV, NET, PCI, Location, Table, block_name, check_node, pci_address
 
-MAX_FILE = 1 << 20  # a node device's XML is a few KiB
+LIMITS = (0xFFFF, 0xFF, 0x1F, 7)  # a PCI address's domain, bus, slot and function
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,9 @@ def parse(xml: str | bytes, where: str) -> NodeDevice:
                 raise InvalidInput(f"{where}: a PCI node device without its bus, slot and function")
             parts = [_number(_text(cap.find(f)) or ("0" if f == "domain" else ""), f, where)
                      for f in ("domain", "bus", "slot", "function")]
+            for value, field, top in zip(parts, ("domain", "bus", "slot", "function"), LIMITS):
+                if not 0 <= value <= top:
+                    raise InvalidInput(f"{where}: PCI {field} {value} is out of range (0 to {top})")
             pci = pci_address(*parts)
             keys.append((PCI, pci))
             numa = cap.find("numa")

@@ -184,13 +184,42 @@ def _size_kib(found: str | None) -> int:
     return n // 1024 if not unit else n * {"K": 1, "M": 1024, "G": 1 << 20}[unit]
 
 
+def l3_domains(found: list[tuple[int, frozenset[int], int]]) -> tuple[list[dict], dict[int, int]]:
+    """The L3 domains of ``found`` ((id, online CPUs, KiB) as read, in any order) and each CPU's
+    L3 id: entries with one id and common CPUs are one cache (read twice, or code and data); a CPU
+    already in an earlier cache stays there. An id that another set of CPUs has already (a kernel
+    that numbers L3 caches per socket) is replaced by the next one past every id read, the caches
+    taken by their first CPU: both loaders (capabilities.py too) number the same machine alike."""
+    merged: list[list] = []
+    for ident, cpus, size in found:
+        same = next((m for m in merged if m[0] == ident and m[1] & cpus), None)
+        if same is None:
+            merged.append([ident, set(cpus), size])
+        else:
+            same[1] |= cpus
+            same[2] = same[2] or size
+    domains, of, taken = [], {}, set()
+    spare = max((m[0] for m in merged), default=-1) + 1
+    for ident, cpus, size in sorted(merged, key=lambda m: min(m[1])):
+        cpus = frozenset(c for c in cpus if c not in of)
+        if not cpus:
+            continue
+        if ident in taken:
+            ident, spare = spare, spare + 1
+        taken.add(ident)
+        domains.append({"id": ident, "cpus": cpus, "size_kib": size})
+        of.update((c, ident) for c in cpus)
+    return sorted(domains, key=lambda d: d["id"]), of
+
+
 def _caches(cpu_dir: str, online: frozenset[int], known: frozenset[int]) -> tuple[list[dict], dict[int, int]]:
     """The L3 caches (each read once, at its first CPU) and each online CPU's L3 id. A shared
-    list naming a CPU the host does not have is InvalidInput; offline CPUs are left out."""
-    caches: dict[int, dict] = {}
-    of: dict[int, int] = {}
+    list naming a CPU the host does not have is InvalidInput; offline CPUs are left out. A cache
+    without an ``id`` is left out, as libvirt leaves it out of the capabilities."""
+    found: list[tuple[int, frozenset[int], int]] = []
+    seen: set[int] = set()
     for cid in sorted(online):
-        if cid in of:
+        if cid in seen:
             continue
         where = _l3_dir(cpu_dir, cid)
         if where is None:
@@ -200,14 +229,11 @@ def _caches(cpu_dir: str, online: frozenset[int], known: frozenset[int]) -> tupl
             raise InvalidInput(f"{os.path.join(where, 'shared_cpu_list')} names CPU(s) "
                                f"{cpuset.format(shared - known)}, which this host does not have")
         cpus = (shared & online) | {cid}
+        seen |= cpus
         ident = number(os.path.join(where, "id"))
-        ident = min(cpus) if ident is None or ident < 0 else ident
-        entry = caches.setdefault(ident, {"id": ident, "cpus": frozenset(), "size_kib": 0})
-        entry["cpus"] |= frozenset(c for c in cpus if c not in of)
-        entry["size_kib"] = entry["size_kib"] or _size_kib(text(os.path.join(where, "size")))
-        for c in cpus:
-            of.setdefault(c, ident)
-    return [caches[i] for i in sorted(caches)], of
+        if ident is not None and ident >= 0:
+            found.append((ident, cpus, _size_kib(text(os.path.join(where, "size")))))
+    return l3_domains(found)
 
 
 def _kinds(root: str, online: frozenset[int]) -> dict[int, str]:
