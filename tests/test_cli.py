@@ -368,16 +368,18 @@ def test_dedicated_pins_avoid_the_hosts_reserved_cores(capsys):
 
 
 def test_explain_prints_one_line_and_reason_per_change(capsys):
-    """--explain prints a header with the change count, then one line per change ending in its reason."""
+    """--explain prints a header with the change count, the placement's reasons, then one line per
+    change ending in its reason (cut with … where the line would pass 200 characters)."""
     changes = rewrite_json(capsys, DB, *H, "--profile", "latency")["changes"]
     rc, out, err = run(capsys, "rewrite", DB, *H, "--profile", "latency", "--explain")
     assert rc == 0, err
-    lines = out.splitlines()
+    lines = [line for line in out.splitlines() if not line.startswith("placement: ")]
     assert lines[0] == f"profile latency: {len(changes)} change(s)"
     assert len(lines) == 1 + len(changes)
     for line, change in zip(lines[1:], changes):
-        assert line.startswith(f"{change['element']}: ")
-        assert line.endswith(f"  # {change['reason']}")
+        assert line.startswith(f"{change['element']}: ") and len(line) <= 200
+        shown = line.split("  # ", 1)[1]
+        assert shown == change["reason"] or (shown.endswith("…") and change["reason"].startswith(shown[:-1]))
 
 
 def test_diff_is_a_unified_diff_from_input_to_output(capsys):
@@ -564,7 +566,7 @@ def test_python_m_vmtune_prints_the_same_as_in_process(tmp_path, capsys):
     proc = run_proc("rewrite", DB, *H, "--profile", "latency", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.decode() == plain
-    assert proc.stderr == b""
+    assert all(line.startswith(b"vmtune: warning: ") for line in proc.stderr.splitlines())  # only warnings
 
 
 def test_python_m_vmtune_reads_stdin(tmp_path):

@@ -383,7 +383,8 @@ def _reasons(host: Host, req: Request, nodes, pins: list[int], caches: list[int 
     out = []
     if caches:
         ids = sorted(set(caches))  # type: ignore[arg-type]
-        each = ", ".join(f"L3 {i} (CPUs {cpuset.format(host.cache(i).cpus)})" for i in ids)
+        each = ", ".join(f"L3 {i} (CPUs {cpuset.format(host.cache(i).cpus)})" for i in ids[:4])
+        each += f", and {len(ids) - 4} more" if len(ids) > 4 else ""
         many = "" if len(ids) <= len(nodes) else (" (no single L3 domain had room for them all)" if len(nodes) == 1
                                                    else f" (the fewest over {len(nodes)} nodes)")
         out.append(f"L3: {len(ids)} of the host's {len(host.caches)} L3 domains: {each}{many}")

@@ -17,11 +17,102 @@ def diff(before: str, after: str, fromfile: str, tofile: str) -> str:
 
 
 def explain(result) -> list[str]:
-    """``rewrite --explain``: one line per change of a vmtune.Result, with its reason."""
+    """``rewrite --explain``: one line per change of a vmtune.Result: where, the old and the new
+    value (an element by its key fields: ``short``, ``changed``), and the reason; no line longer
+    than LINE (``--json`` has every value and reason whole)."""
     lines = [f"profile {result.profile}: {len(result.changes)} change(s)"]
-    lines += [f"placement: {why}" for why in result.placement.get("why", ())]
-    lines += [f"{c.element}: {c.before or '(none)'} -> {c.after or '(removed)'}  # {c.reason}" for c in result.changes]
+    lines += [_fit(f"placement: {why}") for why in result.placement.get("why", ())]
+    for c in result.changes:
+        before, after = (changed(c.before, c.after) if c.before and c.after and c.before.startswith("<")
+                         else (short(c.before), short(c.after)))
+        lines.append(_fit(f"{c.element}: {before or '(none)'} -> {after or '(removed)'}  # {c.reason}"))
     return lines
+
+
+LINE = 200  # the longest line of --explain
+VALUE = 48  # the longest value shown whole
+ATTRS = 4  # attributes of an element shown
+
+
+def _fit(line: str) -> str:
+    return line if len(line) <= LINE else line[:LINE - 1] + "…"
+
+
+def _parse(value: str):
+    from lxml import etree
+
+    try:
+        return etree.fromstring(value)
+    except etree.XMLSyntaxError:
+        return None
+
+
+def _name(el) -> str:
+    from lxml import etree
+
+    return etree.QName(el).localname
+
+
+def _attrs(el) -> str:
+    attrs = list(el.attrib.items())
+    return " ".join(f"{k}={_cut(v)}" for k, v in attrs[:ATTRS]) + (" …" if len(attrs) > ATTRS else "")
+
+
+def _children(el) -> list:
+    return [c for c in el if isinstance(c.tag, str)]
+
+
+def short(value: str | None) -> str | None:
+    """A change's value for one line: an attribute's or a text's as it is (cut at VALUE); an
+    element as its tag, its first attributes and a count of its children by tag, never whole."""
+    if value is None or not value.startswith("<"):
+        return value if value is None or len(value) <= VALUE else value[:VALUE - 1] + "…"
+    el = _parse(value)
+    if el is None:
+        return _cut(value, VALUE)
+    counts: dict[str, int] = {}
+    for child in _children(el):
+        counts[_name(child)] = counts.get(_name(child), 0) + 1
+    inner = ", ".join(f"{n}×{name}" if n > 1 else name for name, n in counts.items())
+    text = (el.text or "").strip()
+    body = f" {_cut(inner, VALUE)}" if inner else f" {_cut(text)}" if text else ""
+    shown = _attrs(el)
+    return f"<{_name(el)}{' ' + shown if shown else ''}>{body}"
+
+
+def changed(before: str, after: str) -> tuple[str, str]:
+    """An element replaced by another, by what differs: its attributes as ``short`` gives them,
+    and its children as ``+tag`` (added), ``-tag`` (gone) and ``~tag`` (changed), counted."""
+    old, new = _parse(before), _parse(after)
+    if old is None or new is None or _name(old) != _name(new):
+        return short(before) or "", short(after) or ""
+    from .. import edits
+
+    mine = [edits.show(c) for c in _children(old)]
+    theirs = [edits.show(c) for c in _children(new)]
+    gone: dict[str, int] = {}
+    added: dict[str, int] = {}
+    for el, text in zip(_children(old), mine):
+        if text not in theirs:
+            gone[_name(el)] = gone.get(_name(el), 0) + 1
+    for el, text in zip(_children(new), theirs):
+        if text not in mine:
+            added[_name(el)] = added.get(_name(el), 0) + 1
+    tally: dict[str, int] = {}
+    for tag in list(dict.fromkeys([*gone, *added])):
+        g, a = gone.get(tag, 0), added.get(tag, 0)
+        for sign, n in (("~", min(g, a)), ("+", a - g), ("-", g - a)):
+            if n > 0:
+                tally[f"{sign}{tag}"] = n
+    if not tally:
+        return short(before) or "", short(after) or ""
+    what = ", ".join(f"{key}×{n}" if n > 1 else key for key, n in tally.items())
+    head = lambda el: f"<{_name(el)}{' ' + _attrs(el) if el.attrib else ''}>"  # noqa: E731
+    return head(old), f"{head(new)} {_cut(what, VALUE)}"
+
+
+def _cut(value: str, most: int = 24) -> str:
+    return value if len(value) <= most else value[:most - 1] + "…"
 
 
 def topology(host, reserved: frozenset[int]) -> list[str]:

@@ -3,6 +3,7 @@
 from ..edits import Remove, Warn
 from ..errors import Unsupported
 from ..model import Controller, Disk
+from ..profiles import BootDisk
 
 NATIVE_IO_TYPES = (Disk.TYPE_FILE, "block", "volume")
 # Attributes and children that only emulated buses accept (geometry's cyls, heads and secs are
@@ -13,6 +14,12 @@ EMULATED_ONLY_CHILDREN = ("wwn", "vendor", "product")
 # three letters. A bound so that the search for a free name always ends; far more names than
 # virtio disks a real domain has.
 VIRTIO_NAMES = 26 + 26**2 + 26**3
+# The warning when a guest's boot disk moves (a Linux initramfs built host-only, dracut's default on
+# Fedora and RHEL, has no virtio_blk; an /etc/fstab naming /dev/sda breaks as well).
+BOOT_MOVE = ("boot disk {dev} moves from {bus} to virtio: the guest must have virtio_blk in its initramfs "
+             "(dracut --add-drivers virtio_blk, or update-initramfs -u) "
+             "and name its disks in /etc/fstab by UUID or LABEL, not /dev/{dev}; boot_disk = \"keep\" in a profile "
+             "keeps it on {bus}")
 # Disk types whose <driver> cache and io vmtune leaves alone.
 NO_DRIVER_TYPES = (Disk.TYPE_VHOSTUSER, Disk.TYPE_NVME)
 
@@ -34,11 +41,19 @@ def boot_disk(dom) -> Disk | None:
     return disks[0] if disks else None
 
 
+def kept_boot_disk(ctx, dom) -> Disk | None:
+    """The boot disk that keeps its bus: a Windows guest's (unless --force-virtio), or any guest's
+    under ``boot_disk = "keep"``."""
+    if (dom.is_windows and not ctx.force_virtio) or ctx.profile.boot_disk == BootDisk.KEEP:
+        return boot_disk(dom)
+    return None
+
+
 def moving(ctx, dom) -> list[Disk]:
     """The disks this pass moves to virtio."""
     if not ctx.profile.devices_virtio:
         return []
-    keep = boot_disk(dom) if dom.is_windows and not ctx.force_virtio else None
+    keep = kept_boot_disk(ctx, dom)
     return [
         d for d in dom.disks
         if d.effective_device == Disk.DEVICE_DISK and d.bus in Disk.REMAP_BUSES
@@ -62,11 +77,13 @@ def _scsi_users(dom, moved: set) -> dict[int, int]:
 def run(ctx, dom):
     edits = []
     move = moving(ctx, dom)
+    boot = boot_disk(dom)
     if dom.is_windows and not ctx.force_virtio and ctx.profile.devices_virtio:
-        keep = boot_disk(dom)
-        if keep is not None and keep.bus in Disk.REMAP_BUSES:
-            edits.append(Warn(f"Windows guest: boot disk {keep.dev} stays on {keep.bus} (the guest may lack "
+        if boot is not None and boot.bus in Disk.REMAP_BUSES:
+            edits.append(Warn(f"Windows guest: boot disk {boot.dev} stays on {boot.bus} (the guest may lack "
                               "virtio drivers); install them and use --force-virtio"))
+    elif boot is not None and any(d.node is boot.node for d in move):
+        edits.append(Warn(BOOT_MOVE.format(dev=boot.dev or "?", bus=boot.bus)))
     used = {d.dev for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.dev}
     names = (f"vd{_letters(i)}" for i in range(VIRTIO_NAMES))
     for disk in move:
@@ -76,6 +93,8 @@ def run(ctx, dom):
                               f"({VIRTIO_NAMES} names) are all taken")
         used.add(name)
         why = f"{disk.bus} is emulated; virtio-blk is the paravirtual disk"
+        if boot is not None and disk.node is boot.node:
+            why = f"the boot disk too: {why} (the warning says what the guest needs)"
         edits.append(Disk.bus.edit(disk, Disk.BUS_VIRTIO, why))
         edits.append(Disk.dev.edit(disk, name, f"virtio disks are named vdX ({disk.dev} -> {name})"))
         for prop in EMULATED_ONLY_ATTRS:

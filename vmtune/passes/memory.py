@@ -1,6 +1,6 @@
 """<memoryBacking> (hugepages, nosharepages, locked) and the balloon."""
 
-from .. import cpuset
+from .. import cpuset, units
 from ..edits import E, Put, Remove, insert
 from ..model import KIB, Domain
 from . import _pages
@@ -23,7 +23,7 @@ def _hugepages(ctx, dom, new) -> tuple[list[str], list]:
         return why, edits
     nodeset = cpuset.format(cells - normal) if cells else None
     insert(new, E("hugepages", None, *kept, E("page", {"size": size, "unit": KIB, "nodeset": nodeset})))
-    reasons = [f"{size} KiB hugepages: fewer TLB misses, memory that never swaps or moves"]
+    reasons = [f"{units.page(size)} hugepages: fewer TLB misses, never swapped or moved"]
     reasons += [pl.hugepage_why] if pl.hugepage_why else []
     huge = [c for c in pl.cells if c.id not in normal]
     return reasons + _pages.rounding(huge, dom, size) + why, edits
@@ -49,7 +49,7 @@ def _backing(ctx, dom):
         reasons, edits = _hugepages(ctx, dom, new)
         reasons += _no_anonymous_source(new)
     for flag, wanted, why in (
-        ("nosharepages", p.memory_nosharepages, "no KSM merging: no copy-on-write faults on guest writes"),
+        ("nosharepages", p.memory_nosharepages, "no KSM merging (no copy-on-write faults)"),
         ("locked", p.memory_locked, "locked memory: the host never swaps it out"),
     ):
         if wanted and new.find(flag) is None:

@@ -1,6 +1,6 @@
 """<numatune> and guest NUMA cells: memory bound to the nodes the vCPUs run on."""
 
-from .. import cpuset, xmltext
+from .. import cpuset, units, xmltext
 from ..edits import E, Put, Remove
 from ..model import Domain
 from ..profiles import Pinning
@@ -32,7 +32,7 @@ def dedicated(ctx, dom):
         guest, dropped = _cells.rebuild(dom, pl.cells, mapping)
         why = (f"guest NUMA cells mirror the {len(pl.nodes)} host nodes the vCPUs span"
                if len(pl.cells) > 1 else "one guest cell on one host node (kept for memory hotplug or as before)")
-        why = "; ".join([why] + dropped)
+        why = "; ".join([why] + _resized(old_cells, pl, mapping) + dropped)
         edits.append(put_under(dom, "cpu", guest, why))
         total = sum(c.memory_kib for c in pl.cells) + dom.dimm_kib
         edits.extend(_memory(dom, total, "memory equals the sum of the guest cells"))
@@ -41,6 +41,22 @@ def dedicated(ctx, dom):
         edits.append(Remove(numa, "all vCPUs and memory sit on one host node: one guest node is the truth"))
         edits.extend(_memory(dom, dom.boot_memory_kib + dom.dimm_kib, "memory keeps the size the guest cells had"))
     return edits
+
+
+def _resized(old_cells, pl, mapping: dict[int, int]) -> list[str]:
+    """A note for each guest cell that keeps its id and vCPUs but not its size: how many KiB
+    moved, and why (each cell a whole number of the placement's pages)."""
+    out = []
+    new = {c.id: c for c in pl.cells}
+    for old in old_cells:
+        cell = new.get(mapping.get(old.id, old.id))
+        if cell is None or cell.id != old.id or frozenset(cell.vcpus) != old.cpus or cell.memory_kib == old.memory_kib:
+            continue
+        moved = cell.memory_kib - old.memory_kib
+        unit = f"whole {units.page(pl.hugepage_kib)} pages" if pl.hugepage_kib else "whole MiB"
+        out.append(f"guest cell {cell.id}: {old.memory_kib} -> {cell.memory_kib} KiB ({moved:+d} KiB: each cell is {unit}, "
+                   "split as the vCPUs are)")
+    return out
 
 
 def node(ctx, dom):

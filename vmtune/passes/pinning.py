@@ -62,11 +62,10 @@ def dedicated(ctx, dom):
                                     "scheduler": p.cpu_scheduler, "priority": p.cpu_priority}))
     nodes = cpuset.format(pl.nodes)
     if pl.emulator_with_vcpus:
-        where = ("emulator and iothreads beside the vCPUs: under TCG the emulator thread runs the "
-                 "guest's timers, and its tail is shorter there than on the host's reserved CPUs")
+        where = "emulator and iothreads beside them (under TCG the emulator runs the guest's timers)"
     else:
-        where = f"emulator and iothreads on the non-dedicated CPUs {cpuset.format(pl.emulator)}"
-    reason = f"dedicated host CPUs on node {nodes}: one per vCPU, on cores nobody else runs on; {where}"
+        where = f"emulator and iothreads on the shared CPUs {cpuset.format(pl.emulator)}"
+    reason = f"a host CPU per vCPU on node {nodes}, on cores nobody else runs on; {where}"
     return edits + _put_cputune(dom, new, reason)
 
 

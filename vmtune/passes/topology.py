@@ -41,11 +41,9 @@ def run(ctx, dom):
         return []
     sockets, dies, cores, threads = shape(ctx.host, pl)
     topo = E("topology", {"sockets": sockets, "dies": dies, "cores": cores, "threads": threads})
-    per_die = f" x {dies} die(s)" if dies > 1 else ""
-    why = (f"{sockets} socket(s){per_die} x {cores} core(s) x {threads} thread(s), as pinned: "
-           + ("vCPU pairs sit on sibling threads" if threads == 2 else "no vCPU pair shares a physical core")
-           + (f"; one die per host L3 domain ({len(pl.l3)}, {len(pl.l3[0])} vCPUs each), so the guest sees "
-              "which vCPUs share an L3" if dies > 1 else ""))
+    why = ("as pinned: " + ("vCPU pairs sit on sibling threads" if threads == 2 else "no vCPU pair shares a core")
+           + ("; one socket per guest cell" if sockets > 1 else "")
+           + ("; one die per host L3 domain, so the guest sees which vCPUs share one" if dies > 1 else ""))
     edits = [put_under(dom, "cpu", topo, why)]
     if pl.cells and sockets == 1 and len(pl.cells) > 1:
         edits.append(Warn("guest NUMA cells have unequal vCPU counts; the guest sees one socket"))
