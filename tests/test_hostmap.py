@@ -433,12 +433,15 @@ def test_cli_never_replaces_what_is_not_a_file(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("claim,what", [
-    ("<domain type='kvm'><name>vb</name><vcpu>99999999999</vcpu></domain>", "bad vCPU count"),
-    ("<domain type='kvm'><name>vb</name><vcpu>-3</vcpu></domain>", "bad vCPU count"),
-    ("<domain type='kvm'><name>io</name><vcpu>1</vcpu><iothreads>50000000</iothreads></domain>", "bad iothread count")])
+    ("<domain type='kvm'><name>vb</name><vcpu>99999999999</vcpu></domain>", ("bad vCPU count", "<vcpu>: ")),
+    ("<domain type='kvm'><name>vb</name><vcpu>-3</vcpu></domain>", ("bad vCPU count", "<vcpu>: ")),
+    ("<domain type='kvm'><name>io</name><memory>1048576</memory><vcpu>1</vcpu><iothreads>50000000</iothreads>"
+     "</domain>",
+     ("bad iothread count",))])
 def test_cli_counts_no_reader_can_iterate(capsys, tmp_path, claim, what):
     """A claim with a vCPU or iothread count out of bounds is one line, before anything iterates it,
-    for the map and for rewrite's --claim and input alike."""
+    for the map and for rewrite's --claim and input alike (an input libvirt would refuse says so as
+    libvirt's parser does: vmtune/validate.py)."""
     bad = tmp_path / "bad.xml"
     bad.write_text(claim)
     host = str(EXAMPLES / "hosts" / "2node-smt.xml")
@@ -446,7 +449,7 @@ def test_cli_counts_no_reader_can_iterate(capsys, tmp_path, claim, what):
                  ["rewrite", str(EXAMPLES / "db-4vcpu.xml"), "--host", host, "--claim", str(bad)],
                  ["rewrite", str(bad), "--host", host]):
         code, out, err = run_cli(capsys, *argv)
-        assert code == 1 and what in err and err.count("\n") == 1, (argv, err)
+        assert code == 1 and any(w in err for w in what) and err.count("\n") == 1, (argv, err)
 
 
 def test_cli_svg_into_a_missing_folder(capsys, tmp_path):

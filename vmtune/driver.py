@@ -11,7 +11,7 @@ from . import claims as claims_mod
 from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
-from . import facts, locality, profiles, xmlsafe, xmltext
+from . import facts, locality, profiles, validate, xmlsafe, xmltext
 from .host.devices import NO_DEVICES
 from .profiles import DeviceLocality, Pinning
 from .context import PassContext
@@ -63,6 +63,7 @@ def check_domain(dom: Domain, host: Host) -> str:
     if arch and arch not in native_arches(host):
         raise Unsupported(f"domain arch {arch} does not run natively on this {host.arch} host "
                           f"(it runs {', '.join(sorted(native_arches(host)))})")
+    validate.check(dom)  # what libvirt refuses, vmtune refuses (one line)
     facts.check_counts(dom)
     return virt
 
