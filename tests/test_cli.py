@@ -349,7 +349,7 @@ def test_profile_defaults_to_the_tag_then_balanced(capsys):
 def test_json_has_the_documented_shape_and_matches_plain_output(capsys):
     """--json has exactly profile, changes[element,before,after,reason], placement, warnings, xml."""
     data = rewrite_json(capsys, DB, *H, "--profile", "latency")
-    assert set(data) == {"profile", "changes", "placement", "warnings", "xml"}
+    assert set(data) == {"profile", "changes", "placement", "warnings", "kept", "xml"}
     assert data["profile"] == "latency"
     assert data["changes"] and all(set(c) == {"element", "before", "after", "reason"} for c in data["changes"])
     assert all(c["reason"] and c["element"].startswith("/domain") for c in data["changes"])

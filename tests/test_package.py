@@ -91,7 +91,8 @@ def test_installed_wheel_rewrites_the_example(installed):
     assert "<vmtune:tune" in result["xml"] and "<vcpupin " in result["xml"]
     here = _run([venv / "bin/vmtune", "rewrite", EXAMPLES / "stock-latency.xml"], cwd=outside, env=_env(outside))
     assert "<domain" in here.stdout and here.stdout.rstrip().endswith("</domain>")
-    assert '<vmtune:tune xmlns:vmtune="https://vmtune.dev/xmlns/1" profile="latency"/>' in here.stdout
+    assert '<vmtune:tune xmlns:vmtune="https://vmtune.dev/xmlns/1" profile="latency">' in here.stdout
+    assert '<vmtune:undo version="1">' in here.stdout  # the record of what it changed
 
 
 def test_installed_wheel_lists_the_four_profiles(installed):

@@ -17,10 +17,11 @@ from vmtune import validate
 from vmtune.errors import InvalidInput, VmtuneError
 
 # odd and wrong spellings: what C's strtoul, libvirt's bitmaps and scaled values take or refuse
-NUMBERS = ["abc", "0", " 4", "4 ", "+4", "04", "1.5", "-1", "", "0x4", "4294967296", "2", "3", "1", "8", "9"]
+NUMBERS = ["abc", "0", " 4", "4 ", "+4", "04", "1.5", "-1", "", " ", "0x4", "4294967296", "2", "3", "1", "8", "9"]
 LISTS = ["1-x", "", "^0", "0-3,^1", " 1", "1,", "1 , 2", "3-1", "1,,2", ",1", "1-", "-1", "1--3", " 1 - 3",
          "^1-2,0-4", "+1", "01", "16383", "16384", "0", "1", "0-1", "0,2", "2-3", "\t1"]
-SIZES = ["1048576", "abc", "0", "-1", "1.5", "+1048576", " 1048576", "0x100000", "99999999999999999999", "2048"]
+SIZES = ["1048576", "abc", "0", "-1", "1.5", "+1048576", " 1048576", "0x100000", "99999999999999999999", "2048", "",
+         " "]
 UNITS = [None, "KiB", "MiB", "GiB", "gb", "E", "bytes", "b", "Q", "k", "KB", "M"]
 
 
@@ -99,8 +100,9 @@ def one_value_changed(draw) -> str:
         return domain(cells=two_cells, pages=f"<memoryBacking><hugepages><page size='2048' nodeset='{draw(lst)}'/>"
                                              "</hugepages></memoryBacking>")
     if where == "memnode":
-        return domain(cells=two_cells, numatune=f"<numatune><memnode cellid='{draw(num)}' mode='strict' nodeset='0'/>"
-                                                "</numatune>")
+        nodeset = draw(st.sampled_from(["0", None]))
+        return domain(cells=two_cells, numatune=f"<numatune><memnode cellid='{draw(num)}' mode='strict'"
+                                                f"{'' if nodeset is None else f' nodeset={chr(39)}0{chr(39)}'}/></numatune>")
     return domain(numatune=f"<numatune><memory mode='strict' nodeset='{draw(lst)}'/></numatune>")
 
 

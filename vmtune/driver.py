@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -11,7 +12,7 @@ from . import claims as claims_mod
 from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
-from . import facts, locality, profiles, validate, xmlsafe, xmltext
+from . import facts, locality, profiles, undo, validate, xmlsafe, xmltext
 from .host.devices import NO_DEVICES
 from .profiles import DeviceLocality, Pinning
 from .context import PassContext
@@ -42,6 +43,7 @@ class Result:
     changes: tuple[Change, ...] = ()
     placement: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()  # what the hand changed since vmtune's last rewrite, and stays (vmtune/undo.py)
 
     def to_dict(self) -> dict:
         return {
@@ -49,8 +51,21 @@ class Result:
             "changes": [c.to_dict() for c in self.changes],
             "placement": self.placement,
             "warnings": list(self.warnings),
+            "kept": list(self.kept),
             "xml": self.xml,
         }
+
+
+@dataclass(frozen=True)
+class Untuned:
+    """A domain as it was before vmtune (``untune``)."""
+
+    xml: str
+    changed: bool  # False: vmtune never tuned it (no record), and ``xml`` is the input as given
+    kept: tuple[str, ...] = ()  # what the hand changed since, and stays
+
+    def to_dict(self) -> dict:
+        return {"changed": self.changed, "kept": list(self.kept), "xml": self.xml}
 
 
 def check_domain(dom: Domain, host: Host) -> str:
@@ -137,6 +152,14 @@ class Tuned:
     ctx: PassContext
     changes: tuple[Change, ...]
     warnings: tuple[str, ...]
+    kept: tuple[str, ...] = ()
+
+
+# An older vmtune's rewrite (no record) shows in these: it cannot be told from the user's own
+OLD_TUNING = ("cputune/vcpupin", "devices/memballoon[@model='none']", "cpu[@mode='host-passthrough']",
+              "cpu[@mode='maximum']")
+OLD_WARNING = ("tuned by an older vmtune, which kept no record: the previous tuning cannot be told apart "
+               "from the domain's own settings, and is tuned again as it stands")
 
 
 def prepare(
@@ -151,17 +174,41 @@ def prepare(
 ) -> tuple[etree._Element, PassContext]:
     """Parse and check the domain, load the profile, add up the claims (or take ``ledger``: what
     the others hold, known another way) and place the domain."""
+    root, ctx, _, _ = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio, config=config)
+    return root, ctx
+
+
+def _prepare(
+    xml: str | bytes,
+    host: Host,
+    profile: str | None = None,
+    claims: Iterable[str | bytes] = (),
+    *,
+    ledger: claims_mod.Ledger | None = None,
+    force_virtio: bool = False,
+    config: config_mod.Config | None = None,
+    start_over: bool = False,
+) -> tuple[etree._Element, PassContext, tuple[str, ...], tuple[str, ...]]:
+    """``prepare``; with ``start_over``, first put back what vmtune's last rewrite changed (its
+    record, vmtune/undo.py), and also return what the hand changed since and stays, and the
+    warnings of that step."""
     config = config or config_mod.Config()
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
     virt = check_domain(dom, host)
     name = profile or dom.tagged_profile or profiles.DEFAULT
+    kept: list[str] = []
+    warned: list[str] = []
+    if start_over:
+        had, kept = undo.take_back(root)
+        if not had and dom.tag is not None and any(root.find(p) is not None for p in OLD_TUNING):
+            warned.append(OLD_WARNING)
     prof = profiles.load(name, config.profiles_dir)
     if ledger is None:
         ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
     reserved = host.reserved(config)
     placement = placement_for(prof, host, ledger, reserved, dom, config)
-    return root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio)
+    return root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio), tuple(kept), tuple(warned)
 
 
 def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER) -> tuple[list[Change], list[str]]:
@@ -189,13 +236,23 @@ def tune(
     passes=ORDER,
     force_virtio: bool = False,
     config: config_mod.Config | None = None,
+    record: bool = False,
 ) -> Tuned:
     """Place domain ``xml`` on ``host`` and run ``passes`` (default: all, in order) on it: the one
     entry of ``rewrite`` (and so of the planner) and of the hook's migrate/restore re-pin (the
-    placement passes, with a ledger from its leases). Raises as ``rewrite`` does."""
-    root, ctx = prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio, config=config)
+    placement passes, with a ledger from its leases). ``record``: start from the domain as it was
+    before vmtune (its record), and record this tuning in it (``rewrite``'s way; the re-pin changes
+    only pins, byte for byte). Raises as ``rewrite`` does."""
+    root, ctx, kept, warned = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio,
+                                       config=config, start_over=record)
+    base = copy.deepcopy(root) if record else None
     changes, warnings = run_passes(root, ctx, passes)
-    return Tuned(root, ctx, tuple(changes), tuple(warnings))
+    if base is not None:
+        given = xmlsafe.parse(xml, "domain XML")
+        if undo.read(given) is not None:  # tuned before: say what changes from the input as given
+            changes = undo.against(given, root, changes)
+        undo.write(root, undo.diff(base, root))
+    return Tuned(root, ctx, tuple(changes), tuple(warned) + tuple(warnings), kept)
 
 
 def rewrite(
@@ -212,6 +269,18 @@ def rewrite(
     ``claims`` are the XMLs of the other domains on the host. Raises InvalidInput or Unsupported
     for input vmtune cannot tune and DoesNotFit when the domain cannot be placed.
     """
-    done = tune(xml, host, profile, claims, force_virtio=force_virtio, config=config)
+    done = tune(xml, host, profile, claims, force_virtio=force_virtio, config=config, record=True)
     return Result(serialize(done.root), done.ctx.profile.name, done.changes, done.ctx.placement.to_dict(),
-                  done.warnings)
+                  done.warnings, done.kept)
+
+
+def untune(xml: str | bytes) -> Untuned:
+    """Domain ``xml`` as it was before vmtune's rewrites, with what the hand changed since kept
+    (vmtune/undo.py). A domain vmtune never tuned (no record) comes back as it was given."""
+    root = xmlsafe.parse(xml, "domain XML")
+    if root.tag != "domain":
+        raise InvalidInput(f"expected a libvirt <domain>, got <{root.tag}>")
+    had, kept = undo.take_back(root)
+    if not had:
+        return Untuned(xml if isinstance(xml, str) else xml.decode("utf-8"), False)
+    return Untuned(serialize(root), True, tuple(kept))

@@ -159,7 +159,7 @@ def _vcpu(dom: Domain) -> int:
 
 def _iothreads(dom: Domain) -> set[int]:
     el = dom.find("iothreads")
-    count = unsigned(_text(el), "<iothreads>") if el is not None else 0
+    count = unsigned(_text(el), "<iothreads>") if el is not None and _text(el) else 0  # empty: as if absent
     listed: list[int] = []
     for thread in dom.iter("iothreadids/iothread"):
         where = f"<iothread id={_show(thread.get('id'))}>"
@@ -253,13 +253,13 @@ def _cells(dom: Domain, vcpus: int) -> dict[int, int]:
 def _memory(dom: Domain, cells: dict[int, int]) -> None:
     for tag in ("memory", "currentMemory"):
         el = dom.find(tag)
-        if el is None:
-            continue
+        if el is None or _text(el) == "":
+            continue  # libvirt's XPath readers take an empty value as none
         kib = scaled_kib(_text(el), el.get("unit"), f"<{tag}>")
         if tag == "memory" and kib == 0 and not any(cells.values()):
             raise _fail("<memory>", "0, and no guest NUMA cell gives the memory either (libvirt: Memory size "
                         "must be specified via <memory> or in the <numa> configuration)")
-    if dom.find("memory") is None and not any(cells.values()):
+    if (dom.find("memory") is None or _text(dom.find("memory")) == "") and not any(cells.values()):
         raise _fail("<domain>", "no <memory> (libvirt: Memory size must be specified via <memory> or in the "
                     "<numa> configuration)")
 
@@ -304,5 +304,6 @@ def _numatune(dom: Domain, cells: dict[int, int]) -> None:
         if cell is None or cell not in cells:
             raise _fail(where, "no such guest NUMA cell (libvirt: Argument 'cellid' in memnode element must "
                         "correspond to existing guest's NUMA cell)")
-        if el.get("nodeset") is not None:
-            _some(bitmap(el.get("nodeset"), f"{where} nodeset"), f"{where} nodeset", el.get("nodeset"), "nodeset")
+        if el.get("nodeset") is None:
+            raise _fail(where, "no nodeset (libvirt: Missing required nodeset attribute in memnode element)")
+        _some(bitmap(el.get("nodeset"), f"{where} nodeset"), f"{where} nodeset", el.get("nodeset"), "nodeset")

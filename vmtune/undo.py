@@ -1,0 +1,398 @@
+"""What vmtune changed in a domain, kept in the domain itself, and how to take it back.
+
+A rewrite records every difference between the domain it was given and the domain it wrote in
+``<metadata><vmtune:tune><vmtune:undo>`` (JSON text: libvirt keeps foreign metadata verbatim, so
+it survives ``virsh define`` and ``dumpxml``). Only what vmtune touched is there: an attribute's
+or a value's old and new text, a removed node whole, an added one by a digest of what vmtune wrote.
+
+Nodes are found by keys that vmtune's own changes never alter: an element's tag with its key
+attributes (a ``<vcpupin>``'s vcpu, a ``<cell>``'s id, a ``<feature>``'s name, a controller's
+type and index, ...), a disk by its source, a NIC by its MAC, and an ordinal among siblings of
+the same key; a comment by its text.
+
+``take_back`` puts the domain back as it was before vmtune, keeping what was changed by hand
+since: a value that is no longer what vmtune wrote stays, an element vmtune added and the user
+changed stays, an element vmtune removed that the user put back stays; each is a note ("the hand
+wins"). A rewrite of a tuned domain starts from there, so ``rewrite(rewrite(x, A), B)`` is
+``rewrite(x, B)``; ``vmtune untune`` is ``take_back`` alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from lxml import etree
+
+from . import xmlsafe, xmltext
+from .errors import InvalidInput
+from .model import NS, TAG
+
+UNDO = f"{{{NS}}}undo"
+VERSION = 1
+SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "type")
+KEYS = {  # local name -> the attributes that name one of several siblings
+    "vcpupin": ("vcpu",), "iothreadpin": ("iothread",), "memnode": ("cellid",), "cell": ("id",),
+    "feature": ("name",), "timer": ("name",), "iothread": ("id",), "sibling": ("id",),
+    "controller": ("type", "index"), "page": ("size", "nodeset"), "vcpusched": ("vcpus",),
+    "iothreadsched": ("iothreads",), "latency": ("initiator", "target", "type", "cache"),
+    "bandwidth": ("initiator", "target", "type", "cache"), "hostdev": ("type",), "memory": ("model",),
+}
+
+
+# -- keys ------------------------------------------------------------------------------------------
+def _local(tag) -> str:
+    if not isinstance(tag, str) or tag.startswith("#"):
+        return tag if isinstance(tag, str) else ""
+    return etree.QName(tag).localname
+
+
+def _ident(node) -> list:
+    """What names ``node`` among its siblings, but for an ordinal."""
+    if not xmltext.is_element(node):
+        kind = "#comment" if isinstance(node, etree._Comment) else "#pi"
+        return [kind, node.text or ""]
+    local = _local(node.tag)
+    if local == "disk":
+        src = node.find("source")
+        return [node.tag, *[f"{a}={src.get(a)}" for a in SOURCE_ATTRS if src is not None and src.get(a)]]
+    if local == "interface":
+        mac = node.find("mac")
+        return [node.tag, mac.get("address", "") if mac is not None else ""]
+    return [node.tag, *[node.get(a) or "" for a in KEYS.get(local, ())]]
+
+
+def _nodes(parent) -> list:
+    """The children that count: elements, comments and PIs, but vmtune's own tag in <metadata>."""
+    return [c for c in parent if not (c.tag == TAG and _local(parent.tag) == "metadata")
+            and (xmltext.is_element(c) or isinstance(c, (etree._Comment, etree._ProcessingInstruction)))]
+
+
+def _keyed(parent) -> list[tuple[tuple, object]]:
+    """(key, node) for each child that counts, the key its ident and ordinal."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for node in _nodes(parent):
+        ident = tuple(_ident(node))
+        n = seen.get(ident, 0)
+        seen[ident] = n + 1
+        out.append(((*ident, n), node))
+    return out
+
+
+def _canon(node):
+    """``node`` as plain data: attributes sorted, whitespace-only text dropped, vmtune's tag left
+    out (what a digest and a comparison see: libvirt may reorder attributes when it formats)."""
+    if not xmltext.is_element(node):
+        return [_ident(node)[0], node.text or ""]
+    kids = [_canon(c) for c in _nodes(node)]
+    text = xmltext.text(node).strip() if not xmltext.elements(node) else ""
+    return [node.tag, sorted(node.attrib.items()), text, kids]
+
+
+def digest(node) -> str:
+    return hashlib.sha256(json.dumps(_canon(node)).encode()).hexdigest()[:16]
+
+
+def _show(node) -> str:
+    from .edits import show
+
+    if not xmltext.is_element(node):
+        return etree.tostring(node, encoding="unicode", with_tail=False)
+    copy = etree.fromstring(show(node))
+    for tag in copy.iter(TAG):
+        if tag.getparent() is not None and _local(tag.getparent().tag) == "metadata":
+            tag.getparent().remove(tag)
+    return etree.tostring(copy, encoding="unicode")
+
+
+# -- the record --------------------------------------------------------------------------------------
+def diff(before: etree._Element, after: etree._Element) -> dict:
+    """The record of what turns ``before`` into ``after`` (both whole ``<domain>``s)."""
+    ops: list = []
+    _diff(before, after, [], ops)
+    tag = before.find(f"metadata/{TAG}")
+    if tag is not None:
+        tag = etree.fromstring(etree.tostring(tag))
+        for old in tag.findall(UNDO):
+            tag.remove(old)
+    return {"v": VERSION, "tag": None if tag is None else etree.tostring(tag, encoding="unicode"), "ops": ops}
+
+
+def _diff(b, a, path: list, ops: list) -> None:
+    names = list(b.attrib)
+    if [n for n in a.attrib if n in b.attrib] != [n for n in names if n in a.attrib] or set(names) != set(a.attrib):
+        ops.append(["o", path, names])  # the order to put the attributes back in
+    for i, (name, value) in enumerate(b.attrib.items()):
+        if name not in a.attrib:
+            ops.append(["a", path, name, value, None, i])
+        elif a.get(name) != value:
+            ops.append(["a", path, name, value, a.get(name), None])
+    for name, value in a.attrib.items():
+        if name not in b.attrib:
+            ops.append(["a", path, name, None, value, None])
+    if not xmltext.elements(b) and not xmltext.elements(a):
+        old, new = xmltext.text(b), xmltext.text(a)
+        if old.strip() != new.strip():
+            ops.append(["t", path, old, new])
+    mine, theirs = _keyed(b), _keyed(a)
+    there = dict(theirs)
+    here = {k for k, _ in mine}
+    for index, (key, node) in enumerate(mine):
+        if key not in there:
+            ops.append(["-", path, index, list(key), _show(node)])
+        elif xmltext.is_element(node):
+            _diff(node, there[key], [*path, list(key)], ops)
+    for key, node in theirs:
+        if key not in here:
+            ops.append(["+", [*path, list(key)], digest(node)])
+
+
+def write(root: etree._Element, record: dict) -> None:
+    """Put ``record`` into ``root``'s vmtune tag (which the tag pass wrote)."""
+    tag = root.find(f"metadata/{TAG}")
+    if tag is None:
+        return
+    for old in [c for c in tag if _local(c.tag) == "undo"]:
+        tag.remove(old)
+    el = etree.SubElement(tag, UNDO)
+    el.set("version", str(VERSION))
+    el.text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+def read(root: etree._Element) -> dict | None:
+    """The record in ``root``'s vmtune tag; None without one; InvalidInput when it is damaged."""
+    tag = root.find(f"metadata/{TAG}")
+    found = [c for c in tag if _local(c.tag) == "undo"] if tag is not None else []
+    if not found:
+        return None
+    try:
+        record = json.loads(xmltext.text(found[0]))
+        if record.get("v") != VERSION or not isinstance(record.get("ops"), list):
+            raise ValueError("not a version 1 record")
+    except (ValueError, AttributeError) as exc:
+        raise InvalidInput(f"the vmtune record in <metadata> cannot be read ({exc}); remove "
+                           "<vmtune:undo> to tune the domain as it is") from None
+    return record
+
+
+# -- taking it back -------------------------------------------------------------------------------------
+def _find(root, path: list):
+    node = root
+    for key in path:
+        node = dict(_keyed(node)).get(tuple(key))
+        if node is None:
+            return None
+    return node
+
+
+def _where(path: list, name: str | None = None) -> str:
+    steps = []
+    for ident in path:
+        local = _local(ident[0]) or ident[0]
+        vals = [v for v in ident[1:-1] if v]
+        steps.append(local + (f"[{','.join(vals)}]" if vals else "") + (f"[{ident[-1] + 1}]" if ident[-1] else ""))
+    return "/domain/" + "/".join(steps) + (f"/@{name}" if name else "")
+
+
+def take_back(root: etree._Element) -> tuple[bool, list[str]]:
+    """Put ``root`` back as it was before vmtune, by its record (which goes). (Whether it had a
+    record, the notes on what stays as the hand left it.)"""
+    record = read(root)
+    if record is None:
+        return False, []
+    notes: list[str] = []
+    ops = record["ops"]
+    for op in ops:
+        if op[0] in ("a", "t"):
+            _value(root, op, notes)
+    for op in ops:
+        if op[0] == "o":
+            _reorder(_find(root, op[1]), op[2])
+    for op in sorted((o for o in ops if o[0] == "+"), key=lambda o: -len(o[1])):
+        _unadd(root, op, notes)
+    for op in sorted((o for o in ops if o[0] == "-"), key=lambda o: (len(o[1]), o[2])):
+        _undelete(root, op, notes)
+    _retag(root, record.get("tag"))
+    return True, notes
+
+
+def _value(root, op, notes: list[str]) -> None:
+    node = _find(root, op[1])
+    if op[0] == "a":
+        _, path, name, before, after, pos = op
+        where = _where(path, name)
+        if node is None:
+            notes.append(f"{where}: its element is gone by hand; nothing to put back")
+            return
+        current = node.get(name)
+        if current == before:
+            return
+        if current != after:
+            notes.append(f"{where}: {current!r} by hand (vmtune wrote {after!r}): kept")
+            return
+        if before is None:
+            del node.attrib[name]
+        elif pos is None:
+            node.set(name, before)  # changed in place: it keeps its place
+        else:
+            items = [(k, v) for k, v in node.attrib.items() if k != name]
+            items.insert(min(pos if pos is not None else len(items), len(items)), (name, before))
+            node.attrib.clear()
+            for k, v in items:
+                node.set(k, v)
+        return
+    _, path, before, after = op
+    where = _where(path)
+    if node is None:
+        notes.append(f"{where}: gone by hand; nothing to put back")
+        return
+    current = xmltext.text(node)
+    if current.strip() == before.strip():
+        return
+    if current.strip() != after.strip():
+        notes.append(f"{where}: {current.strip()!r} by hand (vmtune wrote {after.strip()!r}): kept")
+        return
+    xmltext.set_text(node, before)
+
+
+def _reorder(node, names: list[str]) -> None:
+    """``node``'s attributes in the order ``names`` gives, any others after them as they are."""
+    if node is None:
+        return
+    items = sorted(node.attrib.items(), key=lambda kv: names.index(kv[0]) if kv[0] in names else len(names))
+    node.attrib.clear()
+    for k, v in items:
+        node.set(k, v)
+
+
+def _unadd(root, op, notes: list[str]) -> None:
+    _, path, made = op
+    node = _find(root, path)
+    where = _where(path)
+    if node is None:
+        notes.append(f"{where}: vmtune added it, and it was removed by hand")
+        return
+    if digest(node) != made:
+        notes.append(f"{where}: vmtune added it, and it was changed by hand: kept")
+        return
+    node.getparent().remove(node)
+
+
+def _undelete(root, op, notes: list[str]) -> None:
+    _, path, index, key, xml = op
+    parent = _find(root, path)
+    node = etree.fromstring(xml) if not xml.startswith(("<!--", "<?")) else _other(xml)
+    where = _where([*path, key])
+    if parent is None:
+        notes.append(f"{where}: vmtune removed it, and its parent is gone by hand")
+        return
+    there = dict(_keyed(parent)).get(tuple(key))
+    if there is not None:
+        if _canon(there) != _canon(node):
+            notes.append(f"{where}: vmtune removed it, and another was put there by hand: kept")
+        return
+    nodes = _nodes(parent)
+    if index < len(nodes):
+        nodes[index].addprevious(node)
+    elif nodes:
+        nodes[-1].addnext(node)
+    else:
+        parent.append(node)
+
+
+def _other(xml: str):
+    """A comment or PI from its text."""
+    holder = etree.fromstring(f"<x>{xml}</x>")
+    node = holder[0]
+    holder.remove(node)
+    return node
+
+
+def _retag(root, tag_xml: str | None) -> None:
+    """vmtune's tag as it was: the user's own (``vmtune tag``), or none, and no <metadata> that
+    vmtune made and left empty."""
+    metadata = root.find("metadata")
+    tag = metadata.find(TAG) if metadata is not None else None
+    if tag is None:
+        return
+    if tag_xml:
+        tag.addprevious(xmlsafe.parse(tag_xml, "the vmtune record's tag"))
+    metadata.remove(tag)
+
+
+def strip(root: etree._Element) -> None:
+    """``root`` without its record (the tag stays): what claims and the hook read is the same."""
+    tag = root.find(f"metadata/{TAG}")
+    for old in [c for c in tag if _local(c.tag) == "undo"] if tag is not None else []:
+        tag.remove(old)
+
+
+# -- what a rewrite of a tuned domain changes ---------------------------------------------------------
+def _bare(el) -> str:
+    """An element as one line without vmtune's record (what a change shows)."""
+    from .edits import show
+
+    copy = etree.fromstring(show(el))
+    for rec in [c for c in copy.iter() if _local(c.tag) == "undo" and c.getparent() is not None
+                and c.getparent().tag == TAG]:
+        rec.getparent().remove(rec)
+    return etree.tostring(copy, encoding="unicode")
+
+
+def _value_at(root, path: str, element: bool) -> str | None:
+    """What ``path`` (an XPath a change names) holds in ``root``: an attribute's value, an
+    element as one line, or its text; None where there is nothing."""
+    elem, _, attr = path.rpartition("/@") if "/@" in path else (path, "", "")
+    try:
+        found = root.getroottree().xpath(elem, namespaces={"vmtune": NS})
+    except etree.XPathError:
+        return None
+    if len(found) != 1 or not xmltext.is_element(found[0]):
+        return None
+    if attr:
+        return found[0].get(attr)
+    return _bare(found[0]) if element else (xmltext.text(found[0]).strip() or None)
+
+
+def against(given, output, changes: list) -> list:
+    """The changes from ``given`` (a domain vmtune tuned before, as given) to ``output``: the
+    passes' own, less those the input had already, with the input's value as ``before``; and what
+    taking the old tuning back changed that no pass set again."""
+    from dataclasses import replace
+
+    from .edits import Change
+
+    out, covered = [], [c.element for c in changes]
+    for c in changes:
+        element = (c.after or c.before or "").startswith("<")
+        now = _value_at(given, c.element, element)
+        if now != (_bare(etree.fromstring(c.after)) if element and c.after else c.after):
+            out.append(replace(c, before=now))
+    old = next((t.get("profile") for t in given.iterfind(f"metadata/{TAG}")), None)
+    why = f"back as it was before vmtune's {old or 'earlier'} tuning (its record)"
+    for op in diff(given, output)["ops"]:
+        if op[0] == "o":
+            continue
+        tree = given if op[0] == "-" else output
+        node = _find(tree, op[1])
+        if node is None:
+            continue
+        path = tree.getroottree().getpath(node)
+        if op[0] == "a":
+            path += f"/@{op[2]}"
+            before, after = op[3], op[4]
+        elif op[0] == "t":
+            before, after = op[2].strip() or None, op[3].strip() or None
+        elif op[0] == "-":
+            child = dict(_keyed(node)).get(tuple(op[3]))
+            if child is None or not xmltext.is_element(child):
+                continue
+            path, before, after = tree.getroottree().getpath(child), _bare(child), None
+        else:
+            path, before, after = path, None, _bare(node)
+        if any(path == p or path.startswith(p + "/") for p in covered):
+            continue
+        out.append(Change(path, before, after, why))
+    return out
+
