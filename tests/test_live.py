@@ -356,6 +356,30 @@ def test_apply_then_revert_gives_back_the_original_xml(doms, capsys, tmp_path):
     assert inactive(name) == original
 
 
+def test_revert_without_a_kept_copy_uses_the_record_in_the_domain(doms, capsys, tmp_path):
+    """With the originals store gone (another host, a lost /var/lib/vmtune), revert gives the domain
+    back from vmtune's record in its own XML, as libvirt read the original; a retag by hand in
+    between (vmtune tag) keeps the record."""
+    name = doms.define(minimal_domain(extra=LIBOSINFO, devices=(
+        "<disk type='file' device='disk'><source file='/var/lib/libvirt/images/vmtune-test-none.img'/>"
+        "<target dev='hda' bus='ide'/></disk>")))
+    original = inactive(name)
+    rc, _ = run_json(capsys, "apply", name, "--profile", "balanced")
+    assert rc == 0 and "<vmtune:undo" in inactive(name)
+    uid = virsh("domuuid", name).strip()
+    (tmp_path / "originals" / f"{uid}.xml").unlink()
+    assert run(capsys, "tag", name, "--profile", "throughput")[0] == 0
+    assert "<vmtune:undo" in inactive(name) and vmtune_tag(inactive(name)) == "throughput"
+    rc, out, err = run(capsys, "revert", name)
+    assert rc == 0, err
+    back = tree(inactive(name))
+    assert back.find("devices/disk/target").get("bus") == "ide"
+    assert "<vmtune:undo" not in inactive(name)
+    assert vmtune_tag(inactive(name)) == "throughput"  # retagged by hand since: the hand wins
+    assert inactive(name).replace(' profile="throughput"', "") .count("<vmtune:tune") <= 1
+    assert tree(original).find("devices/disk/target").get("bus") == "ide"
+
+
 def test_apply_all_places_latency_first_in_a_stable_plan(doms, capsys):
     """--all on three domains (latency, throughput, balanced; names in the opposite order): the plan
     places latency first, then throughput, then balanced, is the same on every run, defines what it

@@ -27,6 +27,7 @@ _EXPORTS = {
     "VmtuneError": ("errors", "VmtuneError"),
     "Placement": ("placement", "Placement"), "Profile": ("profiles", "Profile"),
     "load_profile": ("profiles", "load"), "Result": ("driver", "Result"), "rewrite": ("driver", "rewrite"),
+    "untune": ("driver", "untune"), "Untuned": ("driver", "Untuned"),
     "HostMap": ("hostmap.build", "HostMap"), "host_map": ("hostmap.build", "build"),
 }
 

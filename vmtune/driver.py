@@ -250,6 +250,7 @@ def tune(
     if base is not None:
         given = xmlsafe.parse(xml, "domain XML")
         if undo.read(given) is not None:  # tuned before: say what changes from the input as given
+            undo.keep_assigned(given, root)
             changes = undo.against(given, root, changes)
         undo.write(root, undo.diff(base, root))
     return Tuned(root, ctx, tuple(changes), tuple(warned) + tuple(warnings), kept)

@@ -31,6 +31,9 @@ from .model import NS, TAG
 UNDO = f"{{{NS}}}undo"
 VERSION = 1
 SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "type")
+# what libvirt fills in itself when a domain is defined: not the hand's (a device's address, assigned
+# anew when vmtune moves a disk from ide to virtio)
+ASSIGNED = ("address",)
 KEYS = {  # local name -> the attributes that name one of several siblings
     "vcpupin": ("vcpu",), "iothreadpin": ("iothread",), "memnode": ("cellid",), "cell": ("id",),
     "feature": ("name",), "timer": ("name",), "iothread": ("id",), "sibling": ("id",),
@@ -94,6 +97,14 @@ def digest(node) -> str:
     return hashlib.sha256(json.dumps(_canon(node)).encode()).hexdigest()[:16]
 
 
+def _shallow(node) -> str:
+    """A digest of ``node`` without its children: its tag, attributes and text."""
+    if not xmltext.is_element(node):
+        return digest(node)
+    data = [node.tag, sorted(node.attrib.items()), xmltext.text(node).strip() if not xmltext.elements(node) else ""]
+    return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+
+
 def _show(node) -> str:
     from .edits import show
 
@@ -116,7 +127,9 @@ def diff(before: etree._Element, after: etree._Element) -> dict:
         tag = etree.fromstring(etree.tostring(tag))
         for old in tag.findall(UNDO):
             tag.remove(old)
-    return {"v": VERSION, "tag": None if tag is None else etree.tostring(tag, encoding="unicode"), "ops": ops}
+    wrote = after.find(f"metadata/{TAG}")
+    return {"v": VERSION, "tag": None if tag is None else etree.tostring(tag, encoding="unicode"),
+            "profile": None if wrote is None else wrote.get("profile"), "ops": ops}
 
 
 def _diff(b, a, path: list, ops: list) -> None:
@@ -145,7 +158,8 @@ def _diff(b, a, path: list, ops: list) -> None:
             _diff(node, there[key], [*path, list(key)], ops)
     for key, node in theirs:
         if key not in here:
-            ops.append(["+", [*path, list(key)], digest(node)])
+            parts = [digest(c) for c in _nodes(node)] if xmltext.is_element(node) else []
+            ops.append(["+", [*path, list(key)], digest(node), _shallow(node), parts])
 
 
 def write(root: etree._Element, record: dict) -> None:
@@ -209,11 +223,14 @@ def take_back(root: etree._Element) -> tuple[bool, list[str]]:
     for op in ops:
         if op[0] == "o":
             _reorder(_find(root, op[1]), op[2])
+    tag = root.find(f"metadata/{TAG}")
+    retagged = tag is not None and bool(record.get("profile")) and tag.get("profile") != record["profile"]
     for op in sorted((o for o in ops if o[0] == "+"), key=lambda o: -len(o[1])):
-        _unadd(root, op, notes)
+        if not (retagged and op[1] == [["metadata", 0]]):  # the <metadata> that holds a tag kept by hand
+            _unadd(root, op, notes)
     for op in sorted((o for o in ops if o[0] == "-"), key=lambda o: (len(o[1]), o[2])):
         _undelete(root, op, notes)
-    _retag(root, record.get("tag"))
+    _retag(root, record, notes)
     return True, notes
 
 
@@ -267,16 +284,29 @@ def _reorder(node, names: list[str]) -> None:
 
 
 def _unadd(root, op, notes: list[str]) -> None:
-    _, path, made = op
+    """Take away what vmtune added: the whole element as vmtune wrote it; else the children it
+    wrote that are still as written, and the element too when nothing the hand added or changed
+    is left in it."""
+    path, made = op[1], op[2]
+    shallow, parts = (op[3], op[4]) if len(op) > 4 else (None, [])
     node = _find(root, path)
     where = _where(path)
     if node is None:
         notes.append(f"{where}: vmtune added it, and it was removed by hand")
         return
-    if digest(node) != made:
-        notes.append(f"{where}: vmtune added it, and it was changed by hand: kept")
+    if digest(node) == made:
+        node.getparent().remove(node)
         return
-    node.getparent().remove(node)
+    left = list(parts)
+    for child in _nodes(node):
+        d = digest(child)
+        if d in left:
+            left.remove(d)
+            node.remove(child)
+    if not _nodes(node) and _shallow(node) == shallow:
+        node.getparent().remove(node)
+        return
+    notes.append(f"{where}: vmtune added it, and it was changed by hand: what the hand wrote is kept")
 
 
 def _undelete(root, op, notes: list[str]) -> None:
@@ -288,6 +318,10 @@ def _undelete(root, op, notes: list[str]) -> None:
         notes.append(f"{where}: vmtune removed it, and its parent is gone by hand")
         return
     there = dict(_keyed(parent)).get(tuple(key))
+    if there is not None and _local(node.tag) in ASSIGNED:
+        there.addprevious(node)  # libvirt gave the moved device an address of its own: the old one is back
+        parent.remove(there)
+        return
     if there is not None:
         if _canon(there) != _canon(node):
             notes.append(f"{where}: vmtune removed it, and another was put there by hand: kept")
@@ -309,15 +343,21 @@ def _other(xml: str):
     return node
 
 
-def _retag(root, tag_xml: str | None) -> None:
+def _retag(root, record: dict, notes: list[str]) -> None:
     """vmtune's tag as it was: the user's own (``vmtune tag``), or none, and no <metadata> that
-    vmtune made and left empty."""
+    vmtune made and left empty; a tag retagged by hand since (another profile) stays, record gone."""
     metadata = root.find("metadata")
     tag = metadata.find(TAG) if metadata is not None else None
     if tag is None:
         return
-    if tag_xml:
-        tag.addprevious(xmlsafe.parse(tag_xml, "the vmtune record's tag"))
+    if record.get("profile") and tag.get("profile") != record["profile"]:
+        notes.append(f"/domain/metadata/vmtune:tune/@profile: {tag.get('profile')!r} by hand (vmtune wrote "
+                     f"{record['profile']!r}): kept")
+        for old in [c for c in tag if _local(c.tag) == "undo"]:
+            tag.remove(old)
+        return
+    if record.get("tag"):
+        tag.addprevious(xmlsafe.parse(record["tag"], "the vmtune record's tag"))
     metadata.remove(tag)
 
 
@@ -366,9 +406,9 @@ def against(given, output, changes: list) -> list:
     out, covered = [], [c.element for c in changes]
     for c in changes:
         element = (c.after or c.before or "").startswith("<")
-        now = _value_at(given, c.element, element)
-        if now != (_bare(etree.fromstring(c.after)) if element and c.after else c.after):
-            out.append(replace(c, before=now))
+        now, final = _value_at(given, c.element, element), _value_at(output, c.element, element)
+        if now != final:
+            out.append(replace(c, before=now, after=final))
     old = next((t.get("profile") for t in given.iterfind(f"metadata/{TAG}")), None)
     why = f"back as it was before vmtune's {old or 'earlier'} tuning (its record)"
     for op in diff(given, output)["ops"]:
@@ -395,4 +435,25 @@ def against(given, output, changes: list) -> list:
             continue
         out.append(Change(path, before, after, why))
     return out
+
+
+def keep_assigned(given, output) -> None:
+    """A disk that vmtune moved before, and that libvirt gave an address of its own since (on its
+    new bus), keeps that address when it is tuned again: libvirt's, not vmtune's to drop."""
+    mine = given.find("devices")
+    theirs = output.find("devices")
+    if mine is None or theirs is None:
+        return
+    before = dict(_keyed(mine))
+    for key, disk in _keyed(theirs):
+        if _local(disk.tag) != "disk" or disk.find("address") is not None:
+            continue
+        old = before.get(key)
+        if old is None or old.find("address") is None:
+            continue
+        bus = (old.find("target").get("bus") if old.find("target") is not None else None)
+        if bus and bus == (disk.find("target").get("bus") if disk.find("target") is not None else None):
+            from .edits import clone, insert
+
+            insert(disk, clone(old.find("address")))
 

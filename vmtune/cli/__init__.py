@@ -3,7 +3,7 @@
 Exit codes: 0 done; 1 invalid input (``plan``: a problem found); 2 usage; 3 the domain does not fit
 on the host; 4 libvirt-python is not installed or libvirt cannot be reached (the live commands).
 
-    offline.py  rewrite, topology, profiles, hook install|uninstall|reap: no libvirt needed
+    offline.py  rewrite, untune, topology, profiles, hook install|uninstall|reap: no libvirt needed
     live.py     tag, untag, apply, revert, plan: the domains libvirt already knows
     doctor.py   doctor: what is wrong with this host
     hostmap.py  map: a picture of the host, live or offline
@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vmtune", description="Make KVM guests fast.")
     parser.add_argument("--version", action="version", version=f"vmtune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    offline.add_parsers(sub)  # rewrite, topology, profiles, hook
+    offline.add_parsers(sub)  # rewrite, untune, topology, profiles, hook
     live.add_parsers(sub)     # tag, untag, apply, revert, plan: domains libvirt already knows
     doctor.add_parsers(sub)   # doctor: what is wrong with this host
     hostmap.add_parsers(sub)  # map: a picture of the host

@@ -22,6 +22,7 @@ def explain(result) -> list[str]:
     than LINE (``--json`` has every value and reason whole)."""
     lines = [f"profile {result.profile}: {len(result.changes)} change(s)"]
     lines += [_fit(f"placement: {why}") for why in result.placement.get("why", ())]
+    lines += [_fit(f"kept by hand: {note}") for note in getattr(result, "kept", ())]
     for c in result.changes:
         before, after = (changed(c.before, c.after) if c.before and c.after and c.before.startswith("<")
                          else (short(c.before), short(c.after)))

@@ -1,4 +1,4 @@
-"""The commands that need no libvirt: rewrite, topology, profiles, hook install|uninstall|reap.
+"""The commands that need no libvirt: rewrite, untune, topology, profiles, hook install|uninstall|reap.
 
 ``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg, roots) -> int``.
 Exit codes as in vmtune/cli/__init__.py.
@@ -72,6 +72,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rw.add_argument("--force-virtio", action="store_true",
                     help="move Windows guests' boot disk and NICs to virtio too")
 
+    un = sub.add_parser("untune", help="give back a domain XML as it was before vmtune",
+                        description="Put back what vmtune's rewrites changed in a domain XML (by the record it "
+                                    "keeps in <metadata>), keeping what was changed by hand since.")
+    un.add_argument("domain", metavar="DOMAIN.xml", help="domain XML file, or - for stdin")
+    out = un.add_mutually_exclusive_group()
+    out.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT (atomically)")
+    out.add_argument("-i", "--in-place", action="store_true", help="replace DOMAIN.xml (atomically)")
+    show = un.add_mutually_exclusive_group()
+    show.add_argument("--diff", action="store_true", help="print a unified diff")
+    show.add_argument("--json", action="store_true", help="print the result as JSON")
+
     topo = sub.add_parser("topology", help="show the host's NUMA topology and reserved CPUs")
     _add_host_args(topo)
     topo.add_argument("--json", action="store_true", help="print as JSON")
@@ -111,6 +122,33 @@ def cmd_rewrite(args, cfg, roots) -> int:
         sys.stdout.write(fmt.diff(source, result.xml, name, f"{name} (vmtune {result.profile})"))
     elif args.explain:
         print("\n".join(fmt.explain(result)))
+    elif not target:
+        sys.stdout.write(result.xml)
+    return 0
+
+
+def cmd_untune(args, cfg, roots) -> int:
+    """``vmtune untune``: the domain as it was before vmtune, what the hand changed since kept."""
+    from ..driver import untune
+
+    if args.in_place and args.domain == "-":
+        raise InvalidInput("-i needs a file, not stdin")
+    source = xmlsafe.read(args.domain, "domain XML")
+    result = untune(source)
+    target = os.path.realpath(args.domain) if args.in_place else args.output
+    if target and (result.changed or not args.in_place):
+        write_atomic(target, result.xml, mode_from=args.domain if args.in_place else None)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    if not result.changed:
+        print(f"vmtune: {'stdin' if args.domain == '-' else args.domain}: vmtune never tuned it (no record of "
+              "vmtune's changes in its <metadata>): nothing changed", file=sys.stderr)
+    for note in result.kept:
+        print(f"vmtune: kept by hand: {note}", file=sys.stderr)
+    if args.diff:
+        name = "stdin" if args.domain == "-" else args.domain
+        sys.stdout.write(fmt.diff(source, result.xml, name, f"{name} (before vmtune)"))
     elif not target:
         sys.stdout.write(result.xml)
     return 0
@@ -194,4 +232,5 @@ def _reap(cfg, roots, quiet: bool = False) -> int:
     return 0
 
 
-COMMANDS = {"rewrite": cmd_rewrite, "topology": cmd_topology, "profiles": cmd_profiles, "hook": cmd_hook}
+COMMANDS = {"rewrite": cmd_rewrite, "untune": cmd_untune, "topology": cmd_topology, "profiles": cmd_profiles,
+            "hook": cmd_hook}

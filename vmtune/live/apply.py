@@ -248,10 +248,12 @@ class Original:
     state: str
     now: str
     original: str | None  # None: never applied, or reverted already
+    source: str | None = None  # "kept" (the originals store), "record" (vmtune's record in the XML), None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "uuid": self.uuid, "state": self.state, "reverted": False,
-                "original": self.original is not None, "before": self.now, "after": self.original}
+                "original": self.original is not None, "source": self.source, "before": self.now,
+                "after": self.original}
 
 
 def original_of(conn, uri: str, name: str, originals: Originals | None = None) -> Original:
@@ -266,16 +268,24 @@ def original_of(conn, uri: str, name: str, originals: Originals | None = None) -
             raise InvalidInput(f"{originals.path(uuid)} belongs to another domain (uuid {kept.uuid})")
     lv = connect.libvirt()
     now = dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE | lv.VIR_DOMAIN_XML_SECURE)
-    return Original(dom.name(), uuid, domains.state_text(dom.state()[0]), now, original)
+    source = "kept" if original is not None else None
+    if original is None:  # no copy kept: vmtune's record in the domain itself, if it has one
+        from ..driver import untune
+
+        back = untune(now)
+        original, source = (back.xml, "record") if back.changed else (None, None)
+    return Original(dom.name(), uuid, domains.state_text(dom.state()[0]), now, original, source)
 
 
 def revert(conn, uri: str, name: str, originals: Originals | None = None) -> Reverted:
-    """Define again the XML ``name`` had before vmtune's first apply, then forget it."""
+    """Define again the XML ``name`` had before vmtune's first apply, then forget it: the copy kept
+    in the originals store, else what vmtune's record in the domain gives back (``untune``)."""
     originals = originals or Originals()
     found = original_of(conn, uri, name, originals)
     if found.original is None:
-        raise InvalidInput(f"{name}: no original XML in {originals.folder} (vmtune apply never changed "
-                           "it, or it was reverted already)")
+        raise InvalidInput(f"{name}: no original XML in {originals.folder} and no record of vmtune's changes "
+                           "in its <metadata> (vmtune never changed it, or it was reverted already)")
     conn.defineXML(found.original)
-    originals.remove(found.uuid)
+    if found.source == "kept":
+        originals.remove(found.uuid)
     return Reverted(found.name, found.uuid, found.state)

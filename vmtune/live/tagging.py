@@ -31,9 +31,27 @@ def tag(dom, profile: str, config: config_mod.Config | None = None) -> str | Non
     profiles.load(profile, config.profiles_dir)  # an unknown profile is InvalidInput
     lv = connect.libvirt()
     before = current(dom)
-    dom.setMetadata(lv.VIR_DOMAIN_METADATA_ELEMENT, f"<tune profile={quoteattr(profile)}/>", PREFIX, NS,
+    kept = "".join(_record(dom))  # vmtune's record of its changes stays with the tag (vmtune/undo.py)
+    dom.setMetadata(lv.VIR_DOMAIN_METADATA_ELEMENT, f"<tune profile={quoteattr(profile)}>{kept}</tune>", PREFIX, NS,
                     lv.VIR_DOMAIN_AFFECT_CONFIG)
     return before
+
+
+def _record(dom) -> list[str]:
+    """The record children of ``dom``'s tag, as XML text with our prefix (libvirt keeps them)."""
+    from lxml import etree
+
+    lv = connect.libvirt()
+    xml = dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE) if dom.isPersistent() else dom.XMLDesc(0)
+    tag = Domain(xmlsafe.parse(xml, "domain XML")).tag
+    if tag is None:
+        return []
+    out = []
+    for child in tag:
+        if isinstance(child.tag, str) and etree.QName(child).localname == "undo":
+            text = etree.tostring(child, encoding="unicode", with_tail=False)
+            out.append(text)
+    return out
 
 
 def untag(dom) -> str | None:

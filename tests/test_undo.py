@@ -1,0 +1,241 @@
+"""Issue 25, parts 1-3: re-tuning is exact and reversible from the XML alone (vmtune/undo.py).
+
+Every rewrite records what it changed inside the domain's vmtune tag; a rewrite of a tuned domain
+starts from the domain as it was before vmtune; ``untune`` gives that domain back, with what the
+hand changed since kept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lxml import etree
+
+import vmtune
+from conftest import CORPUS, EXAMPLES
+from hosttrees import hosts
+from libvirt_schema import schema_available, validate_domain
+from strategies import domains
+from test_libvirt_accepts import libvirt_reads, needs_virsh
+from vmtune import driver
+from vmtune.errors import DoesNotFit, InvalidInput, VmtuneError
+
+PROFILES = ("balanced", "latency", "realtime", "throughput")
+HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+STOCK = (EXAMPLES / "stock-latency.xml").read_text()
+
+
+def plain(xml: str) -> str:
+    """A domain as vmtune writes one it did not change: the same serialization."""
+    return driver.serialize(etree.fromstring(xml.encode()))
+
+
+def record(xml: str) -> dict:
+    found = re.search(r"<vmtune:undo version=\"1\">(.*?)</vmtune:undo>", xml, re.S)
+    assert found, "no record"
+    return json.loads(etree.fromstring(f"<x>{found.group(1)}</x>").text)
+
+
+def tuned(xml, host, profile):
+    try:
+        return vmtune.rewrite(xml, host, profile)
+    except DoesNotFit:
+        return None
+
+
+# -- exact and reversible -----------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(domains(), hosts(arches=("x86_64",), max_nodes=3), st.sampled_from(PROFILES), st.sampled_from(PROFILES))
+def test_retuning_is_tuning_the_original(xml, host, a, b):
+    """rewrite(rewrite(x, A), B) is rewrite(x, B), for generated domains and hosts and every pair of
+    profiles; untune(rewrite(x, A)) is x; twice A is A once, with no change."""
+    first = tuned(xml, host, a)
+    if first is None:
+        return
+    assert vmtune.untune(first.xml).xml == plain(xml)
+    again = vmtune.rewrite(first.xml, host, a)
+    assert again.xml == first.xml and again.changes == ()
+    direct = tuned(xml, host, b)
+    if direct is None:
+        with pytest.raises(DoesNotFit):
+            vmtune.rewrite(first.xml, host, b)
+        return
+    assert vmtune.rewrite(first.xml, host, b).xml == direct.xml
+
+
+def test_every_corpus_domain_and_pair_of_profiles():
+    """The corpus and the examples on the 2-node host, every pair of profiles: the same, and the
+    record's size (the closing note's figures) stays small."""
+    sizes, pairs = [], 0
+    for path in sorted((CORPUS / "domains").glob("*.xml")) + sorted(EXAMPLES.glob("*.xml")):
+        xml = path.read_text()
+        for a in PROFILES:
+            try:
+                first = vmtune.rewrite(xml, HOST, a)
+            except VmtuneError:
+                continue
+            sizes.append(len(re.search(r"<vmtune:undo.*?</vmtune:undo>", first.xml, re.S).group(0)))
+            assert vmtune.untune(first.xml).xml == plain(xml), (path.name, a)
+            for b in PROFILES:
+                try:
+                    direct = vmtune.rewrite(xml, HOST, b)
+                except VmtuneError:
+                    continue
+                pairs += 1
+                assert vmtune.rewrite(first.xml, HOST, b).xml == direct.xml, (path.name, a, b)
+    assert pairs > 300
+    assert statistics.median(sizes) < 4096 and max(sizes) < 32768, (statistics.median(sizes), max(sizes))
+
+
+def test_the_record_is_valid_and_small_and_only_what_was_touched():
+    result = vmtune.rewrite(STOCK, HOST, "latency")
+    if schema_available():
+        assert validate_domain(result.xml) == []
+    rec = record(result.xml)
+    assert rec["v"] == 1 and rec["profile"] == "latency"
+    assert "<name>" not in json.dumps(rec) and "web-latency</name>" not in json.dumps(rec)  # no copy of the domain
+    kinds = {op[0] for op in rec["ops"]}
+    assert kinds <= {"a", "t", "+", "-", "o"}
+
+
+def test_a_profile_change_leaves_nothing_of_the_old_one():
+    """The issue's case: latency, then balanced: no pins, no strict numatune, no hugepages, no
+    topology, the balloon back; the changes say what was taken back."""
+    latency = vmtune.rewrite(STOCK, HOST, "latency")
+    balanced = vmtune.rewrite(latency.xml, HOST, "balanced")
+    out = etree.fromstring(balanced.xml.encode())
+    for gone in ("cputune", "numatune", "memoryBacking", "cpu/topology"):
+        assert out.find(gone) is None, gone
+    assert out.find("devices/memballoon").get("model") == "virtio"
+    assert balanced.xml == vmtune.rewrite(STOCK, HOST, "balanced").xml
+    taken_back = [c for c in balanced.changes if "before vmtune's latency tuning" in c.reason]
+    assert {c.element for c in taken_back} >= {"/domain/cputune", "/domain/numatune", "/domain/memoryBacking"}
+
+
+# -- the hand wins ----------------------------------------------------------------------------------------------
+def test_a_pin_moved_by_hand_stays_and_is_input_to_the_next_tuning():
+    latency = vmtune.rewrite(STOCK.replace('<vcpu placement="static">1', '<vcpu placement="static">2'), HOST, "latency")
+    root = etree.fromstring(latency.xml.encode())
+    pin = root.find("cputune/vcpupin[@vcpu='1']")
+    pin.set("cpuset", "7")
+    moved = etree.tostring(root, encoding="unicode")
+    back = vmtune.untune(moved)
+    out = etree.fromstring(back.xml.encode())
+    assert [(p.get("vcpu"), p.get("cpuset")) for p in out.iterfind("cputune/vcpupin")] == [("1", "7")]
+    assert out.find("cputune/emulatorpin") is None and out.find("numatune") is None
+    assert any("/domain/cputune: vmtune added it, and it was changed by hand" in k for k in back.kept)
+    again = vmtune.rewrite(moved, HOST, "balanced")  # the hand's pin is the input: kept inside the cpuset
+    assert etree.fromstring(again.xml.encode()).find("cputune/vcpupin[@vcpu='1']").get("cpuset") == "7"
+    assert any("changed by hand" in k for k in again.kept)
+    from vmtune.cli import format as fmt
+
+    assert any(line.startswith("kept by hand: ") for line in fmt.explain(again))
+
+
+def test_a_disk_added_by_hand_stays_and_is_tuned():
+    latency = vmtune.rewrite(STOCK, HOST, "latency")
+    more = latency.xml.replace("</devices>", "<disk type='file' device='disk'><source file='/var/new.img'/>"
+                                             "<target dev='sdb' bus='sata'/></disk></devices>")
+    new = "devices/disk[source/@file='/var/new.img']/target/@bus"
+    back = etree.fromstring(vmtune.untune(more).xml.encode())
+    assert back.xpath(new) == ["sata"]
+    again = etree.fromstring(vmtune.rewrite(more, HOST, "latency").xml.encode())
+    assert again.xpath(new) == ["virtio"]
+
+
+def test_an_element_vmtune_added_and_the_hand_removed_says_so():
+    latency = vmtune.rewrite(STOCK, HOST, "latency")
+    root = etree.fromstring(latency.xml.encode())
+    root.remove(root.find("numatune"))
+    root.find("cpu").set("mode", "host-model")  # and a value vmtune wrote, changed by hand
+    edited = etree.tostring(root, encoding="unicode")
+    back = vmtune.untune(edited)
+    assert "/domain/numatune: vmtune added it, and it was removed by hand" in back.kept
+    assert any(k.startswith("/domain/cpu/@mode: 'host-model' by hand") for k in back.kept)
+    assert etree.fromstring(back.xml.encode()).find("cpu").get("mode") == "host-model"
+    result = vmtune.rewrite(edited, HOST, "latency")
+    assert "/domain/numatune: vmtune added it, and it was removed by hand" in result.kept
+
+
+def test_a_tag_changed_by_hand_stays():
+    latency = vmtune.rewrite(STOCK, HOST, "latency")
+    retagged = latency.xml.replace('profile="latency">', 'profile="throughput">', 1)
+    back = etree.fromstring(vmtune.untune(retagged).xml.encode())
+    tag = back.find("metadata/{https://vmtune.dev/xmlns/1}tune")
+    assert tag.get("profile") == "throughput" and len(tag) == 0
+
+
+# -- what is not a record ------------------------------------------------------------------------------------
+def test_an_older_vmtunes_output_gets_one_warning():
+    old = re.sub(r"\s*<vmtune:undo.*?</vmtune:undo>", "", vmtune.rewrite(STOCK, HOST, "latency").xml, flags=re.S)
+    result = vmtune.rewrite(old, HOST, "latency")
+    assert [w for w in result.warnings if "older vmtune" in w] == [driver.OLD_WARNING]
+    assert not [w for w in vmtune.rewrite(STOCK, HOST, "latency").warnings if "older vmtune" in w]
+
+
+def test_untune_of_a_domain_vmtune_never_tuned_changes_nothing(tmp_path, capsys):
+    from vmtune.cli import main
+
+    back = vmtune.untune(STOCK)
+    assert back.changed is False and back.xml == STOCK
+    (tmp_path / "d.xml").write_text(STOCK)
+    assert main(["untune", str(tmp_path / "d.xml"), "-i"]) == 0
+    assert (tmp_path / "d.xml").read_text() == STOCK
+    assert "vmtune never tuned it" in capsys.readouterr().err
+
+
+def test_a_damaged_record_is_one_line(tmp_path, capsys):
+    from vmtune.cli import main
+
+    bad = vmtune.rewrite(STOCK, HOST, "latency").xml.replace('{"v":1', '{"v":"one"', 1)
+    (tmp_path / "d.xml").write_text(bad)
+    for argv in (["untune", str(tmp_path / "d.xml")], ["rewrite", str(tmp_path / "d.xml"), "--host",
+                                                       str(EXAMPLES / "hosts" / "2node-smt.xml")]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "the vmtune record in <metadata> cannot be read" in err
+    with pytest.raises(InvalidInput):
+        vmtune.untune(bad)
+
+
+def test_untune_on_the_command_line(tmp_path, capsys):
+    from vmtune.cli import main
+
+    (tmp_path / "t.xml").write_text(vmtune.rewrite(STOCK, HOST, "latency").xml)
+    assert main(["untune", str(tmp_path / "t.xml"), "-o", str(tmp_path / "u.xml")]) == 0
+    assert (tmp_path / "u.xml").read_text() == plain(STOCK)
+    assert main(["untune", str(tmp_path / "t.xml"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["changed"] is True and data["xml"] == plain(STOCK) and data["kept"] == []
+    assert main(["untune", str(tmp_path / "t.xml"), "--diff"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"--- {tmp_path / 't.xml'}\n+++ {tmp_path / 't.xml'} (before vmtune)\n")
+    assert main(["untune", str(tmp_path / "t.xml"), "-i"]) == 0
+    assert (tmp_path / "t.xml").read_text() == plain(STOCK)
+
+
+# -- libvirt keeps it -----------------------------------------------------------------------------------------------
+@needs_virsh
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_record_survives_libvirt_and_untunes_from_there(profile, tmp_path):
+    """define + dumpxml --inactive (libvirt's test driver) keeps the record; the domain libvirt gives
+    back untunes to what libvirt reads of the original."""
+    import subprocess
+
+    from test_libvirt_accepts import VIRSH
+
+    result = tuned(STOCK, HOST, profile)
+    if result is None:
+        pytest.skip("does not fit")
+    path = tmp_path / "d.xml"
+    path.write_text(result.xml)
+    done = subprocess.run([VIRSH, "-q", "-c", "test:///default", f"define {path}; dumpxml --inactive web-latency"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert record(done.stdout) == record(result.xml)
+    back = vmtune.untune(done.stdout)
+    assert back.changed and libvirt_reads(back.xml) == libvirt_reads(STOCK)
