@@ -99,8 +99,10 @@ def test_the_record_is_valid_and_small_and_only_what_was_touched():
     rec = record(result.xml)
     assert rec["v"] == 1 and rec["profile"] == "latency"
     assert "<name>" not in json.dumps(rec) and "web-latency</name>" not in json.dumps(rec)  # no copy of the domain
-    kinds = {op[0] for op in rec["ops"]}
-    assert kinds <= {"a", "t", "+", "-", "o"}
+    assert "<os>" not in json.dumps(rec) and "<console" not in json.dumps(rec)  # nor of what vmtune did not touch
+    touched = {unit[0][-1][0] for unit in rec["units"]}
+    assert touched <= {"cpu", "cputune", "numatune", "vcpu", "memoryBacking", "iothreads", "clock", "features",
+                       "disk", "interface", "memballoon", "controller"}, touched
 
 
 def test_a_profile_change_leaves_nothing_of_the_old_one():

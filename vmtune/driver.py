@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -245,11 +244,12 @@ def tune(
     only pins, byte for byte). Raises as ``rewrite`` does."""
     root, ctx, kept, warned = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio,
                                        config=config, start_over=record)
-    base = copy.deepcopy(root) if record else None
+    base = undo.snapshot(root) if record else None
     changes, warnings = run_passes(root, ctx, passes)
     if base is not None:
-        given = xmlsafe.parse(xml, "domain XML")
-        if undo.read(given) is not None:  # tuned before: say what changes from the input as given
+        given = xmlsafe.parse(xml, "domain XML") if undo.MARK in (xml if isinstance(xml, str) else xml.decode(
+            "utf-8", "replace")) else None
+        if given is not None and undo.read(given) is not None:  # tuned before: the changes from the input as given
             undo.keep_assigned(given, root)
             changes = undo.against(given, root, changes)
         undo.write(root, undo.diff(base, root))

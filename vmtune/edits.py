@@ -142,7 +142,10 @@ def show(el: etree._Element | None) -> str | None:
 
 
 def _local(tag: object) -> str:
-    return etree.QName(tag).localname if isinstance(tag, str) else ""
+    """A tag's local name (``{ns}name`` -> ``name``); "" for a comment's or a PI's."""
+    if not isinstance(tag, str):
+        return ""
+    return tag.rpartition("}")[2] if tag[:1] == "{" else tag
 
 
 def insert(parent: etree._Element, child: etree._Element) -> None:

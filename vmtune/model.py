@@ -83,7 +83,7 @@ class Prop:
 
     def raw(self, node: etree._Element) -> str | None:
         """The field's text below ``node`` (None: no such field)."""
-        el = node.find(self.elem_path)
+        el = node if self.elem_path == "." else node.find(self.elem_path)
         if el is None:
             return None
         return el.get(self.attr) if self.attr else xmltext.text(el).strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -94,8 +95,21 @@ def _flatten(data: dict) -> dict:
     return out
 
 
-def _builtin(name: str):
-    return Path(__file__).resolve().parent / "profiles" / f"{name}.toml"
+_HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
+
+
+def _builtin(name: str) -> Path:
+    return Path(_HERE, f"{name}.toml")
+
+
+@functools.lru_cache(maxsize=64)
+def _builtin_text(name: str) -> str | None:
+    """A built-in profile's text: the package's files do not change while vmtune runs."""
+    try:
+        with open(os.path.join(_HERE, f"{name}.toml"), encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
 
 
 def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tuple[str, str]:
@@ -103,18 +117,19 @@ def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tupl
     if not name or "/" in name or "\0" in name or name.startswith("."):
         raise InvalidInput(f"bad profile name {name!r}")
     if not builtin_only:
-        user = Path(user_dir or USER_DIR) / f"{name}.toml"
+        user = os.path.join(user_dir or USER_DIR, f"{name}.toml")
         try:
-            return user.read_text("utf-8"), str(user)
+            with open(user, encoding="utf-8") as fh:
+                return fh.read(), user
         except FileNotFoundError:
             pass
         except OSError as exc:
             raise InvalidInput(f"cannot read profile {user}: {exc.strerror}") from None
         except UnicodeDecodeError:
             raise InvalidInput(f"profile {user} is not UTF-8") from None
-    builtin = _builtin(name)
-    if builtin.is_file():
-        return builtin.read_text("utf-8"), f"vmtune/profiles/{name}.toml"
+    text = _builtin_text(name)
+    if text is not None:
+        return text, f"vmtune/profiles/{name}.toml"
     raise InvalidInput(f"unknown profile {name!r} (built-in: {', '.join(BUILTIN)}; yours go in {USER_DIR})")
 
 

@@ -1,18 +1,22 @@
 """What vmtune changed in a domain, kept in the domain itself, and how to take it back.
 
-A rewrite records every difference between the domain it was given and the domain it wrote in
-``<metadata><vmtune:tune><vmtune:undo>`` (JSON text: libvirt keeps foreign metadata verbatim, so
-it survives ``virsh define`` and ``dumpxml``). Only what vmtune touched is there: an attribute's
-or a value's old and new text, a removed node whole, an added one by a digest of what vmtune wrote.
+A rewrite records what it changed in ``<metadata><vmtune:tune><vmtune:undo>`` (JSON text: libvirt
+keeps foreign metadata verbatim, so it survives ``virsh define`` and ``dumpxml``). The record is
+made of units: the children of ``<domain>`` and of ``<devices>`` that a pass may write (``TUNED``:
+the CPU, pins, memory and its backing, iothreads, features, clock; disks, NICs, controllers, the
+balloon, memory devices); vmtune's tag in ``<metadata>`` is kept apart. For each unit vmtune changed, added or removed, it keeps the
+unit as it was and as vmtune wrote it, and where it sat; nothing else. Comparing whole units is
+one C call each, which keeps a rewrite about as fast as before records.
 
-Nodes are found by keys that vmtune's own changes never alter: an element's tag with its key
-attributes (a ``<vcpupin>``'s vcpu, a ``<cell>``'s id, a ``<feature>``'s name, a controller's
-type and index, ...), a disk by its source, a NIC by its MAC, and an ordinal among siblings of
-the same key; a comment by its text.
+Units are found by keys that vmtune's own changes never alter: the tag with its key attributes (a
+controller's type and index, a ``<hostdev>``'s type), a disk by its source, a NIC by its MAC,
+and an ordinal among siblings of the same key; a comment by its text.
 
-``take_back`` puts the domain back as it was before vmtune, keeping what was changed by hand
-since: a value that is no longer what vmtune wrote stays, an element vmtune added and the user
-changed stays, an element vmtune removed that the user put back stays; each is a note ("the hand
+``take_back`` puts the domain back as it was before vmtune. A unit still as vmtune wrote it goes
+back whole. One changed by hand since is merged finely (``_fine``: attributes and values, child
+elements by the same keys, ``<vcpupin>`` by its vcpu, ``<cell>`` by its id, ...): a value that is
+no longer what vmtune wrote stays, an element vmtune added keeps what the hand added or changed
+in it, an element vmtune removed that the hand put back stays; each is a note ("the hand
 wins"). A rewrite of a tuned domain starts from there, so ``rewrite(rewrite(x, A), B)`` is
 ``rewrite(x, B)``; ``vmtune untune`` is ``take_back`` alone.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 from lxml import etree
 
@@ -29,6 +34,7 @@ from .errors import InvalidInput
 from .model import NS, TAG
 
 UNDO = f"{{{NS}}}undo"
+MARK = "undo"  # in the text of every domain that has a record (a cheap test before a parse)
 VERSION = 1
 SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "type")
 # what libvirt fills in itself when a domain is defined: not the hand's (a device's address, assigned
@@ -45,30 +51,36 @@ KEYS = {  # local name -> the attributes that name one of several siblings
 
 # -- keys ------------------------------------------------------------------------------------------
 def _local(tag) -> str:
-    if not isinstance(tag, str) or tag.startswith("#"):
-        return tag if isinstance(tag, str) else ""
-    return etree.QName(tag).localname
+    if not isinstance(tag, str):
+        return ""
+    return tag.rpartition("}")[2] if tag[:1] == "{" else tag
 
 
-def _ident(node) -> list:
+def _ident(node) -> tuple:
     """What names ``node`` among its siblings, but for an ordinal."""
-    if not xmltext.is_element(node):
-        kind = "#comment" if isinstance(node, etree._Comment) else "#pi"
-        return [kind, node.text or ""]
-    local = _local(node.tag)
+    tag = node.tag
+    if not isinstance(tag, str):
+        return ("#comment" if isinstance(node, etree._Comment) else "#pi", node.text or "")
+    local = _local(tag)
     if local == "disk":
         src = node.find("source")
-        return [node.tag, *[f"{a}={src.get(a)}" for a in SOURCE_ATTRS if src is not None and src.get(a)]]
+        return (tag, *[f"{a}={src.get(a)}" for a in SOURCE_ATTRS if src is not None and src.get(a)])
     if local == "interface":
         mac = node.find("mac")
-        return [node.tag, mac.get("address", "") if mac is not None else ""]
-    return [node.tag, *[node.get(a) or "" for a in KEYS.get(local, ())]]
+        return (tag, mac.get("address", "") if mac is not None else "")
+    keys = KEYS.get(local)
+    return (tag,) if keys is None else (tag, *[node.get(a) or "" for a in keys])
+
+
+_COUNTED = (etree._Element, etree._Comment, etree._ProcessingInstruction)
+_SPECIAL = frozenset(KEYS) | {"disk", "interface"}  # tags whose ident is more than the tag
 
 
 def _nodes(parent) -> list:
     """The children that count: elements, comments and PIs, but vmtune's own tag in <metadata>."""
-    return [c for c in parent if not (c.tag == TAG and _local(parent.tag) == "metadata")
-            and (xmltext.is_element(c) or isinstance(c, (etree._Comment, etree._ProcessingInstruction)))]
+    if parent.tag == "metadata":
+        return [c for c in parent if c.tag != TAG and isinstance(c, _COUNTED) and not isinstance(c, etree._Entity)]
+    return [c for c in parent if isinstance(c, _COUNTED) and not isinstance(c, etree._Entity)]
 
 
 def _keyed(parent) -> list[tuple[tuple, object]]:
@@ -76,33 +88,43 @@ def _keyed(parent) -> list[tuple[tuple, object]]:
     seen: dict[tuple, int] = {}
     out = []
     for node in _nodes(parent):
-        ident = tuple(_ident(node))
+        tag = node.tag
+        ident = (tag,) if isinstance(tag, str) and tag not in _SPECIAL and tag[:1] != "{" else _ident(node)
         n = seen.get(ident, 0)
         seen[ident] = n + 1
         out.append(((*ident, n), node))
     return out
 
 
-def _canon(node):
-    """``node`` as plain data: attributes sorted, whitespace-only text dropped, vmtune's tag left
+def _leaf(node) -> bool:
+    """No element children: its text is a value."""
+    return next(node.iterchildren(tag=etree.Element), None) is None
+
+
+def _canon(node) -> str:
+    """``node`` as one string: attributes sorted, whitespace-only text dropped, vmtune's tag left
     out (what a digest and a comparison see: libvirt may reorder attributes when it formats)."""
-    if not xmltext.is_element(node):
-        return [_ident(node)[0], node.text or ""]
-    kids = [_canon(c) for c in _nodes(node)]
-    text = xmltext.text(node).strip() if not xmltext.elements(node) else ""
-    return [node.tag, sorted(node.attrib.items()), text, kids]
+    tag = node.tag
+    if not isinstance(tag, str):
+        return f"<!{'c' if isinstance(node, etree._Comment) else 'p'}{node.text or ''}>"
+    attrs = " ".join(f"{k}={v!r}" for k, v in sorted(node.attrib.items()))
+    kids = _nodes(node)
+    if not any(isinstance(k.tag, str) for k in kids):
+        return f"<{tag} {attrs}>{xmltext.text(node).strip()!r}{''.join(_canon(k) for k in kids)}</>"
+    return f"<{tag} {attrs}>{''.join(_canon(k) for k in kids)}</>"
 
 
 def digest(node) -> str:
-    return hashlib.sha256(json.dumps(_canon(node)).encode()).hexdigest()[:16]
+    return hashlib.sha256(_canon(node).encode()).hexdigest()[:16]
 
 
 def _shallow(node) -> str:
     """A digest of ``node`` without its children: its tag, attributes and text."""
     if not xmltext.is_element(node):
         return digest(node)
-    data = [node.tag, sorted(node.attrib.items()), xmltext.text(node).strip() if not xmltext.elements(node) else ""]
-    return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+    attrs = " ".join(f"{k}={v!r}" for k, v in sorted(node.attrib.items()))
+    text = xmltext.text(node).strip() if _leaf(node) else ""
+    return hashlib.sha256(f"<{node.tag} {attrs}>{text!r}".encode()).hexdigest()[:16]
 
 
 def _show(node) -> str:
@@ -118,21 +140,87 @@ def _show(node) -> str:
 
 
 # -- the record --------------------------------------------------------------------------------------
-def diff(before: etree._Element, after: etree._Element) -> dict:
-    """The record of what turns ``before`` into ``after`` (both whole ``<domain>``s)."""
-    ops: list = []
-    _diff(before, after, [], ops)
-    tag = before.find(f"metadata/{TAG}")
+def _same(b, a) -> bool:
+    """Whether two subtrees are written alike (then nothing in them differs): one C call each."""
+    return etree.tostring(b, with_tail=False) == etree.tostring(a, with_tail=False)
+
+
+# The only places a pass writes (tests/test_properties.py's "nothing lost" holds everything else to
+# its input, byte for byte): the units a record keeps, of <domain> and of <devices>
+TUNED = frozenset(("cpu", "cputune", "numatune", "vcpu", "memoryBacking", "iothreads", "iothreadids", "memory",
+                   "currentMemory", "features", "clock"))
+TUNED_DEVICES = frozenset(("disk", "interface", "controller", "memballoon", "memory"))
+
+
+def _units(root) -> dict[tuple, tuple[object, int]]:
+    """The units of ``root`` by their key path (a tuple of keys): (node, index in its parent)."""
+    out: dict[tuple, tuple[object, int]] = {}
+    for index, (key, node) in enumerate(_keyed(root)):
+        tag = node.tag
+        if tag == "devices":
+            for i, (k, child) in enumerate(_keyed(node)):
+                if child.tag in TUNED_DEVICES:
+                    out[(key, k)] = (child, i)
+        elif tag in TUNED:
+            out[(key,)] = (node, index)
+    return out
+
+
+def _text(node) -> str:
+    return etree.tostring(node, encoding="unicode", with_tail=False)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A domain's units as text, and what ``diff`` needs of the rest: taken before the passes run,
+    so that no copy of the tree is needed."""
+
+    units: dict  # key path -> (text, index in its parent)
+    tag: str | None
+    metadata: bool
+    devices: bool
+
+
+def snapshot(root: etree._Element) -> Snapshot:
+    tag = root.find(f"metadata/{TAG}")
     if tag is not None:
         tag = etree.fromstring(etree.tostring(tag))
         for old in tag.findall(UNDO):
             tag.remove(old)
+    return Snapshot({key: (_text(node), index) for key, (node, index) in _units(root).items()},
+                    None if tag is None else etree.tostring(tag, encoding="unicode"),
+                    root.find("metadata") is not None, root.find("devices") is not None)
+
+
+def diff(before: etree._Element | Snapshot, after: etree._Element) -> dict:
+    """The record of what turns ``before`` (a domain, or its snapshot) into ``after``: each unit
+    that differs, as it was (None: vmtune added it) and as vmtune wrote it (None: removed), and
+    where it was."""
+    was = before if isinstance(before, Snapshot) else snapshot(before)
+    ops = []
+    theirs = _units(after)
+    for key, (old, index) in was.units.items():
+        new = _text(theirs[key][0]) if key in theirs else None
+        if old != new:
+            ops.append([[list(k) for k in key], old, new, index])
+    for key, (node, index) in theirs.items():
+        if key not in was.units:
+            ops.append([[list(k) for k in key], None, _text(node), index])
     wrote = after.find(f"metadata/{TAG}")
-    return {"v": VERSION, "tag": None if tag is None else etree.tostring(tag, encoding="unicode"),
-            "profile": None if wrote is None else wrote.get("profile"), "ops": ops}
+    return {"v": VERSION, "tag": was.tag, "profile": None if wrote is None else wrote.get("profile"),
+            "metadata": was.metadata, "devices": was.devices, "units": ops}
 
 
-def _diff(b, a, path: list, ops: list) -> None:
+def _fine(before, after) -> list:
+    """What turns element ``before`` into ``after``, finely: attributes and values, child nodes
+    by their keys (the ops ``take_back`` merges a unit changed by hand with)."""
+    ops: list = []
+    _diff(before, after, [], ops)
+    return ops
+
+
+def _values(b, a, path: list, ops: list) -> None:
+    """The ops of ``b``'s attributes and text."""
     names = list(b.attrib)
     if [n for n in a.attrib if n in b.attrib] != [n for n in names if n in a.attrib] or set(names) != set(a.attrib):
         ops.append(["o", path, names])  # the order to put the attributes back in
@@ -144,22 +232,32 @@ def _diff(b, a, path: list, ops: list) -> None:
     for name, value in a.attrib.items():
         if name not in b.attrib:
             ops.append(["a", path, name, None, value, None])
-    if not xmltext.elements(b) and not xmltext.elements(a):
+    if _leaf(b) and _leaf(a):
         old, new = xmltext.text(b), xmltext.text(a)
         if old.strip() != new.strip():
             ops.append(["t", path, old, new])
+
+
+def _diff(b, a, path: list, ops: list) -> None:
+    """The ops that turn ``b`` into ``a``, all through."""
+    _values(b, a, path, ops)
     mine, theirs = _keyed(b), _keyed(a)
     there = dict(theirs)
     here = {k for k, _ in mine}
     for index, (key, node) in enumerate(mine):
         if key not in there:
             ops.append(["-", path, index, list(key), _show(node)])
-        elif xmltext.is_element(node):
+        elif xmltext.is_element(node) and not _same(node, there[key]):
             _diff(node, there[key], [*path, list(key)], ops)
     for key, node in theirs:
         if key not in here:
             parts = [digest(c) for c in _nodes(node)] if xmltext.is_element(node) else []
             ops.append(["+", [*path, list(key)], digest(node), _shallow(node), parts])
+
+
+def full(before: etree._Element, after: etree._Element) -> list:
+    """Every fine op between two whole domains (what a re-tuning reports; vmtune's tag apart)."""
+    return _fine(before, after)
 
 
 def write(root: etree._Element, record: dict) -> None:
@@ -182,7 +280,7 @@ def read(root: etree._Element) -> dict | None:
         return None
     try:
         record = json.loads(xmltext.text(found[0]))
-        if record.get("v") != VERSION or not isinstance(record.get("ops"), list):
+        if record.get("v") != VERSION or not isinstance(record.get("units"), list):
             raise ValueError("not a version 1 record")
     except (ValueError, AttributeError) as exc:
         raise InvalidInput(f"the vmtune record in <metadata> cannot be read ({exc}); remove "
@@ -200,13 +298,17 @@ def _find(root, path: list):
     return node
 
 
-def _where(path: list, name: str | None = None) -> str:
+def _where(path: list, name: str | None = None, prefix: list | None = None) -> str:
     steps = []
-    for ident in path:
+    for ident in [*(prefix or []), *path]:
         local = _local(ident[0]) or ident[0]
         vals = [v for v in ident[1:-1] if v]
         steps.append(local + (f"[{','.join(vals)}]" if vals else "") + (f"[{ident[-1] + 1}]" if ident[-1] else ""))
     return "/domain/" + "/".join(steps) + (f"/@{name}" if name else "")
+
+
+def _parse_unit(text: str):
+    return _other(text) if text.startswith(("<!--", "<?")) else etree.fromstring(text)
 
 
 def take_back(root: etree._Element) -> tuple[bool, list[str]]:
@@ -216,29 +318,109 @@ def take_back(root: etree._Element) -> tuple[bool, list[str]]:
     if record is None:
         return False, []
     notes: list[str] = []
-    ops = record["ops"]
-    for op in ops:
-        if op[0] in ("a", "t"):
-            _value(root, op, notes)
-    for op in ops:
-        if op[0] == "o":
-            _reorder(_find(root, op[1]), op[2])
-    tag = root.find(f"metadata/{TAG}")
-    retagged = tag is not None and bool(record.get("profile")) and tag.get("profile") != record["profile"]
-    for op in sorted((o for o in ops if o[0] == "+"), key=lambda o: -len(o[1])):
-        if not (retagged and op[1] == [["metadata", 0]]):  # the <metadata> that holds a tag kept by hand
-            _unadd(root, op, notes)
-    for op in sorted((o for o in ops if o[0] == "-"), key=lambda o: (len(o[1]), o[2])):
-        _undelete(root, op, notes)
+    units = record["units"]
+    back = []
+    for path, old, new, index in units:
+        if new is None:
+            back.append((path, old, index))
+            continue
+        parent = root if len(path) == 1 else _find(root, path[:1])
+        here = dict(_keyed(parent)).get(tuple(path[-1])) if parent is not None else None
+        if here is None:
+            notes.append(f"{_where(path)}: vmtune {'added' if old is None else 'changed'} it, and it was removed by hand")
+        elif _text(here) == new:  # as vmtune wrote it: back whole
+            if old is None:
+                parent.remove(here)
+            else:
+                here.addprevious(_parse_unit(old))
+                parent.remove(here)
+        elif old is None:
+            _unadd_node(here, _parse_unit(new), _where(path), notes)
+        else:
+            _merge(here, _parse_unit(old), _parse_unit(new), path, notes)
+    for path, old, index in sorted(back, key=lambda u: (len(u[0]), u[2])):
+        parent = root if len(path) == 1 else _find(root, path[:1])
+        if parent is None:
+            notes.append(f"{_where(path)}: vmtune removed it, and its parent is gone by hand")
+            continue
+        _put_back(parent, tuple(path[-1]), index, _parse_unit(old), _where(path), notes)
+    if not record.get("devices", True):
+        devices = root.find("devices")
+        if devices is not None and not _nodes(devices):
+            root.remove(devices)
     _retag(root, record, notes)
     return True, notes
 
 
-def _value(root, op, notes: list[str]) -> None:
+def _merge(here, old, new, path: list, notes: list[str]) -> None:
+    """A unit vmtune changed and the hand changed since: vmtune's own changes taken back finely."""
+    ops = _fine(old, new)
+    holder = etree.Element("holder")  # the fine ops' paths start below the unit
+    here.addprevious(holder)
+    holder.append(here)
+    key = _keyed(holder)[0][0]
+    rooted = [[o[0], [list(key), *o[1]], *o[2:]] for o in ops]
+    _apply(holder, rooted, notes, path[:-1])
+    for child in list(holder):
+        holder.addprevious(child)
+    holder.getparent().remove(holder)
+
+
+def _apply(root, ops: list, notes: list[str], prefix: list) -> None:
+    """Fine ops taken back on ``root``: values first, then what vmtune added, then what it removed."""
+    for op in ops:
+        if op[0] in ("a", "t"):
+            _value(root, op, notes, prefix)
+    for op in ops:
+        if op[0] == "o":
+            _reorder(_find(root, op[1]), op[2])
+    for op in sorted((o for o in ops if o[0] == "+"), key=lambda o: -len(o[1])):
+        _unadd(root, op, notes, prefix)
+    for op in sorted((o for o in ops if o[0] == "-"), key=lambda o: (len(o[1]), o[2])):
+        _undelete(root, op, notes, prefix)
+
+
+def _unadd_node(node, made, where: str, notes: list[str]) -> None:
+    """A unit vmtune added and the hand changed since: its children as vmtune wrote them go, and
+    the unit too when nothing of the hand's is left in it."""
+    left = [digest(c) for c in _nodes(made)]
+    for child in _nodes(node):
+        d = digest(child)
+        if d in left:
+            left.remove(d)
+            node.remove(child)
+    if not _nodes(node) and _shallow(node) == _shallow(made):
+        node.getparent().remove(node)
+        return
+    notes.append(f"{where}: vmtune added it, and it was changed by hand: what the hand wrote is kept")
+
+
+def _put_back(parent, key: tuple, index: int, node, where: str, notes: list[str]) -> None:
+    """A node vmtune removed, back where it was (a device address libvirt assigned since is
+    libvirt's, and gives way; another node the hand put there stays)."""
+    there = dict(_keyed(parent)).get(key)
+    if there is not None and xmltext.is_element(node) and _local(node.tag) in ASSIGNED:
+        there.addprevious(node)
+        parent.remove(there)
+        return
+    if there is not None:
+        if _canon(there) != _canon(node):
+            notes.append(f"{where}: vmtune removed it, and another was put there by hand: kept")
+        return
+    nodes = _nodes(parent)
+    if index < len(nodes):
+        nodes[index].addprevious(node)
+    elif nodes:
+        nodes[-1].addnext(node)
+    else:
+        parent.append(node)
+
+
+def _value(root, op, notes: list[str], prefix: list | None = None) -> None:
     node = _find(root, op[1])
     if op[0] == "a":
         _, path, name, before, after, pos = op
-        where = _where(path, name)
+        where = _where(path, name, prefix)
         if node is None:
             notes.append(f"{where}: its element is gone by hand; nothing to put back")
             return
@@ -260,7 +442,7 @@ def _value(root, op, notes: list[str]) -> None:
                 node.set(k, v)
         return
     _, path, before, after = op
-    where = _where(path)
+    where = _where(path, None, prefix)
     if node is None:
         notes.append(f"{where}: gone by hand; nothing to put back")
         return
@@ -283,14 +465,13 @@ def _reorder(node, names: list[str]) -> None:
         node.set(k, v)
 
 
-def _unadd(root, op, notes: list[str]) -> None:
+def _unadd(root, op, notes: list[str], prefix: list | None = None) -> None:
     """Take away what vmtune added: the whole element as vmtune wrote it; else the children it
     wrote that are still as written, and the element too when nothing the hand added or changed
     is left in it."""
-    path, made = op[1], op[2]
-    shallow, parts = (op[3], op[4]) if len(op) > 4 else (None, [])
+    path, made, shallow, parts = op[1], op[2], op[3], op[4]
     node = _find(root, path)
-    where = _where(path)
+    where = _where(path, None, prefix)
     if node is None:
         notes.append(f"{where}: vmtune added it, and it was removed by hand")
         return
@@ -309,30 +490,14 @@ def _unadd(root, op, notes: list[str]) -> None:
     notes.append(f"{where}: vmtune added it, and it was changed by hand: what the hand wrote is kept")
 
 
-def _undelete(root, op, notes: list[str]) -> None:
+def _undelete(root, op, notes: list[str], prefix: list | None = None) -> None:
     _, path, index, key, xml = op
     parent = _find(root, path)
-    node = etree.fromstring(xml) if not xml.startswith(("<!--", "<?")) else _other(xml)
-    where = _where([*path, key])
+    where = _where([*path, key], None, prefix)
     if parent is None:
         notes.append(f"{where}: vmtune removed it, and its parent is gone by hand")
         return
-    there = dict(_keyed(parent)).get(tuple(key))
-    if there is not None and _local(node.tag) in ASSIGNED:
-        there.addprevious(node)  # libvirt gave the moved device an address of its own: the old one is back
-        parent.remove(there)
-        return
-    if there is not None:
-        if _canon(there) != _canon(node):
-            notes.append(f"{where}: vmtune removed it, and another was put there by hand: kept")
-        return
-    nodes = _nodes(parent)
-    if index < len(nodes):
-        nodes[index].addprevious(node)
-    elif nodes:
-        nodes[-1].addnext(node)
-    else:
-        parent.append(node)
+    _put_back(parent, tuple(key), index, _parse_unit(xml), where, notes)
 
 
 def _other(xml: str):
@@ -359,6 +524,8 @@ def _retag(root, record: dict, notes: list[str]) -> None:
     if record.get("tag"):
         tag.addprevious(xmlsafe.parse(record["tag"], "the vmtune record's tag"))
     metadata.remove(tag)
+    if not record.get("metadata", True) and not _nodes(metadata):
+        metadata.getparent().remove(metadata)  # vmtune made it for its tag
 
 
 def strip(root: etree._Element) -> None:
@@ -411,7 +578,7 @@ def against(given, output, changes: list) -> list:
             out.append(replace(c, before=now, after=final))
     old = next((t.get("profile") for t in given.iterfind(f"metadata/{TAG}")), None)
     why = f"back as it was before vmtune's {old or 'earlier'} tuning (its record)"
-    for op in diff(given, output)["ops"]:
+    for op in full(given, output):
         if op[0] == "o":
             continue
         tree = given if op[0] == "-" else output
