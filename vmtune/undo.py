@@ -153,16 +153,28 @@ TUNED_DEVICES = frozenset(("disk", "interface", "controller", "memballoon", "mem
 
 
 def _units(root) -> dict[tuple, tuple[object, int]]:
-    """The units of ``root`` by their key path (a tuple of keys): (node, index in its parent)."""
+    """The units of ``root`` by their key path (a tuple of keys): (node, index in its parent).
+    Only the tuned tags are keyed: an ordinal counts siblings of one ident, which share a tag."""
     out: dict[tuple, tuple[object, int]] = {}
-    for index, (key, node) in enumerate(_keyed(root)):
+    seen: dict[tuple, int] = {}
+    for index, node in enumerate(_nodes(root)):
         tag = node.tag
         if tag == "devices":
-            for i, (k, child) in enumerate(_keyed(node)):
+            ident = (tag,)
+            n = seen.get(ident, 0)
+            seen[ident] = n + 1
+            inner: dict[tuple, int] = {}
+            for i, child in enumerate(_nodes(node)):
                 if child.tag in TUNED_DEVICES:
-                    out[(key, k)] = (child, i)
+                    sub = _ident(child)
+                    k = inner.get(sub, 0)
+                    inner[sub] = k + 1
+                    out[((*ident, n), (*sub, k))] = (child, i)
         elif tag in TUNED:
-            out[(key,)] = (node, index)
+            ident = _ident(node) if tag in _SPECIAL else (tag,)  # as _keyed names it (<memory>: KEYS)
+            n = seen.get(ident, 0)
+            seen[ident] = n + 1
+            out[((*ident, n),)] = (node, index)
     return out
 
 
