@@ -11,7 +11,7 @@ from . import claims as claims_mod
 from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
-from . import facts, locality, profiles, undo, validate, xmlsafe, xmltext
+from . import facts, locality, profiles, retune, undo, validate, xmlsafe, xmltext
 from .host.devices import NO_DEVICES
 from .profiles import DeviceLocality, Pinning
 from .context import PassContext
@@ -250,8 +250,8 @@ def tune(
         given = xmlsafe.parse(xml, "domain XML") if undo.MARK in (xml if isinstance(xml, str) else xml.decode(
             "utf-8", "replace")) else None
         if given is not None and undo.read(given) is not None:  # tuned before: the changes from the input as given
-            undo.keep_assigned(given, root)
-            changes = undo.against(given, root, changes)
+            retune.keep_assigned(given, root)
+            changes = retune.against(given, root, changes)
         undo.write(root, undo.diff(base, root))
     return Tuned(root, ctx, tuple(changes), tuple(warned) + tuple(warnings), kept)
 

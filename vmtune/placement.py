@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from . import corepick, cpuset, units
+from . import corepick, cpuset, placenotes, units
 from .claims import Ledger
 from .errors import DoesNotFit
 from .host import Host
@@ -352,7 +352,7 @@ def _build(host, reserved, blocked, groups, req, nodes, picks, page, parts) -> P
         )
     if any(not host.cell(x).memory_kib for x in nodes):
         warnings.append(f"memory size of node(s) {cpuset.format(nodes)} is unknown; memory fit not checked")
-    warnings += _far(req, nodes)
+    warnings += placenotes.far(req, nodes)
     known = None not in caches
     return Placement(
         mode=Pinning.DEDICATED,
@@ -365,40 +365,8 @@ def _build(host, reserved, blocked, groups, req, nodes, picks, page, parts) -> P
         hugepage_why=why,
         warnings=tuple(warnings),
         l3=tuple(l3) if known and host.caches else (),
-        why=tuple(_reasons(host, req, nodes, pins, caches if known and host.caches else [])),
+        why=tuple(placenotes.reasons(host, req, nodes, pins, caches if known and host.caches else [])),
     )
-
-
-def _far(req: Request, nodes) -> list[str]:
-    """A warning per passthrough device the domain could not be placed beside (``preferred``)."""
-    if req.locality == DeviceLocality.IGNORE:
-        return []
-    return [f"{a.what} is on node {a.node}, and the domain is placed on node(s) {cpuset.format(nodes)}: there is no "
-            f"room for it on node {a.node} (device_locality = \"{req.locality}\")"
-            for a in req.anchors if a.passthrough and a.node not in nodes]
-
-
-def _reasons(host: Host, req: Request, nodes, pins: list[int], caches: list[int | None]) -> list[str]:
-    """What decided the place, for ``--explain``: the L3 domains, the core kind, the device nodes."""
-    out = []
-    if caches:
-        ids = sorted(set(caches))  # type: ignore[arg-type]
-        each = ", ".join(f"L3 {i} (CPUs {cpuset.format(host.cache(i).cpus)})" for i in ids[:4])
-        each += f", and {len(ids) - 4} more" if len(ids) > 4 else ""
-        many = "" if len(ids) <= len(nodes) else (" (no single L3 domain had room for them all)" if len(nodes) == 1
-                                                   else f" (the fewest over {len(nodes)} nodes)")
-        out.append(f"L3: {len(ids)} of the host's {len(host.caches)} L3 domains: {each}{many}")
-    if host.hybrid:
-        small = [c for c in pins if host.efficient(c)]
-        out.append(f"core kind: {'performance cores only' if not small else 'efficiency cores too: ' + cpuset.format(small)}"
-                   f" (cpu_kinds = \"{req.kinds}\")")
-    for a in req.anchors:
-        if a.passthrough and req.locality == DeviceLocality.IGNORE:
-            continue
-        rule = f"device_locality = \"{req.locality}\"" if a.passthrough else "a backing device: a preference only"
-        place = "on its node" if a.node in nodes else "not on its node"
-        out.append(f"device: {a.what} on node {a.node}: {place} ({rule})")
-    return out
 
 
 def _emulator(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes, pins: frozenset[int]) -> frozenset[int]:
@@ -453,5 +421,5 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
             warnings=(f"{req.memory_kib // MIB} MiB does not fit on one node; vCPUs and memory are not bound to a node",),
         )
     _, node, local = best
-    return Placement(mode=Pinning.NODE, nodes=(node,), cpuset=local, warnings=tuple(_far(req, (node,))),
-                     why=tuple(_reasons(host, req, (node,), [], [])[1 if host.hybrid else 0:]))
+    return Placement(mode=Pinning.NODE, nodes=(node,), cpuset=local, warnings=tuple(placenotes.far(req, (node,))),
+                     why=tuple(placenotes.reasons(host, req, (node,), [], [])[1 if host.hybrid else 0:]))

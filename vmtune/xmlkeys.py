@@ -1,0 +1,167 @@
+"""Naming the counted of a libvirt domain so that vmtune's own changes never rename them, and
+writing them in a form that two formatters agree on (what vmtune's record, vmtune/undo.py, keeps).
+
+A node's key is its tag with the attributes that tell it from its siblings (``KEYS``: a
+``<vcpupin>``'s vcpu, a ``<cell>``'s id, a controller's type and index, ...), a disk's source, a
+NIC's MAC, a comment's text, and an ordinal among siblings of that same key; a path is a list of
+keys from ``<domain>``. ``canon`` writes a node with its attributes sorted and whitespace-only text
+left out (libvirt may reorder attributes when it formats), and ``digest`` hashes that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from lxml import etree
+
+from . import xmltext
+from .model import TAG
+
+__all__ = ["ASSIGNED", "KEYS", "canon", "counted", "digest", "find", "ident_of", "is_leaf", "keyed", "other_node",
+           "parse_node", "same", "shallow", "show", "tag_name", "where_of"]
+
+
+SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "type")
+
+
+# what libvirt fills in itself when a domain is defined: not the hand's (a device's address, assigned
+# anew when vmtune moves a disk from ide to virtio)
+ASSIGNED = ("address",)
+
+
+KEYS = {  # local name -> the attributes that name one of several siblings
+    "vcpupin": ("vcpu",), "iothreadpin": ("iothread",), "memnode": ("cellid",), "cell": ("id",),
+    "feature": ("name",), "timer": ("name",), "iothread": ("id",), "sibling": ("id",),
+    "controller": ("type", "index"), "page": ("size", "nodeset"), "vcpusched": ("vcpus",),
+    "iothreadsched": ("iothreads",), "latency": ("initiator", "target", "type", "cache"),
+    "bandwidth": ("initiator", "target", "type", "cache"), "hostdev": ("type",), "memory": ("model",),
+}
+
+
+# -- keys ------------------------------------------------------------------------------------------
+def tag_name(tag) -> str:
+    if not isinstance(tag, str):
+        return ""
+    return tag.rpartition("}")[2] if tag[:1] == "{" else tag
+
+
+def ident_of(node) -> tuple:
+    """What names ``node`` among its siblings, but for an ordinal."""
+    tag = node.tag
+    if not isinstance(tag, str):
+        return ("#comment" if isinstance(node, etree._Comment) else "#pi", node.text or "")
+    local = tag_name(tag)
+    if local == "disk":
+        src = node.find("source")
+        return (tag, *[f"{a}={src.get(a)}" for a in SOURCE_ATTRS if src is not None and src.get(a)])
+    if local == "interface":
+        mac = node.find("mac")
+        return (tag, mac.get("address", "") if mac is not None else "")
+    keys = KEYS.get(local)
+    return (tag,) if keys is None else (tag, *[node.get(a) or "" for a in keys])
+
+
+COUNTED = (etree._Element, etree._Comment, etree._ProcessingInstruction)
+
+
+SPECIAL = frozenset(KEYS) | {"disk", "interface"}  # tags whose ident is more than the tag
+
+
+def counted(parent) -> list:
+    """The children that count: elements, comments and PIs, but vmtune's own tag in <metadata>."""
+    if parent.tag == "metadata":
+        return [c for c in parent if c.tag != TAG and isinstance(c, COUNTED) and not isinstance(c, etree._Entity)]
+    return [c for c in parent if isinstance(c, COUNTED) and not isinstance(c, etree._Entity)]
+
+
+def keyed(parent) -> list[tuple[tuple, object]]:
+    """(key, node) for each child that counts, the key its ident and ordinal."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for node in counted(parent):
+        tag = node.tag
+        ident = (tag,) if isinstance(tag, str) and tag not in SPECIAL and tag[:1] != "{" else ident_of(node)
+        n = seen.get(ident, 0)
+        seen[ident] = n + 1
+        out.append(((*ident, n), node))
+    return out
+
+
+def is_leaf(node) -> bool:
+    """No element children: its text is a value."""
+    return next(node.iterchildren(tag=etree.Element), None) is None
+
+
+def canon(node) -> str:
+    """``node`` as one string: attributes sorted, whitespace-only text dropped, vmtune's tag left
+    out (what a digest and a comparison see: libvirt may reorder attributes when it formats)."""
+    tag = node.tag
+    if not isinstance(tag, str):
+        return f"<!{'c' if isinstance(node, etree._Comment) else 'p'}{node.text or ''}>"
+    attrs = " ".join(f"{k}={v!r}" for k, v in sorted(node.attrib.items()))
+    kids = counted(node)
+    if not any(isinstance(k.tag, str) for k in kids):
+        return f"<{tag} {attrs}>{xmltext.text(node).strip()!r}{''.join(canon(k) for k in kids)}</>"
+    return f"<{tag} {attrs}>{''.join(canon(k) for k in kids)}</>"
+
+
+def digest(node) -> str:
+    return hashlib.sha256(canon(node).encode()).hexdigest()[:16]
+
+
+def shallow(node) -> str:
+    """A digest of ``node`` without its children: its tag, attributes and text."""
+    if not xmltext.is_element(node):
+        return digest(node)
+    attrs = " ".join(f"{k}={v!r}" for k, v in sorted(node.attrib.items()))
+    text = xmltext.text(node).strip() if is_leaf(node) else ""
+    return hashlib.sha256(f"<{node.tag} {attrs}>{text!r}".encode()).hexdigest()[:16]
+
+
+def show(node) -> str:
+    from .edits import show
+
+    if not xmltext.is_element(node):
+        return etree.tostring(node, encoding="unicode", with_tail=False)
+    copy = etree.fromstring(show(node))
+    for tag in copy.iter(TAG):
+        if tag.getparent() is not None and tag_name(tag.getparent().tag) == "metadata":
+            tag.getparent().remove(tag)
+    return etree.tostring(copy, encoding="unicode")
+
+
+# -- the record --------------------------------------------------------------------------------------
+def same(b, a) -> bool:
+    """Whether two subtrees are written alike (then nothing in them differs): one C call each."""
+    return etree.tostring(b, with_tail=False) == etree.tostring(a, with_tail=False)
+
+
+# -- taking it back -------------------------------------------------------------------------------------
+def find(root, path: list):
+    node = root
+    for key in path:
+        node = dict(keyed(node)).get(tuple(key))
+        if node is None:
+            return None
+    return node
+
+
+def where_of(path: list, name: str | None = None, prefix: list | None = None) -> str:
+    steps = []
+    for ident in [*(prefix or []), *path]:
+        local = tag_name(ident[0]) or ident[0]
+        vals = [v for v in ident[1:-1] if v]
+        steps.append(local + (f"[{','.join(vals)}]" if vals else "") + (f"[{ident[-1] + 1}]" if ident[-1] else ""))
+    return "/domain/" + "/".join(steps) + (f"/@{name}" if name else "")
+
+
+def other_node(xml: str):
+    """A comment or PI from its text."""
+    holder = etree.fromstring(f"<x>{xml}</x>")
+    node = holder[0]
+    holder.remove(node)
+    return node
+
+
+def parse_node(text: str):
+    return other_node(text) if text.startswith(("<!--", "<?")) else etree.fromstring(text)
