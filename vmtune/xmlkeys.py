@@ -53,7 +53,10 @@ def ident_of(node) -> tuple:
     local = tag_name(tag)
     if local == "disk":
         src = node.find("source")
-        return (tag, *[f"{a}={src.get(a)}" for a in SOURCE_ATTRS if src is not None and src.get(a)])
+        if src is None:
+            return (tag,)
+        have = src.attrib
+        return (tag, *[f"{a}={have[a]}" for a in SOURCE_ATTRS if a in have and have[a]])
     if local == "interface":
         mac = node.find("mac")
         return (tag, mac.get("address", "") if mac is not None else "")

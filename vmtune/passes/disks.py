@@ -107,12 +107,14 @@ def run(ctx, dom):
         if addr is not None:
             edits.append(Remove(addr, f"the {disk.bus} address does not apply on virtio; libvirt assigns a PCI slot"))
     edits.extend(_driver(ctx, dom))
-    moved = {d.node for d in move}
-    users = _scsi_users(dom, moved)
+    scsi = [ctl for ctl in dom.controllers if ctl.type == Controller.TYPE_SCSI]
+    if not scsi or not move:
+        return edits  # no SCSI controller to empty (most domains: nothing more to read)
+    users = _scsi_users(dom, {d.node for d in move})
     before = _scsi_users(dom, set())
-    for ctl in dom.controllers:
+    for ctl in scsi:
         idx = ctl.index or 0
-        if ctl.type == Controller.TYPE_SCSI and before.get(idx) and not users.get(idx):
+        if before.get(idx) and not users.get(idx):
             edits.append(Remove(ctl.node, f"SCSI controller {idx} has no devices left after the move to virtio"))
     return edits
 
