@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -173,7 +174,7 @@ def prepare(
 ) -> tuple[etree._Element, PassContext]:
     """Parse and check the domain, load the profile, add up the claims (or take ``ledger``: what
     the others hold, known another way) and place the domain."""
-    root, ctx, _, _ = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio, config=config)
+    root, ctx, *_ = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio, config=config)
     return root, ctx
 
 
@@ -187,12 +188,13 @@ def _prepare(
     force_virtio: bool = False,
     config: config_mod.Config | None = None,
     start_over: bool = False,
-) -> tuple[etree._Element, PassContext, tuple[str, ...], tuple[str, ...]]:
+) -> tuple[etree._Element, PassContext, tuple[str, ...], tuple[str, ...], etree._Element | None]:
     """``prepare``; with ``start_over``, first put back what vmtune's last rewrite changed (its
-    record, vmtune/undo.py), and also return what the hand changed since and stays, and the
-    warnings of that step."""
+    record, vmtune/undo.py), and also return what the hand changed since and stays, the warnings
+    of that step, and the domain as given when it had a record (else None)."""
     config = config or config_mod.Config()
     root = xmlsafe.parse(xml, "domain XML")
+    given = copy.deepcopy(root) if start_over and undo.recorded(root) else None
     dom = Domain(root)
     virt = check_domain(dom, host)
     name = profile or dom.tagged_profile or profiles.DEFAULT
@@ -207,7 +209,8 @@ def _prepare(
         ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
     reserved = host.reserved(config)
     placement = placement_for(prof, host, ledger, reserved, dom, config)
-    return root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio), tuple(kept), tuple(warned)
+    return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio), tuple(kept), tuple(warned),
+            given)
 
 
 def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER) -> tuple[list[Change], list[str]]:
@@ -242,14 +245,12 @@ def tune(
     placement passes, with a ledger from its leases). ``record``: start from the domain as it was
     before vmtune (its record), and record this tuning in it (``rewrite``'s way; the re-pin changes
     only pins, byte for byte). Raises as ``rewrite`` does."""
-    root, ctx, kept, warned = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio,
-                                       config=config, start_over=record)
+    root, ctx, kept, warned, given = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio,
+                                              config=config, start_over=record)
     base = undo.snapshot(root) if record else None
     changes, warnings = run_passes(root, ctx, passes)
     if base is not None:
-        given = xmlsafe.parse(xml, "domain XML") if undo.MARK in (xml if isinstance(xml, str) else xml.decode(
-            "utf-8", "replace")) else None
-        if given is not None and undo.read(given) is not None:  # tuned before: the changes from the input as given
+        if given is not None:  # tuned before: the changes from the input as given
             retune.keep_assigned(given, root)
             changes = retune.against(given, root, changes)
         undo.write(root, undo.diff(base, root))

@@ -38,9 +38,6 @@ from .xmlkeys import SPECIAL, counted, find, ident_of, keyed, parse_node, tag_na
 UNDO = f"{{{NS}}}undo"
 
 
-MARK = "undo"  # in the text of every domain that has a record (a cheap test before a parse)
-
-
 VERSION = 1
 
 
@@ -136,10 +133,19 @@ def write(root: etree._Element, record: dict) -> None:
     el.text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
+def _found(root: etree._Element) -> list:
+    tag = root.find(f"metadata/{TAG}")
+    return [c for c in tag if tag_name(c.tag) == "undo"] if tag is not None else []
+
+
+def recorded(root: etree._Element) -> bool:
+    """Whether ``root`` has a record (read or not)."""
+    return bool(_found(root))
+
+
 def read(root: etree._Element) -> dict | None:
     """The record in ``root``'s vmtune tag; None without one; InvalidInput when it is damaged."""
-    tag = root.find(f"metadata/{TAG}")
-    found = [c for c in tag if tag_name(c.tag) == "undo"] if tag is not None else []
+    found = _found(root)
     if not found:
         return None
     try:
