@@ -13,7 +13,6 @@ from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
 from . import facts, locality, profiles, retune, undo, validate, xmlsafe, xmltext
-from .host.devices import NO_DEVICES
 from .profiles import DeviceLocality, Pinning
 from .context import PassContext
 from .edits import Change, Warn
@@ -104,7 +103,7 @@ def placement_for(profile, host, ledger, reserved, dom, config) -> placement_mod
         return replace(placed, warnings=placed.warnings + shared) if shared else placed
     found = locality.locate(host, dom, used)
     near = dict(anchors=found.anchors, locality=profile.device_locality, kinds=profile.cpu_kinds)
-    unknown = locality.unknown_warning(found.unknown, host.devices is not NO_DEVICES) \
+    unknown = locality.unknown_warning(found.unknown, host.devices_known) \
         if profile.device_locality != DeviceLocality.IGNORE else None
     placed = _place(profile, host, ledger, reserved, dom, config, spread, near)
     more = ((unknown,) if unknown else ()) + shared

@@ -141,17 +141,10 @@ def show(el: etree._Element | None) -> str | None:
     return etree.tostring(copy, encoding="unicode")
 
 
-def _local(tag: object) -> str:
-    """A tag's local name (``{ns}name`` -> ``name``); "" for a comment's or a PI's."""
-    if not isinstance(tag, str):
-        return ""
-    return tag.rpartition("}")[2] if tag[:1] == "{" else tag
-
-
 def insert(parent: etree._Element, child: etree._Element) -> None:
     """Insert ``child`` into ``parent`` at its canonical place among the existing children."""
-    order = ORDER.get(_local(parent.tag), ())
-    name = _local(child.tag)
+    order = ORDER.get(xmltext.local_name(parent.tag), ())
+    name = xmltext.local_name(child.tag)
     if name not in order:
         parent.append(child)
         return
@@ -161,7 +154,7 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
         return
     position = None
     for i, existing in enumerate(parent):
-        other = _local(existing.tag)
+        other = xmltext.local_name(existing.tag)
         if other in order and order.index(other) <= rank:
             position = i + 1
         elif other in order and position is None and order.index(other) > rank:
@@ -179,16 +172,16 @@ def _after_all(parent: etree._Element, order: tuple[str, ...], rank: int) -> boo
     lookups from the ends, so adding N pins one by one costs N, not N squared."""
     first = last = None
     for existing in parent:
-        if _local(existing.tag) in order:
+        if xmltext.local_name(existing.tag) in order:
             first = existing
             break
     if first is None:
         return False
     for existing in reversed(parent):
-        if _local(existing.tag) in order:
+        if xmltext.local_name(existing.tag) in order:
             last = existing
             break
-    return order.index(_local(first.tag)) <= rank and order.index(_local(last.tag)) <= rank \
+    return order.index(xmltext.local_name(first.tag)) <= rank and order.index(xmltext.local_name(last.tag)) <= rank \
         and last is parent[-1]
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from lxml import etree
 
 from . import xmltext
-from .xmlkeys import (ASSIGNED, canon, counted, digest, find, is_leaf, keyed, parse_node, same, shallow, show,
-                      tag_name, where_of)
+from .xmlkeys import ASSIGNED, canon, counted, digest, find, is_leaf, keyed, parse_node, same, shallow, show, where_of
+from .xmltext import local_name
 
 
 def fine(before, after) -> list:
@@ -113,7 +113,7 @@ def put_back(parent, key: tuple, index: int, node, where: str, notes: list[str])
     """A node vmtune removed, back where it was (a device address libvirt assigned since is
     libvirt's, and gives way; another node the hand put there stays)."""
     there = dict(keyed(parent)).get(key)
-    if there is not None and xmltext.is_element(node) and tag_name(node.tag) in ASSIGNED:
+    if there is not None and xmltext.is_element(node) and local_name(node.tag) in ASSIGNED:
         there.addprevious(node)
         parent.remove(there)
         return

@@ -15,10 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .host import Host
-from .host.devices import BLOCK, MDEV, NET, PCI, Location, pci_address
+from .host.devices import BLOCK, MDEV, NET, PCI, PCI_FIELDS, PCI_LIMITS, Location, pci_address
 from .model import Domain
-
-ADDRESS = ("domain", "bus", "slot", "function")
 
 
 @dataclass(frozen=True)
@@ -58,9 +56,8 @@ def _pci(address) -> str | None:
     if address is None:
         return None
     parts = [c_number(address.get(a)) if address.get(a) is not None else (0 if a == "domain" else None)
-             for a in ADDRESS]
-    if any(p is None or p < 0 for p in parts) or parts[0] > 0xFFFF or parts[1] > 0xFF or parts[2] > 0x1F \
-            or parts[3] > 7:
+             for a in PCI_FIELDS]
+    if any(p is None or not 0 <= p <= top for p, top in zip(parts, PCI_LIMITS)):
         return None
     return pci_address(*parts)
 

@@ -10,7 +10,8 @@ from lxml import etree
 from . import xmltext
 from .handmerge import full
 from .model import NS, TAG
-from .xmlkeys import find, keyed, tag_name
+from .xmlkeys import find, keyed
+from .xmltext import local_name
 
 
 # -- what a rewrite of a tuned domain changes ---------------------------------------------------------
@@ -19,7 +20,7 @@ def _bare(el) -> str:
     from .edits import show
 
     copy = etree.fromstring(show(el))
-    for rec in [c for c in copy.iter() if tag_name(c.tag) == "undo" and c.getparent() is not None
+    for rec in [c for c in copy.iter() if local_name(c.tag) == "undo" and c.getparent() is not None
                 and c.getparent().tag == TAG]:
         rec.getparent().remove(rec)
     return etree.tostring(copy, encoding="unicode")
@@ -91,7 +92,7 @@ def keep_assigned(given, output) -> None:
         return
     before = dict(keyed(mine))
     for key, disk in keyed(theirs):
-        if tag_name(disk.tag) != "disk" or disk.find("address") is not None:
+        if local_name(disk.tag) != "disk" or disk.find("address") is not None:
             continue
         old = before.get(key)
         if old is None or old.find("address") is None:

@@ -32,7 +32,8 @@ from . import xmlsafe, xmltext
 from .errors import InvalidInput
 from .handmerge import merge, put_back, unadd_node
 from .model import NS, TAG
-from .xmlkeys import SPECIAL, counted, find, ident_of, keyed, parse_node, tag_name, where_of
+from .xmlkeys import SPECIAL, counted, find, ident_of, keyed, parse_node, where_of
+from .xmltext import local_name
 
 
 UNDO = f"{{{NS}}}undo"
@@ -126,7 +127,7 @@ def write(root: etree._Element, record: dict) -> None:
     tag = root.find(f"metadata/{TAG}")
     if tag is None:
         return
-    for old in [c for c in tag if tag_name(c.tag) == "undo"]:
+    for old in [c for c in tag if local_name(c.tag) == "undo"]:
         tag.remove(old)
     el = etree.SubElement(tag, UNDO)
     el.set("version", str(VERSION))
@@ -135,7 +136,7 @@ def write(root: etree._Element, record: dict) -> None:
 
 def _found(root: etree._Element) -> list:
     tag = root.find(f"metadata/{TAG}")
-    return [c for c in tag if tag_name(c.tag) == "undo"] if tag is not None else []
+    return [c for c in tag if local_name(c.tag) == "undo"] if tag is not None else []
 
 
 def recorded(root: etree._Element) -> bool:
@@ -209,7 +210,7 @@ def _retag(root, record: dict, notes: list[str]) -> None:
     if record.get("profile") and tag.get("profile") != record["profile"]:
         notes.append(f"/domain/metadata/vmtune:tune/@profile: {tag.get('profile')!r} by hand (vmtune wrote "
                      f"{record['profile']!r}): kept")
-        for old in [c for c in tag if tag_name(c.tag) == "undo"]:
+        for old in [c for c in tag if local_name(c.tag) == "undo"]:
             tag.remove(old)
         return
     if record.get("tag"):
@@ -222,5 +223,5 @@ def _retag(root, record: dict, notes: list[str]) -> None:
 def strip(root: etree._Element) -> None:
     """``root`` without its record (the tag stays): what claims and the hook read is the same."""
     tag = root.find(f"metadata/{TAG}")
-    for old in [c for c in tag if tag_name(c.tag) == "undo"] if tag is not None else []:
+    for old in [c for c in tag if local_name(c.tag) == "undo"] if tag is not None else []:
         tag.remove(old)

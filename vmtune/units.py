@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .errors import InvalidInput
 
-_SCALE = {
+SCALE = {  # a unit (lower case) in bytes: virScaleInteger's table
     "b": 1, "bytes": 1,
     "k": 1024, "kib": 1024, "kb": 1000,
     "m": 1024**2, "mib": 1024**2, "mb": 1000**2,
@@ -23,7 +23,7 @@ def to_kib(value: str | int | None, unit: str | None = None, default_unit: str =
         number = int(str(value).strip())
     except ValueError:
         raise InvalidInput(f"bad memory size {value!r}") from None
-    scale = _SCALE.get((unit or default_unit).strip().lower())
+    scale = SCALE.get((unit or default_unit).strip().lower())
     if scale is None or number < 0:
         raise InvalidInput(f"bad memory unit {unit!r}")
     return -(-number * scale // 1024)

@@ -30,15 +30,13 @@ import re
 
 from .errors import InvalidInput
 from .model import Domain
+from .units import SCALE
 from .xmltext import text as _text
 
 CPUMASK_LEN = 16384  # libvirt's VIR_DOMAIN_CPUMASK_LEN: every id of a CPU or node list is below it
 UINT_MAX = 2**32 - 1
 ULLONG_MAX = 2**64 - 1
 _UNSIGNED = re.compile(r"[ \t\n\v\f\r]*\+?([0-9]+)")  # strtoul: leading space, a sign; digits to the end
-_SCALE = {"b": 1, "bytes": 1}
-for _i, _p in enumerate("kmgtpe", start=1):
-    _SCALE.update({_p: 1024**_i, f"{_p}ib": 1024**_i, f"{_p}b": 1000**_i})
 
 
 def _fail(where: str, why: str) -> InvalidInput:
@@ -56,7 +54,7 @@ def unsigned(text: str | None, where: str, top: int = UINT_MAX) -> int:
 def scaled_kib(text: str | None, unit: str | None, where: str) -> int:
     """A size as ``virParseScaledValue`` reads it, in KiB (rounded up, as libvirt does)."""
     value = unsigned(text, where, ULLONG_MAX)
-    scale = _SCALE.get((unit if unit is not None else "KiB").lower())
+    scale = SCALE.get((unit if unit is not None else "KiB").lower())
     if scale is None:
         raise _fail(where, f"unknown unit {_show(unit)} (libvirt: b, bytes, KiB, KB, MiB, MB, ... EiB, EB)")
     if value * scale > ULLONG_MAX:

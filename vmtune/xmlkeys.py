@@ -16,9 +16,10 @@ from lxml import etree
 
 from . import xmltext
 from .model import TAG
+from .xmltext import local_name
 
 __all__ = ["ASSIGNED", "KEYS", "canon", "counted", "digest", "find", "ident_of", "is_leaf", "keyed", "other_node",
-           "parse_node", "same", "shallow", "show", "tag_name", "where_of"]
+           "parse_node", "same", "shallow", "show", "where_of"]
 
 
 SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "type")
@@ -39,18 +40,12 @@ KEYS = {  # local name -> the attributes that name one of several siblings
 
 
 # -- keys ------------------------------------------------------------------------------------------
-def tag_name(tag) -> str:
-    if not isinstance(tag, str):
-        return ""
-    return tag.rpartition("}")[2] if tag[:1] == "{" else tag
-
-
 def ident_of(node) -> tuple:
     """What names ``node`` among its siblings, but for an ordinal."""
     tag = node.tag
     if not isinstance(tag, str):
         return ("#comment" if isinstance(node, etree._Comment) else "#pi", node.text or "")
-    local = tag_name(tag)
+    local = local_name(tag)
     if local == "disk":
         src = node.find("source")
         if src is None:
@@ -128,7 +123,7 @@ def show(node) -> str:
         return etree.tostring(node, encoding="unicode", with_tail=False)
     copy = etree.fromstring(show(node))
     for tag in copy.iter(TAG):
-        if tag.getparent() is not None and tag_name(tag.getparent().tag) == "metadata":
+        if tag.getparent() is not None and local_name(tag.getparent().tag) == "metadata":
             tag.getparent().remove(tag)
     return etree.tostring(copy, encoding="unicode")
 
@@ -152,7 +147,7 @@ def find(root, path: list):
 def where_of(path: list, name: str | None = None, prefix: list | None = None) -> str:
     steps = []
     for ident in [*(prefix or []), *path]:
-        local = tag_name(ident[0]) or ident[0]
+        local = local_name(ident[0]) or ident[0]
         vals = [v for v in ident[1:-1] if v]
         steps.append(local + (f"[{','.join(vals)}]" if vals else "") + (f"[{ident[-1] + 1}]" if ident[-1] else ""))
     return "/domain/" + "/".join(steps) + (f"/@{name}" if name else "")

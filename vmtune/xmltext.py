@@ -8,12 +8,20 @@ keeps the text after a comment in the comment's ``tail``, so ``el.text`` alone i
     text(el)              the value, as libvirt reads it
     set_text(el, value)   replace the whole value; the comments and PIs stay (after the value)
     elements(el)          the element children only (no comments, no PIs)
+    local_name(tag)       ``{ns}name`` -> ``name``; "" for a comment's or a PI's tag
     indent(root)          indent element-only content; never touch a text value
 """
 
 from __future__ import annotations
 
 from lxml import etree
+
+
+def local_name(tag: object) -> str:
+    """A tag's local name (``{ns}name`` -> ``name``); "" for a comment's or a PI's."""
+    if not isinstance(tag, str):
+        return ""
+    return tag.rpartition("}")[2] if tag[:1] == "{" else tag
 
 
 def is_element(node: etree._Element) -> bool:

@@ -31,6 +31,8 @@ BLOCK = "block"
 NET = "net"
 KINDS = (PCI, MDEV, BLOCK, NET)
 MAX_DEPTH = 8  # lower devices followed (a bond of VLANs of a bridge ...)
+PCI_FIELDS = ("domain", "bus", "slot", "function")  # a PCI address's parts
+PCI_LIMITS = (0xFFFF, 0xFF, 0x1F, 7)  # the largest each part can be
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 from .. import xmlsafe, xmltext
 from ..errors import InvalidInput
-from .devices import BLOCK, MDEV, NET, PCI, Location, Table, block_name, check_node, pci_address
-
-LIMITS = (0xFFFF, 0xFF, 0x1F, 7)  # a PCI address's domain, bus, slot and function
+from .devices import BLOCK, MDEV, NET, PCI, PCI_FIELDS, PCI_LIMITS, Location, Table, block_name, check_node, pci_address
 
 
 @dataclass(frozen=True)
@@ -58,8 +56,8 @@ def parse(xml: str | bytes, where: str) -> NodeDevice:
             if cap.find("bus") is None or cap.find("slot") is None or cap.find("function") is None:
                 raise InvalidInput(f"{where}: a PCI node device without its bus, slot and function")
             parts = [_number(_text(cap.find(f)) or ("0" if f == "domain" else ""), f, where)
-                     for f in ("domain", "bus", "slot", "function")]
-            for value, field, top in zip(parts, ("domain", "bus", "slot", "function"), LIMITS):
+                     for f in PCI_FIELDS]
+            for value, field, top in zip(parts, PCI_FIELDS, PCI_LIMITS):
                 if not 0 <= value <= top:
                     raise InvalidInput(f"{where}: PCI {field} {value} is out of range (0 to {top})")
             pci = pci_address(*parts)

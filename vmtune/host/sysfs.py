@@ -18,6 +18,7 @@ import re
 
 from .. import cpuset
 from ..errors import InvalidInput
+from ..units import SCALE
 
 CPU_DIR = "devices/system/cpu"
 NODE_DIR = "devices/system/node"
@@ -180,8 +181,7 @@ def _size_kib(found: str | None) -> int:
     m = SIZE.fullmatch((found or "").strip())
     if not m:
         return 0
-    n, unit = int(m.group(1)), m.group(2).upper()
-    return n // 1024 if not unit else n * {"K": 1, "M": 1024, "G": 1 << 20}[unit]
+    return int(m.group(1)) * SCALE[(m.group(2) or "b").lower()] // 1024
 
 
 def l3_domains(found: list[tuple[int, frozenset[int], int]]) -> tuple[list[dict], dict[int, int]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from .. import cpuset
 from . import sysfs
@@ -32,7 +33,6 @@ class Cpu:
     siblings: frozenset[int] = frozenset()  # the threads of its physical core, itself included
     l3: int | None = None  # the id of its L3 cache (an L3 domain); None when unknown
     kind: str | None = None  # PERFORMANCE or EFFICIENCY on a hybrid host; None: the host has one kind
-
 
 
 @dataclass(frozen=True)
@@ -109,12 +109,16 @@ class Host:
     def smt(self) -> bool:
         return any(len(self.core_of(c)) > 1 for c in self.cpus)
 
-    @property
+    @cached_property
     def hybrid(self) -> bool:
         """Performance and efficiency cores (Intel hybrid, big.LITTLE): the kinds are known."""
-        if "_hybrid" not in self.__dict__:
-            self.__dict__["_hybrid"] = any(c.kind == EFFICIENCY for c in self.cpus.values())
-        return self.__dict__["_hybrid"]
+        return any(c.kind == EFFICIENCY for c in self.cpus.values())
+
+    @property
+    def devices_known(self) -> bool:
+        """Whether the host has a source of devices (sysfs, ``--nodedev``, libvirt's node devices);
+        a host from capabilities alone has none."""
+        return self.devices is not NO_DEVICES
 
     def efficient(self, cpu: int) -> bool:
         return self.cpus[cpu].kind == EFFICIENCY

@@ -42,7 +42,7 @@ from ..host import Host
 from ..host.sysfs import EFFICIENCY
 from ..placement import taken_cores
 from . import names
-from .devices import MapDevice, collect_devices, known_any
+from .devices import MapDevice, collect_devices
 
 LABEL = 6  # a domain's name in a CPU's label: at most this long (names.short)
 OVERLAPS = (audit_mod.CPU_OVERLAP, audit_mod.CORE_OVERLAP, audit_mod.FLOAT)  # marked on their CPUs
@@ -413,4 +413,4 @@ def build(host: Host, domains: Sequence[tuple[str | bytes, str]] = (), *, config
                 unbound[size] += count
     return HostMap(mode, host.arch, tuple(nodes), tuple(doms), reserved, host.isolated, hook,
                    report.problems, dict(unbound), tuple(warnings) + tuple(notes),
-                   tuple(d for d in devices if d.node not in host.node_ids), known_any(host))
+                   tuple(d for d in devices if d.node not in host.node_ids), host.devices_known)

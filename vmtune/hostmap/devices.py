@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from .. import locality
 from ..host import Host
-from ..host.devices import NO_DEVICES
 
 
 @dataclass(frozen=True)
@@ -50,8 +49,3 @@ def collect_devices(host: Host, parsed: Sequence) -> tuple[MapDevice, ...]:
             out.append(MapDevice(use.kind, use.key, use.what, index, where.known,
                                  where.node if where.known else None, where.via))
     return tuple(out)
-
-
-def known_any(host: Host) -> bool:
-    """Whether the host has a source of devices at all (a host from capabilities alone has none)."""
-    return host.devices is not NO_DEVICES
