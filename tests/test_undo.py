@@ -120,6 +120,53 @@ def test_a_profile_change_leaves_nothing_of_the_old_one():
 
 
 # -- the hand wins ----------------------------------------------------------------------------------------------
+def _tuned_nodes(root) -> list:
+    """The elements of the units vmtune's record keeps (what a pass may have written), all through."""
+    from vmtune.undo import TUNED, TUNED_DEVICES
+
+    units = [c for c in root if c.tag in TUNED]
+    units += [c for d in root.iterfind("devices") for c in d if c.tag in TUNED_DEVICES]
+    return [e for u in units for e in u.iter() if isinstance(e.tag, str)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(domains(), st.sampled_from(PROFILES), st.data())
+def test_any_hand_edit_of_what_vmtune_wrote_is_kept_or_noted(xml, profile, data):
+    """Edits by hand of the units vmtune tuned (an attribute set, a child added, an element removed):
+    untune and a re-tuning never fail on them, and an attribute the hand set survives untune."""
+    first = tuned(xml, HOST, profile)
+    if first is None:
+        return
+    root = etree.fromstring(first.xml.encode())
+    nodes = _tuned_nodes(root)
+    if not nodes:
+        return
+    marks = []
+    for i in range(data.draw(st.integers(1, 3), label="edits")):
+        nodes = _tuned_nodes(root)
+        node = data.draw(st.sampled_from(nodes), label="node")
+        how = data.draw(st.sampled_from(["set", "child", "remove"] if node.getparent() is not root else ["set", "child"]),
+                        label="how")
+        if how == "set":
+            name = data.draw(st.sampled_from(sorted(node.attrib) + ["hand"]), label="attr")
+            node.set(name, f"hand{i}")
+            marks.append((node, name, f"hand{i}"))
+        elif how == "child":
+            etree.SubElement(node, "hand").set("n", str(i))
+        else:
+            node.getparent().remove(node)
+    marks = [m for m in marks if any(a is root for a in m[0].iterancestors()) and m[0].get(m[1]) == m[2]]
+    edited = etree.tostring(root, encoding="unicode")
+    back = vmtune.untune(edited)
+    out = etree.fromstring(back.xml.encode())
+    for node, name, value in marks:
+        assert out.xpath(f"//*[@{name}='{value}']"), (root.getroottree().getpath(node), name, back.kept)
+    try:
+        vmtune.rewrite(edited, HOST, profile)
+    except VmtuneError:
+        pass
+
+
 def test_a_pin_moved_by_hand_stays_and_is_input_to_the_next_tuning():
     latency = vmtune.rewrite(STOCK.replace('<vcpu placement="static">1', '<vcpu placement="static">2'), HOST, "latency")
     root = etree.fromstring(latency.xml.encode())
@@ -162,6 +209,21 @@ def test_an_element_vmtune_added_and_the_hand_removed_says_so():
     assert etree.fromstring(back.xml.encode()).find("cpu").get("mode") == "host-model"
     result = vmtune.rewrite(edited, HOST, "latency")
     assert "/domain/numatune: vmtune added it, and it was removed by hand" in result.kept
+
+
+def test_an_element_vmtune_added_inside_a_unit_and_the_hand_changed_stays():
+    """vmtune changed <cpu> and added its <topology>; the hand changed the topology since: the rest
+    of <cpu> goes back, the hand's topology stays, with a note (and a re-tuning starts from that)."""
+    latency = vmtune.rewrite(STOCK, HOST, "latency")
+    root = etree.fromstring(latency.xml.encode())
+    root.find("cpu/topology").set("threads", "2")
+    edited = etree.tostring(root, encoding="unicode")
+    back = vmtune.untune(edited)
+    cpu = etree.fromstring(back.xml.encode()).find("cpu")
+    assert (cpu.get("mode"), cpu.findtext("model"), cpu.find("topology").get("threads")) == ("custom", "qemu64", "2")
+    assert "/domain/cpu/topology: vmtune added it, and it was changed by hand: what the hand wrote is kept" in back.kept
+    again = vmtune.rewrite(edited, HOST, "balanced")
+    assert "/domain/cpu/topology: vmtune added it, and it was changed by hand: what the hand wrote is kept" in again.kept
 
 
 def test_a_tag_changed_by_hand_stays():

@@ -95,15 +95,21 @@ def _apply(root, ops: list, notes: list[str], prefix: list) -> None:
 
 
 def unadd_node(node, made, where: str, notes: list[str]) -> None:
-    """A unit vmtune added and the hand changed since: its children as vmtune wrote them go, and
-    the unit too when nothing of the hand's is left in it."""
-    left = [digest(c) for c in counted(made)]
+    """A unit vmtune added (as ``made``) and the hand changed since: ``_strip_added``."""
+    _strip_added(node, [digest(c) for c in counted(made)], shallow(made), where, notes)
+
+
+def _strip_added(node, parts: list[str], bare: str, where: str, notes: list[str]) -> None:
+    """An element vmtune added and the hand changed since: its children still as vmtune wrote them
+    (``parts``, their digests) go, and the element too when nothing of the hand's is left in it
+    (no child, and its tag, attributes and text as vmtune wrote them: ``bare``, its ``shallow``)."""
+    left = list(parts)
     for child in counted(node):
         d = digest(child)
         if d in left:
             left.remove(d)
             node.remove(child)
-    if not counted(node) and shallow(node) == shallow(made):
+    if not counted(node) and shallow(node) == bare:
         node.getparent().remove(node)
         return
     notes.append(f"{where}: vmtune added it, and it was changed by hand: what the hand wrote is kept")
@@ -183,7 +189,7 @@ def _unadd(root, op, notes: list[str], prefix: list | None = None) -> None:
     """Take away what vmtune added: the whole element as vmtune wrote it; else the children it
     wrote that are still as written, and the element too when nothing the hand added or changed
     is left in it."""
-    path, made, shallow, parts = op[1], op[2], op[3], op[4]
+    path, made, bare, parts = op[1], op[2], op[3], op[4]
     node = find(root, path)
     where = where_of(path, None, prefix)
     if node is None:
@@ -192,16 +198,7 @@ def _unadd(root, op, notes: list[str], prefix: list | None = None) -> None:
     if digest(node) == made:
         node.getparent().remove(node)
         return
-    left = list(parts)
-    for child in counted(node):
-        d = digest(child)
-        if d in left:
-            left.remove(d)
-            node.remove(child)
-    if not counted(node) and shallow(node) == shallow:
-        node.getparent().remove(node)
-        return
-    notes.append(f"{where}: vmtune added it, and it was changed by hand: what the hand wrote is kept")
+    _strip_added(node, parts, bare, where, notes)
 
 
 def _undelete(root, op, notes: list[str], prefix: list | None = None) -> None:
