@@ -22,6 +22,7 @@ A host without cache information, core kinds or devices is placed exactly as bef
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import combinations
 
 from . import corepick, cpuset, placenotes, units
@@ -57,6 +58,19 @@ class Request:
     anchors: tuple[Anchor, ...] = ()  # the devices it uses, by node
     locality: DeviceLocality = DeviceLocality.PREFERRED  # what a passthrough device's node means
     kinds: CpuKinds = CpuKinds.ANY  # which cores of a hybrid host its dedicated vCPUs may take
+
+    @cached_property
+    def device_nodes(self) -> tuple[frozenset[int], frozenset[int]]:
+        """(The nodes of its passthrough devices, as ``locality`` weighs them; of its backing ones.)"""
+        need = frozenset(a.node for a in self.anchors if a.passthrough) \
+            if self.locality != DeviceLocality.IGNORE else frozenset()
+        return need, frozenset(a.node for a in self.anchors if not a.passthrough)
+
+    def off_devices(self, nodes) -> tuple[int, int]:
+        """How many nodes of its passthrough devices (as ``locality`` weighs them) and of its
+        backing devices ``nodes`` miss: the placement's first rules after the fewest nodes."""
+        need, backing = self.device_nodes
+        return len(need.difference(nodes)), len(backing.difference(nodes))
 
 
 @dataclass(frozen=True)
@@ -203,14 +217,13 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
     groups = {n: corepick.by_l3(host, cs) for n, cs in cores.items()}
     caps = {n: corepick.capacity(cs, req.smt) for n, cs in cores.items()}
     gcaps = {n: [corepick.capacity(g, req.smt) for g in gs] for n, gs in groups.items()}
-    need = {a.node for a in req.anchors if a.passthrough} if req.locality != DeviceLocality.IGNORE else set()
-    backing = {a.node for a in req.anchors if not a.passthrough}
     required = req.locality == DeviceLocality.REQUIRED
     n = req.vcpus
     for k in range(1, len(cores) + 1):
         best = None
         for nodes in combinations(sorted(cores), k):
-            if required and not need <= set(nodes):
+            off = req.off_devices(nodes)
+            if required and off[0]:
                 continue
             for shares in _shares(n, [caps[x] for x in nodes], [gcaps[x] for x in nodes]):
                 fit = _memory_fit(host, ledger, nodes, shares, req)
@@ -219,8 +232,8 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
                 size, parts, why = fit
                 room = sum(caps[x] for x in nodes)
                 l3, left, small, picks = _score(host, groups, nodes, shares, req.smt)
-                key = (len(need - set(nodes)), len(backing - set(nodes)), l3, left, small, size is None,
-                       any(a != shares[0] for a in shares), _distance(host, nodes), -room if req.spread else room, nodes)
+                key = off + (l3, left, small, size is None, any(a != shares[0] for a in shares),
+                             _distance(host, nodes), -room if req.spread else room, nodes)
                 if best is None or key < best[0]:
                     best = (key, nodes, picks, size, parts, why)
         if best is not None:
@@ -391,14 +404,13 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
         raise DoesNotFit("every host CPU is dedicated to another domain; nothing is left to share")
     if not one_node:
         return Placement(mode=Pinning.FLOAT, cpuset=free if ledger.dedicated else None)
-    need = {a.node for a in req.anchors if a.passthrough} if req.locality != DeviceLocality.IGNORE else set()
-    backing = {a.node for a in req.anchors if not a.passthrough}
     best = None
     for cell in host.cells:
         local = free & frozenset(cell.cpus)
         if not local:
             continue
-        if req.locality == DeviceLocality.REQUIRED and not need <= {cell.id}:
+        off = req.off_devices((cell.id,))
+        if req.locality == DeviceLocality.REQUIRED and off[0]:
             continue
         avail = _normal_free(host, ledger, cell.id)
         if avail is not None and avail < req.memory_kib:
@@ -406,9 +418,10 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
         # spread by the memory other domains left on the node, then by its shared CPUs
         room = avail if avail is not None else 0
         spread = (-room, -len(local), cell.id) if req.spread else (room, len(local), cell.id)
-        key = (len(need - {cell.id}), len(backing - {cell.id})) + spread
+        key = off + spread
         if best is None or key < best[0]:
             best = (key, cell.id, local)
+    need = req.device_nodes[0]
     if best is None and req.locality == DeviceLocality.REQUIRED and need:
         far = "; ".join(f"{a.what} is on node {a.node}" for a in req.anchors if a.passthrough)
         raise DoesNotFit(f"{far}: the domain's vCPUs and {req.memory_kib} KiB do not fit on "
@@ -422,4 +435,4 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
         )
     _, node, local = best
     return Placement(mode=Pinning.NODE, nodes=(node,), cpuset=local, warnings=tuple(placenotes.far(req, (node,))),
-                     why=tuple(placenotes.reasons(host, req, (node,), [], [])[1 if host.hybrid else 0:]))
+                     why=tuple(placenotes.reasons(host, req, (node,), [], [])))

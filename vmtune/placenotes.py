@@ -19,7 +19,8 @@ def far(req, nodes) -> list[str]:
 
 
 def reasons(host: Host, req, nodes, pins: list[int], caches: list[int | None]) -> list[str]:
-    """What decided the place, for ``--explain``: the L3 domains, the core kind, the device nodes."""
+    """What decided the place, for ``--explain``: the L3 domains, the core kind (of ``pins``, the
+    dedicated vCPUs' CPUs), the device nodes."""
     out = []
     if caches:
         ids = sorted(set(caches))  # type: ignore[arg-type]
@@ -28,7 +29,7 @@ def reasons(host: Host, req, nodes, pins: list[int], caches: list[int | None]) -
         many = "" if len(ids) <= len(nodes) else (" (no single L3 domain had room for them all)" if len(nodes) == 1
                                                    else f" (the fewest over {len(nodes)} nodes)")
         out.append(f"L3: {len(ids)} of the host's {len(host.caches)} L3 domains: {each}{many}")
-    if host.hybrid:
+    if host.hybrid and pins:  # dedicated vCPUs: the cores they took
         small = [c for c in pins if host.efficient(c)]
         out.append(f"core kind: {'performance cores only' if not small else 'efficiency cores too: ' + cpuset.format(small)}"
                    f" (cpu_kinds = \"{req.kinds}\")")
