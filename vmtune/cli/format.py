@@ -6,6 +6,7 @@ Each function returns text or lines, and prints nothing: the commands print them
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 
 from .. import cpuset, units
 
@@ -36,7 +37,7 @@ ATTRS = 4  # attributes of an element shown
 
 
 def _fit(line: str) -> str:
-    return line if len(line) <= LINE else line[:LINE - 1] + "…"
+    return _cut(line, LINE)
 
 
 def _parse(value: str):
@@ -67,13 +68,11 @@ def short(value: str | None) -> str | None:
     """A change's value for one line: an attribute's or a text's as it is (cut at VALUE); an
     element as its tag, its first attributes and a count of its children by tag, never whole."""
     if value is None or not value.startswith("<"):
-        return value if value is None or len(value) <= VALUE else value[:VALUE - 1] + "…"
+        return None if value is None else _cut(value, VALUE)
     el = _parse(value)
     if el is None:
         return _cut(value, VALUE)
-    counts: dict[str, int] = {}
-    for child in _children(el):
-        counts[_name(child)] = counts.get(_name(child), 0) + 1
+    counts = Counter(_name(child) for child in _children(el))
     inner = ", ".join(f"{n}×{name}" if n > 1 else name for name, n in counts.items())
     text = (el.text or "").strip()
     body = f" {_cut(inner, VALUE)}" if inner else f" {_cut(text)}" if text else ""
@@ -91,17 +90,11 @@ def changed(before: str, after: str) -> tuple[str, str]:
 
     mine = [edits.show(c) for c in _children(old)]
     theirs = [edits.show(c) for c in _children(new)]
-    gone: dict[str, int] = {}
-    added: dict[str, int] = {}
-    for el, text in zip(_children(old), mine):
-        if text not in theirs:
-            gone[_name(el)] = gone.get(_name(el), 0) + 1
-    for el, text in zip(_children(new), theirs):
-        if text not in mine:
-            added[_name(el)] = added.get(_name(el), 0) + 1
+    gone = Counter(_name(el) for el, text in zip(_children(old), mine) if text not in theirs)
+    added = Counter(_name(el) for el, text in zip(_children(new), theirs) if text not in mine)
     tally: dict[str, int] = {}
     for tag in list(dict.fromkeys([*gone, *added])):
-        g, a = gone.get(tag, 0), added.get(tag, 0)
+        g, a = gone[tag], added[tag]
         for sign, n in (("~", min(g, a)), ("+", a - g), ("-", g - a)):
             if n > 0:
                 tally[f"{sign}{tag}"] = n

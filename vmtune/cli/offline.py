@@ -54,34 +54,40 @@ def _add_host_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
 
 
+def _add_domain_args(p: argparse.ArgumentParser) -> None:
+    """DOMAIN.xml, and where the result goes (rewrite, untune)."""
+    p.add_argument("domain", metavar="DOMAIN.xml", help="domain XML file, or - for stdin")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT (atomically)")
+    out.add_argument("-i", "--in-place", action="store_true", help="replace DOMAIN.xml (atomically)")
+
+
+def _add_show_args(p: argparse.ArgumentParser, explain: bool) -> None:
+    """What is printed of the result (rewrite, untune)."""
+    show = p.add_mutually_exclusive_group()
+    show.add_argument("--diff", action="store_true", help="print a unified diff")
+    if explain:
+        show.add_argument("--explain", action="store_true", help="print one line per change with its reason")
+    show.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     rw = sub.add_parser("rewrite", help="tune a domain XML for this host",
                         description="Rewrite a libvirt domain XML for the host's topology.")
-    rw.add_argument("domain", metavar="DOMAIN.xml", help="domain XML file, or - for stdin")
-    out = rw.add_mutually_exclusive_group()
-    out.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT (atomically)")
-    out.add_argument("-i", "--in-place", action="store_true", help="replace DOMAIN.xml (atomically)")
+    _add_domain_args(rw)
     _add_host_args(rw)
     rw.add_argument("--profile", metavar="NAME", help="profile (default: the domain's tag, else balanced)")
     rw.add_argument("--claim", metavar="OTHER.xml", action="append", default=[],
                     help="another domain on this host whose CPUs, memory and hugepages are taken (repeatable)")
-    show = rw.add_mutually_exclusive_group()
-    show.add_argument("--diff", action="store_true", help="print a unified diff")
-    show.add_argument("--explain", action="store_true", help="print one line per change with its reason")
-    show.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_show_args(rw, explain=True)
     rw.add_argument("--force-virtio", action="store_true",
                     help="move Windows guests' boot disk and NICs to virtio too")
 
     un = sub.add_parser("untune", help="give back a domain XML as it was before vmtune",
                         description="Put back what vmtune's rewrites changed in a domain XML (by the record it "
                                     "keeps in <metadata>), keeping what was changed by hand since.")
-    un.add_argument("domain", metavar="DOMAIN.xml", help="domain XML file, or - for stdin")
-    out = un.add_mutually_exclusive_group()
-    out.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT (atomically)")
-    out.add_argument("-i", "--in-place", action="store_true", help="replace DOMAIN.xml (atomically)")
-    show = un.add_mutually_exclusive_group()
-    show.add_argument("--diff", action="store_true", help="print a unified diff")
-    show.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_domain_args(un)
+    _add_show_args(un, explain=False)
 
     topo = sub.add_parser("topology", help="show the host's NUMA topology and reserved CPUs")
     _add_host_args(topo)
@@ -102,24 +108,39 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     hook.add_argument("-q", "--quiet", action="store_true", help="reap: print only what was done")
 
 
-def cmd_rewrite(args, cfg, roots) -> int:
+def _read_domain(args) -> str | bytes:
+    """The domain XML of DOMAIN.xml, or stdin (``-i`` needs a file)."""
     if args.in_place and args.domain == "-":
         raise InvalidInput("-i needs a file, not stdin")
-    source = xmlsafe.read(args.domain, "domain XML")
-    claims = [xmlsafe.read(path, "claimed domain XML") for path in args.claim]
-    result = rewrite(source, host_of(args), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
+    return xmlsafe.read(args.domain, "domain XML")
+
+
+def _write_result(args, xml: str, changed: bool = True) -> str | None:
+    """Write ``xml`` to ``-o OUT``, or over DOMAIN.xml with ``-i`` where it ``changed``, atomically;
+    the file written to (None: stdout is the output)."""
     # -i on a symlink rewrites the file it points to, as sed -i --follow-symlinks would
     target = os.path.realpath(args.domain) if args.in_place else args.output
-    if target:
-        write_atomic(target, result.xml, mode_from=args.domain if args.in_place else None)
+    if target and (changed or not args.in_place):
+        write_atomic(target, xml, mode_from=args.domain if args.in_place else None)
+    return target
+
+
+def _name(args) -> str:
+    return "stdin" if args.domain == "-" else args.domain
+
+
+def cmd_rewrite(args, cfg, roots) -> int:
+    source = _read_domain(args)
+    claims = [xmlsafe.read(path, "claimed domain XML") for path in args.claim]
+    result = rewrite(source, host_of(args), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
+    target = _write_result(args, result.xml)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
     for warning in result.warnings:
         print(f"vmtune: warning: {warning}", file=sys.stderr)
     if args.diff:
-        name = "stdin" if args.domain == "-" else args.domain
-        sys.stdout.write(fmt.diff(source, result.xml, name, f"{name} (vmtune {result.profile})"))
+        sys.stdout.write(fmt.diff(source, result.xml, _name(args), f"{_name(args)} (vmtune {result.profile})"))
     elif args.explain:
         print("\n".join(fmt.explain(result)))
     elif not target:
@@ -131,24 +152,19 @@ def cmd_untune(args, cfg, roots) -> int:
     """``vmtune untune``: the domain as it was before vmtune, what the hand changed since kept."""
     from ..driver import untune
 
-    if args.in_place and args.domain == "-":
-        raise InvalidInput("-i needs a file, not stdin")
-    source = xmlsafe.read(args.domain, "domain XML")
+    source = _read_domain(args)
     result = untune(source)
-    target = os.path.realpath(args.domain) if args.in_place else args.output
-    if target and (result.changed or not args.in_place):
-        write_atomic(target, result.xml, mode_from=args.domain if args.in_place else None)
+    target = _write_result(args, result.xml, result.changed)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
     if not result.changed:
-        print(f"vmtune: {'stdin' if args.domain == '-' else args.domain}: vmtune never tuned it (no record of "
+        print(f"vmtune: {_name(args)}: vmtune never tuned it (no record of "
               "vmtune's changes in its <metadata>): nothing changed", file=sys.stderr)
     for note in result.kept:
         print(f"vmtune: kept by hand: {note}", file=sys.stderr)
     if args.diff:
-        name = "stdin" if args.domain == "-" else args.domain
-        sys.stdout.write(fmt.diff(source, result.xml, name, f"{name} (before vmtune)"))
+        sys.stdout.write(fmt.diff(source, result.xml, _name(args), f"{_name(args)} (before vmtune)"))
     elif not target:
         sys.stdout.write(result.xml)
     return 0
