@@ -127,26 +127,27 @@ def write(root: etree._Element, record: dict) -> None:
     tag = root.find(f"metadata/{TAG}")
     if tag is None:
         return
-    for old in [c for c in tag if local_name(c.tag) == "undo"]:
+    for old in records(root):
         tag.remove(old)
     el = etree.SubElement(tag, UNDO)
     el.set("version", str(VERSION))
     el.text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
-def _found(root: etree._Element) -> list:
+def records(root: etree._Element) -> list[etree._Element]:
+    """The record elements in ``root``'s vmtune tag (one, or none)."""
     tag = root.find(f"metadata/{TAG}")
     return [c for c in tag if local_name(c.tag) == "undo"] if tag is not None else []
 
 
 def recorded(root: etree._Element) -> bool:
     """Whether ``root`` has a record (read or not)."""
-    return bool(_found(root))
+    return bool(records(root))
 
 
 def read(root: etree._Element) -> dict | None:
     """The record in ``root``'s vmtune tag; None without one; InvalidInput when it is damaged."""
-    found = _found(root)
+    found = records(root)
     if not found:
         return None
     try:

@@ -11,47 +11,39 @@ from __future__ import annotations
 from xml.sax.saxutils import quoteattr
 
 from .. import config as config_mod
-from .. import profiles, xmlsafe
+from .. import profiles, undo, xmlsafe
 from ..model import NS, Domain
 from . import connect
 
 PREFIX = "vmtune"
 
 
-def current(dom) -> str | None:
-    """The profile ``dom``'s persistent definition is tagged with, or None."""
+def _definition(dom) -> Domain:
+    """``dom``'s persistent definition (its live XML when it has none)."""
     lv = connect.libvirt()
     xml = dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE) if dom.isPersistent() else dom.XMLDesc(0)
-    return Domain(xmlsafe.parse(xml, "domain XML")).tagged_profile
+    return Domain(xmlsafe.parse(xml, "domain XML"))
+
+
+def current(dom) -> str | None:
+    """The profile ``dom``'s persistent definition is tagged with, or None."""
+    return _definition(dom).tagged_profile
 
 
 def tag(dom, profile: str, config: config_mod.Config | None = None) -> str | None:
     """Tag ``dom`` with ``profile`` (which must exist); return the profile it had before."""
     config = config or config_mod.Config()
     profiles.load(profile, config.profiles_dir)  # an unknown profile is InvalidInput
-    lv = connect.libvirt()
-    before = current(dom)
-    kept = "".join(_record(dom))  # vmtune's record of its changes stays with the tag (vmtune/undo.py)
-    dom.setMetadata(lv.VIR_DOMAIN_METADATA_ELEMENT, f"<tune profile={quoteattr(profile)}>{kept}</tune>", PREFIX, NS,
-                    lv.VIR_DOMAIN_AFFECT_CONFIG)
-    return before
-
-
-def _record(dom) -> list[str]:
-    """The record children of ``dom``'s tag, as XML text with our prefix (libvirt keeps them)."""
     from lxml import etree
 
     lv = connect.libvirt()
-    xml = dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE) if dom.isPersistent() else dom.XMLDesc(0)
-    tag = Domain(xmlsafe.parse(xml, "domain XML")).tag
-    if tag is None:
-        return []
-    out = []
-    for child in tag:
-        if isinstance(child.tag, str) and etree.QName(child).localname == "undo":
-            text = etree.tostring(child, encoding="unicode", with_tail=False)
-            out.append(text)
-    return out
+    now = _definition(dom)
+    before = now.tagged_profile
+    # vmtune's record of its changes stays with the tag (vmtune/undo.py), as XML with our prefix
+    kept = "".join(etree.tostring(r, encoding="unicode", with_tail=False) for r in undo.records(now.node))
+    dom.setMetadata(lv.VIR_DOMAIN_METADATA_ELEMENT, f"<tune profile={quoteattr(profile)}>{kept}</tune>", PREFIX, NS,
+                    lv.VIR_DOMAIN_AFFECT_CONFIG)
+    return before
 
 
 def untag(dom) -> str | None:
@@ -66,6 +58,4 @@ def untag(dom) -> str | None:
 
 def _has_element(dom) -> bool:
     """A ``<vmtune:tune>`` without a profile attribute is a tag too."""
-    lv = connect.libvirt()
-    xml = dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE) if dom.isPersistent() else dom.XMLDesc(0)
-    return Domain(xmlsafe.parse(xml, "domain XML")).tag is not None
+    return _definition(dom).tag is not None
