@@ -309,18 +309,23 @@ def _floats(host: Host, doms: list[_Dom], reserved: frozenset[int]) -> list[Prob
     return out
 
 
-def _tags(doms: list[_Dom], profiles_dir: str | None, reserved: frozenset[int]) -> list[Problem]:
-    out = []
+def _profiles(doms: list[_Dom], profiles_dir: str | None) -> dict[str, profiles.Profile | None]:
+    """The profile of each tag the domains carry, loaded once (None: no such profile here)."""
     known: dict[str, profiles.Profile | None] = {}
+    for name in {d.row.profile for d in doms if d.row.profile}:
+        try:
+            known[name] = profiles.load(name, profiles_dir)
+        except InvalidInput:
+            known[name] = None
+    return known
+
+
+def _tags(doms: list[_Dom], known: dict[str, profiles.Profile | None], reserved: frozenset[int]) -> list[Problem]:
+    out = []
     for d in doms:
         name = d.row.profile
         if not name:
             continue
-        if name not in known:
-            try:
-                known[name] = profiles.load(name, profiles_dir)
-            except InvalidInput:
-                known[name] = None
         prof = known[name]
         if prof is None:
             out.append(Problem(UNKNOWN_PROFILE, (d.row.name,), message=(
@@ -338,17 +343,13 @@ def _tags(doms: list[_Dom], profiles_dir: str | None, reserved: frozenset[int]) 
     return out
 
 
-def _devices(host: Host, doms: list[_Dom], profiles_dir: str | None) -> list[Problem]:
+def _devices(host: Host, doms: list[_Dom], known: dict[str, profiles.Profile | None]) -> list[Problem]:
     """device-remote: a dedicated domain away from every node its passthrough devices hang off;
     device-shared: one device passed through to two domains."""
     out = []
     for d in doms:
-        if not d.row.profile or not d.row.nodes or not d.claim.passthrough:
-            continue
-        try:
-            if not profiles.load(d.row.profile, profiles_dir).dedicated:
-                continue
-        except InvalidInput:
+        prof = known.get(d.row.profile) if d.row.profile else None
+        if prof is None or not prof.dedicated or not d.row.nodes or not d.claim.passthrough:
             continue
         for use, where in locality.locate(host, d.dom).located:
             if where.constrains and where.node not in d.row.nodes:
@@ -443,8 +444,9 @@ def audit(host: Host, domains: list[tuple[str, str]], *, config: config_mod.Conf
     doms = [_read(host, xml, state, i) for i, (xml, state) in enumerate(domains)]
     reserved = host.reserved(config)
     pages_problems, need = _hugepages(host, doms)
-    problems = (_overlaps(host, doms) + _floats(host, doms, reserved) + _tags(doms, config.profiles_dir, reserved)
-                + pages_problems + _devices(host, doms, config.profiles_dir))
+    known = _profiles(doms, config.profiles_dir)
+    problems = (_overlaps(host, doms) + _floats(host, doms, reserved) + _tags(doms, known, reserved)
+                + pages_problems + _devices(host, doms, known))
     problems.sort(key=lambda p: (_ORDER.get(p.kind, len(KINDS)), p.domains, sorted(p.cpus), p.nodes, p.message))
     return Report(tuple(d.row for d in doms), tuple(problems), _free(host, doms, reserved, need),
                   tuple(d.dom for d in doms))
