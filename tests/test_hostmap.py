@@ -154,11 +154,16 @@ def pinned_domains(draw, ids: list[int], index: int) -> str:
             + f"<cputune>{''.join(tune)}</cputune><os><type arch='x86_64'>hvm</type></os></domain>")
 
 
+def _far(host: Host) -> int:
+    """A CPU id the host does not have, online or offline (a pin outside it)."""
+    return max(set(host.cpus) | set(host.offline)) + 7
+
+
 @st.composite
 def mapped_hosts(draw):
     host, offline = draw(machines(hybrid=True))
     host = Host.from_capabilities(caps_xml(host, offline)) if draw(st.booleans()) else _with_offline(host, offline)
-    ids = sorted(set(host.cpus) | set(host.offline)) + [max(host.cpus) + 7]
+    ids = sorted(set(host.cpus) | set(host.offline)) + [_far(host)]
     xmls = [draw(pinned_domains(ids, i)) for i in range(draw(st.integers(0, 4)))]
     return host, xmls
 
@@ -182,7 +187,7 @@ def test_every_cpu_once_and_every_pin_on_its_cpu(case):
             for cpu in core:
                 node_of = host.cpus[cpu.id].node if cpu.id in host.cpus else host.offline[cpu.id]
                 assert node_of == node.id
-    far = max(host.cpus) + 7
+    far = _far(host)
     assert all(far not in c.pins for c in hostmap.cpus)
     for dom in hostmap.domains:
         named = any(far in t.cpus for t in dom.threads)
