@@ -98,10 +98,6 @@ def _flatten(data: dict) -> dict:
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 
 
-def _builtin(name: str) -> Path:
-    return Path(_HERE, f"{name}.toml")
-
-
 @functools.lru_cache(maxsize=64)
 def _builtin_text(name: str) -> str | None:
     """A built-in profile's text: the package's files do not change while vmtune runs."""
@@ -159,7 +155,7 @@ def _raw(name: str, user_dir: str | None, seen: tuple[tuple[str, str], ...] = ()
         return flat
     # a user profile that overrides a built-in may extend it: ``inherit`` of its own name is the built-in
     own = parent == name
-    if own and not _builtin(name).is_file():
+    if own and _builtin_text(name) is None:
         raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(chain + (name,))})")
     return {**_raw(parent, user_dir, seen + ((name, where),), builtin_only=own), **flat}
 

@@ -211,7 +211,7 @@ def _retag(root, record: dict, notes: list[str]) -> None:
     if record.get("profile") and tag.get("profile") != record["profile"]:
         notes.append(f"/domain/metadata/vmtune:tune/@profile: {tag.get('profile')!r} by hand (vmtune wrote "
                      f"{record['profile']!r}): kept")
-        for old in [c for c in tag if local_name(c.tag) == "undo"]:
+        for old in records(root):
             tag.remove(old)
         return
     if record.get("tag"):
@@ -223,6 +223,5 @@ def _retag(root, record: dict, notes: list[str]) -> None:
 
 def strip(root: etree._Element) -> None:
     """``root`` without its record (the tag stays): what claims and the hook read is the same."""
-    tag = root.find(f"metadata/{TAG}")
-    for old in [c for c in tag if local_name(c.tag) == "undo"] if tag is not None else []:
-        tag.remove(old)
+    for old in records(root):
+        old.getparent().remove(old)
