@@ -7,6 +7,7 @@ import os
 import platform
 import re
 import statistics
+import time
 import sys
 from pathlib import Path
 
@@ -93,6 +94,22 @@ def quantile(values: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def time_calls(call, times: int) -> tuple[list[float], object]:
+    """``call()`` run ``times`` times: the seconds each took, and the last one's result."""
+    out, result = [], None
+    for _ in range(times):
+        t0 = time.perf_counter()
+        result = call()
+        out.append(time.perf_counter() - t0)
+    return out, result
+
+
+def ms_figures(times: list[float]) -> dict:
+    """p50, p99 and mean of call times (seconds), in ms: one run's figures."""
+    return {"p50_ms": quantile(times, 0.5) * 1e3, "p99_ms": quantile(times, 0.99) * 1e3,
+            "mean_ms": statistics.fmean(times) * 1e3}
 
 
 def spread(values: list[float]) -> dict:

@@ -27,7 +27,7 @@ from lxml import etree
 import vmtune
 from vmtune.errors import DoesNotFit, InvalidInput, Unsupported
 
-from .common import CORPUS, EXAMPLES, quantile, summarize
+from .common import CORPUS, EXAMPLES, ms_figures, quantile, summarize, time_calls
 
 PROFILES = ("balanced", "latency", "realtime", "throughput")
 EXAMPLE_HOST = EXAMPLES / "hosts" / "2node-smt.xml"
@@ -209,18 +209,9 @@ def placement(sizes: tuple[int, ...], runs: int, inner: int, virt_type: str, log
             if n not in facts:
                 facts[n] = _fleet_facts(host, outputs)
             gc.collect()
-            one = []
-            for _ in range(inner):
-                t0 = time.perf_counter()
-                result = vmtune.rewrite(extra, host, claims=outputs)
-                one.append(time.perf_counter() - t0)
+            one, result = time_calls(lambda: vmtune.rewrite(extra, host, claims=outputs), inner)
             facts[n]["extra_placement"] = result.placement
-            one_runs[n].append({
-                "p50_ms": quantile(one, 0.5) * 1e3,
-                "p99_ms": quantile(one, 0.99) * 1e3,
-                "mean_ms": statistics.fmean(one) * 1e3,
-                "samples": len(one),
-            })
+            one_runs[n].append({**ms_figures(one), "samples": len(one)})
         log(f"placement: round {r + 1}/{runs} done")
     desc_host = (f"generated: {NODES} nodes x {CORES_PER_NODE} cores x {THREADS} threads = "
                  f"{NODES * CORES_PER_NODE * THREADS} CPUs, {NODE_MEMORY_KIB >> 20} GiB, "

@@ -17,17 +17,15 @@ from __future__ import annotations
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import vmtune
 from vmtune.host.devices import Location, Table
 from vmtune.host.topology import L3
 
-from .common import CORPUS, EXAMPLES, ROOT, quantile, summarize
+from .common import CORPUS, EXAMPLES, ROOT, ms_figures, quantile, summarize, time_calls
 from .costs import MIX, grid_host, make_domain
 
 NODES, CORES, THREADS, L3_CORES = 4, 32, 2, 8
@@ -93,14 +91,9 @@ def placement(size: str, virt_type: str, log) -> list[dict]:
                 except vmtune.DoesNotFit:
                     continue
             gc.collect()
-            times = []
-            for _ in range(inner):
-                t0 = time.perf_counter()
-                result = vmtune.rewrite(extra, host, claims=outputs)
-                times.append(time.perf_counter() - t0)
+            times, result = time_calls(lambda: vmtune.rewrite(extra, host, claims=outputs), inner)
             facts[n] = {"planned": len(outputs), "placement": result.placement}
-            per[n].append({"p50_ms": quantile(times, 0.5) * 1e3, "p99_ms": quantile(times, 0.99) * 1e3,
-                           "mean_ms": statistics.fmean(times) * 1e3})
+            per[n].append(ms_figures(times))
         log(f"placement-l3: round {r + 1}/{runs} done")
     out = []
     for n in sizes:
