@@ -23,8 +23,9 @@ domains) runs with part 2 and alone with ``--part map``.
 from a temporary git worktree of REV (bench/hook_cost.py): variants ``SHORT:tagged-prepare`` etc.
 
 The ``placement-l3`` case (bench/locality_cost.py: placing one more latency domain with a GPU on a
-256-CPU host with 16 L3 domains, N claims) runs with part 2 and alone with ``--part locality``;
-``--rewrite-against REV`` adds the ``rewrite-against`` case there: this tree's rewrite throughput
+256-CPU host with 16 L3 domains, N claims) and the ``retune`` case (a rewrite of a domain vmtune
+tuned before against a first rewrite, over the corpus) run with part 2 and alone with ``--part
+locality``; ``--rewrite-against REV`` adds the ``rewrite-against`` case there: this tree's rewrite throughput
 over REV's, in one interleaved run.
 """
 
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         records += map_cost.run(size, args.virt_type, log)  # its SIZES in bench/map_cost.py
     if args.part in (None, "2", "locality"):
         records += locality_cost.placement(size, args.virt_type, log)  # its SIZES in bench/locality_cost.py
+        records += locality_cost.retune(size, log)  # its ROUNDS in bench/locality_cost.py
         if args.rewrite_against:
             records += locality_cost.against(args.rewrite_against, size, log)
     part1, isolation, noise = {"ran": False}, {"ran": False}, {"ran": False}

@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import vmtune
@@ -107,6 +108,49 @@ def placement(size: str, virt_type: str, log) -> list[dict]:
             "calls_per_run": inner, "fleet": facts[n], "per_run": per[n], "goal_ms": 50,
         })
     return out
+
+
+# -- re-tuning against a first rewrite -------------------------------------------------------------
+def retune(size: str, log) -> list[dict]:
+    """Per round, every corpus (domain, profile) pair on both hosts rewritten fresh, then its output
+    rewritten again with the same profile (a re-tuning: the record taken back, the changes worked out
+    from the input as given); the order alternates by round; ratio: re-tune ms / fresh ms, paired."""
+    paths = sorted((CORPUS / "domains").glob("*.xml")) + sorted(EXAMPLES.glob("*.xml"))
+    hosts = {k: vmtune.Host.from_capabilities(v.read_bytes()) for k, v in HOSTS.items()}
+    pairs = []
+    for host in hosts.values():
+        for path in paths:
+            xml = path.read_bytes()
+            for prof in ("balanced", "latency", "realtime", "throughput"):
+                try:
+                    pairs.append((host, xml, vmtune.rewrite(xml, host, prof).xml, prof))
+                except vmtune.VmtuneError:
+                    continue
+    rounds = ROUNDS[size]
+    per_round = []
+    for r in range(rounds):
+        times: dict[str, list[float]] = {}
+        for which in (("fresh", "again") if r % 2 == 0 else ("again", "fresh")):
+            gc.collect()
+            times[which] = []
+            for host, xml, tuned, prof in pairs:
+                source = xml if which == "fresh" else tuned
+                t0 = time.perf_counter()
+                vmtune.rewrite(source, host, prof)
+                times[which].append(time.perf_counter() - t0)
+        fresh, again = ms_figures(times["fresh"]), ms_figures(times["again"])
+        per_round.append({**again, "ms_fresh": fresh["mean_ms"], "ratio": again["mean_ms"] / fresh["mean_ms"]})
+        log(f"retune: round {r + 1}/{rounds}")
+    s = summarize(per_round, ("p50_ms", "p99_ms", "mean_ms", "ms_fresh", "ratio"))
+    return [{
+        "case": "retune", "variant": "corpus",
+        "description": "a rewrite of a domain vmtune tuned before (its output, same profile) against a first "
+                       "rewrite of the domain, over the corpus pairs on both hosts, interleaved by round; "
+                       "p50/p99/mean: the re-tuning's ms per call; ratio: its mean / the first rewrite's, by round",
+        "pairs": len(pairs), "runs": rounds, "hosts": list(HOSTS),
+        "p50_ms": s["p50_ms"]["median"], "p99_ms": s["p99_ms"]["median"],
+        "ratio_median": s["ratio"]["median"], "spread": s, "per_run": per_round,
+    }]
 
 
 # -- this tree against another revision ------------------------------------------------------------

@@ -13,7 +13,8 @@ from conftest import ROOT
 
 REQUIRED = ("case", "variant", "virt_type", "p50_ms", "p99_ms", "spread", "runs",
             "machine", "python", "lxml")
-CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost", "map", "placement-l3"}
+CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost", "map", "placement-l3",
+         "retune"}
 HOOK_VARIANTS = {"python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release",
                  "reap-idle"}
 PROFILES = {"balanced", "latency", "realtime", "throughput"}
@@ -55,6 +56,8 @@ def test_bench_run_quick(tmp_path: Path):
     for rec in records:
         if rec["case"] == "placement-l3":  # the extra domain went beside its GPU, in one L3 domain
             assert rec["fleet"]["placement"]["nodes"] == [3] and len(rec["fleet"]["placement"]["l3"]) == 1
+    (again,) = [rec for rec in records if rec["case"] == "retune"]
+    assert again["pairs"] > 100 and _number(again["ratio_median"]) and _number(again["spread"]["ms_fresh"]["median"])
     for rec in records:
         if rec["case"] == "rewrite-throughput":
             counts = rec["domains"]
