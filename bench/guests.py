@@ -373,7 +373,7 @@ def variant_xmls(stock: str, host: vmtune.Host, config: vmtune.Config) -> dict[s
         return "same element, tuned writes more" if c.element in tuned_elements else "not in tuned"
     out = {"stock": {"xml": stock, "changes": [], "note": "examples/stock-latency.xml as it is"}}
     for name, (alone, overrides, note) in SINGLE.items():
-        root, ctx, *_ = driver.prepare(stock, host, "latency", config=config)
+        root, ctx = driver.prepare(stock, host, "latency", config=config)
         ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, **overrides))
         changes, warnings = driver.run_passes(root, ctx, passes=alone)
         out[name] = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
 from lxml import etree
 
@@ -162,14 +161,6 @@ OLD_WARNING = ("tuned by an older vmtune, which kept no record: the previous tun
                "from the domain's own settings, and is tuned again as it stands")
 
 
-class Prepared(NamedTuple):
-    root: etree._Element
-    ctx: PassContext
-    kept: tuple[str, ...] = ()  # with start_over: what the hand changed since vmtune's rewrite, and stays
-    warned: tuple[str, ...] = ()  # with start_over: the warnings of putting vmtune's changes back
-    given: etree._Element | None = None  # with start_over: the domain as given, when it had a record
-
-
 def prepare(
     xml: str | bytes,
     host: Host,
@@ -179,11 +170,27 @@ def prepare(
     ledger: claims_mod.Ledger | None = None,
     force_virtio: bool = False,
     config: config_mod.Config | None = None,
-    start_over: bool = False,
-) -> Prepared:
+) -> tuple[etree._Element, PassContext]:
     """Parse and check the domain, load the profile, add up the claims (or take ``ledger``: what
-    the others hold, known another way) and place the domain; with ``start_over``, first put back
-    what vmtune's last rewrite changed (its record, vmtune/undo.py)."""
+    the others hold, known another way) and place the domain."""
+    root, ctx, *_ = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio, config=config)
+    return root, ctx
+
+
+def _prepare(
+    xml: str | bytes,
+    host: Host,
+    profile: str | None = None,
+    claims: Iterable[str | bytes] = (),
+    *,
+    ledger: claims_mod.Ledger | None = None,
+    force_virtio: bool = False,
+    config: config_mod.Config | None = None,
+    start_over: bool = False,
+) -> tuple[etree._Element, PassContext, tuple[str, ...], tuple[str, ...], etree._Element | None]:
+    """``prepare``; with ``start_over``, first put back what vmtune's last rewrite changed (its
+    record, vmtune/undo.py), and also return what the hand changed since and stays, the warnings
+    of that step, and the domain as given when it had a record (else None)."""
     config = config or config_mod.Config()
     root = xmlsafe.parse(xml, "domain XML")
     given = copy.deepcopy(root) if start_over and undo.recorded(root) else None
@@ -201,8 +208,8 @@ def prepare(
         ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
     reserved = host.reserved(config)
     placement = placement_for(prof, host, ledger, reserved, dom, config)
-    return Prepared(root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio), tuple(kept),
-                    tuple(warned), given)
+    return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio), tuple(kept), tuple(warned),
+            given)
 
 
 def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER) -> tuple[list[Change], list[str]]:
@@ -237,8 +244,8 @@ def tune(
     placement passes, with a ledger from its leases). ``record``: start from the domain as it was
     before vmtune (its record), and record this tuning in it (``rewrite``'s way; the re-pin changes
     only pins, byte for byte). Raises as ``rewrite`` does."""
-    root, ctx, kept, warned, given = prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio,
-                                             config=config, start_over=record)
+    root, ctx, kept, warned, given = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio,
+                                              config=config, start_over=record)
     base = undo.snapshot(root) if record else None
     changes, warnings = run_passes(root, ctx, passes)
     if base is not None:
