@@ -84,19 +84,22 @@ def read(env: Path, rel: str) -> str:
 
 SYSTEMCTL = """#!/bin/sh
 # A stub systemctl: records each call; set-property --runtime writes the runtime drop-in as systemd
-# does, show reads it (else the unit's own value in {units}/UNIT) and prints it as systemd does.
+# does (a transient unit's, init.scope's, under transient/: systemd 257 in tests/guest_cgroup2), show
+# reads it (else the unit's own value in {units}/UNIT) and prints it as systemd does.
 # A call listed in {fail} fails.
 echo "$*" >> "{log}"
+case "$1" in show) unit=$5 ;; *) unit=$3 ;; esac
+case "$unit" in init.scope) dir=transient ;; *) dir=system.control ;; esac
 if [ -f "{fail}" ] && grep -qxF -- "$*" "{fail}"; then echo "stub: failed" >&2; exit 1; fi
 case "$1" in
   show)
-    f="{run}/systemd/system.control/$5.d/50-AllowedCPUs.conf"
+    f="{run}/systemd/$dir/$5.d/50-AllowedCPUs.conf"
     # printed as systemd prints a CPU set: ranges joined by spaces ("0-1 3")
     {{ if [ -f "$f" ]; then sed -n 's/^AllowedCPUs=//p' "$f"; else cat "{units}/$5" 2>/dev/null || echo; fi; }} | tr ',' ' ' ;;
   set-property)
-    mkdir -p "{run}/systemd/system.control/$3.d"
+    mkdir -p "{run}/systemd/$dir/$3.d"
     printf '# created via "systemctl set-property"\\n[Slice]\\n%s\\n' "$4" \\
-      > "{run}/systemd/system.control/$3.d/50-AllowedCPUs.conf" ;;
+      > "{run}/systemd/$dir/$3.d/50-AllowedCPUs.conf" ;;
   daemon-reload|enable|disable) ;;  # the reaper's timer (vmtune/reaper.py)
   *) exit 1 ;;
 esac

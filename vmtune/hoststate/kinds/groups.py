@@ -144,7 +144,9 @@ class SystemdUnit(GroupKind):
     """A systemd unit's ``AllowedCPUs`` (empty: not set, every CPU), through ``systemctl``.
 
     The item's file is the unit's runtime drop-in (``RUNFS/systemd/system.control/UNIT.d/``
-    ``50-AllowedCPUs.conf``), the file ``set-property --runtime`` writes. Writing the empty value
+    ``50-AllowedCPUs.conf``), the file ``set-property --runtime`` writes; for a transient unit,
+    init.scope among them, systemd writes it under ``RUNFS/systemd/transient/`` instead (seen on
+    systemd 257, ``unit_drop_in_dir``). Writing the empty value
     (the unit had no ``AllowedCPUs``) resets the property, as an empty assignment does in a unit
     file, and then removes that drop-in when it holds nothing but ``AllowedCPUs``: systemd's live
     value is reset already, and the next ``daemon-reload`` finds the unit's own configuration as
@@ -157,7 +159,8 @@ class SystemdUnit(GroupKind):
     def write(self, item: Item, value: str) -> None:
         systemctl("set-property", "--runtime", item.key.name, f"AllowedCPUs={value.strip()}")  # type: ignore[attr-defined]
         if not value.strip():
-            remove_drop_in(item.where)
+            for rel in drop_ins(item.key.name):  # type: ignore[attr-defined]
+                remove_drop_in(os.path.join(item.root, rel))
 
     def read(self, item: Item) -> str | None:
         try:
@@ -176,9 +179,17 @@ def allowed_cpus(unit: str) -> str:
     return ",".join(systemctl("show", "-p", "AllowedCPUs", "--value", unit).split())
 
 
+DROP_IN_DIRS = ("system.control", "transient")  # a unit's runtime drop-ins; a transient unit's
+
+
 def drop_in(unit: str) -> str:
     """The unit's runtime drop-in, under the run root."""
-    return os.path.join("systemd", "system.control", f"{unit}.d", DROP_IN)
+    return drop_ins(unit)[0]
+
+
+def drop_ins(unit: str) -> list[str]:
+    """Where systemd may have written the unit's runtime drop-in, under the run root."""
+    return [os.path.join("systemd", folder, f"{unit}.d", DROP_IN) for folder in DROP_IN_DIRS]
 
 
 def remove_drop_in(path: str) -> None:
