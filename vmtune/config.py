@@ -31,12 +31,11 @@ OnConflict = choice("OnConflict", "refuse", "warn")
 CStateScope = choice("CStateScope", "host", "pinned")  # every online CPU; the leases' pinned CPUs
 KsmPolicy = choice("KsmPolicy", "off", "keep")
 Isolate = choice("Isolate", "on", "off")
+# the isolation's method: today's (tasks, IRQs, masks, cgroups); none; today's plus an isolated
+# cpuset partition of each started domain's vCPU groups (cgroup v2, Linux 6.7+; else today's)
+IsolateMethod = choice("IsolateMethod", "on", "off", "partition")
 HugepagePolicy = choice("HugepagePolicy", "top-up", "off")
 
-
-# the extra isolation items and the [hook] option that turns each off
-EXTRAS = {"timers": "isolate_timers", "watchdog": "isolate_watchdog", "vmstat": "isolate_vmstat",
-          "workqueues": "isolate_workqueues", "irqbalance": "isolate_irqbalance"}
 
 
 @dataclass
@@ -48,7 +47,7 @@ class HookSettings:
     cstate_scope: CStateScope = CStateScope.HOST
     ksm: KsmPolicy = KsmPolicy.OFF
     lock_timeout_s: float = 30.0
-    isolate: Isolate = Isolate.ON
+    isolate: IsolateMethod = IsolateMethod.ON
     hugepages: HugepagePolicy = HugepagePolicy.TOP_UP
     # what the isolation does beyond tasks, IRQs, the two global masks and cgroups (issue 17)
     isolate_timers: Isolate = Isolate.ON  # kernel.timer_migration = 0
@@ -58,15 +57,18 @@ class HookSettings:
     isolate_irqbalance: Isolate = Isolate.ON  # a running irqbalance bans them too
 
     def extras(self) -> frozenset[str]:
-        """The names of the extra isolation items that are on (``EXTRAS``' keys)."""
-        return frozenset(name for name, option in EXTRAS.items() if getattr(self, option) == Isolate.ON)
+        """The names of the extra isolation items that are on: each kind declares its extras and the
+        option of this class that turns each on (hoststate/kinds, ``Kind.extras``)."""
+        from .hoststate.kinds import extra_options
+
+        return frozenset(name for name, option in extra_options().items() if getattr(self, option) == Isolate.ON)
 
     @classmethod
     def of(cls, table: dict) -> HookSettings:
         """The settings of a ``[hook]`` table the schema passed: each value as its field's type."""
         types = {f.name: f.type for f in fields(cls)}
         convert = {"int": int, "float": float, **{t.__name__: t for t in (OnConflict, CStateScope, KsmPolicy,
-                                                                          Isolate, HugepagePolicy)}}
+                                                                          Isolate, IsolateMethod, HugepagePolicy)}}
         return cls(**{k: convert[types[k]](v) for k, v in table.items()})
 
 

@@ -160,7 +160,8 @@ def compare(before: dict, after: dict, what: str) -> None:
                if before["cpuset"][k] != after["cpuset"][k]}
     check(not changed, f"{what}: every cpuset.* file of the {len(common)} as before" + (f" (changed: {changed})" if changed else ""))
     common = before["tasks"].keys() & after["tasks"].keys()
-    moved = {k[0]: (before["tasks"][k], after["tasks"][k]) for k in common if before["tasks"][k] != after["tasks"][k]}
+    moved = {f"{k[0]} {read(Path(f'/proc/{k[0]}/comm'))}": (before["tasks"][k], after["tasks"][k])
+             for k in common if before["tasks"][k] != after["tasks"][k]}
     check(not moved, f"{what}: the affinity of each of the {len(common)} threads as before"
           + (f" (changed: {dict(list(moved.items())[:5])})" if moved else ""))
 
@@ -214,9 +215,14 @@ class Domain:
         (RUNDIR / f"{NAME}.pid").write_text(str(self.pid))
         (RUNDIR / f"{NAME}.xml").write_text(f"<domstatus state='running' pid='{self.pid}'>{DOMAIN}</domstatus>\n")
 
-    def groups(self) -> dict[str, str | None]:
+    def groups(self, method: str = "on") -> dict[str, str | None]:
+        """libvirt's groups' cpuset files (with a partition, but the partition's own), the vCPU's."""
         lv = SCOPE / "libvirt"
-        out = {str(p): read(p) for g in ("", "emulator", "vcpu0") for p in sorted((lv / g).glob("cpuset.*"))}
+        # a partition takes its CPUs out of its parents' effective sets: the kernel's doing
+        mine = ("cpuset.cpus.exclusive", "cpuset.cpus.exclusive.effective", "cpuset.cpus.partition",
+                "cpuset.cpus.effective")
+        out = {str(p): read(p) for g in ("", "emulator", "vcpu0") for p in sorted((lv / g).glob("cpuset.*"))
+               if method != "partition" or p.name not in mine}
         out["vcpu0 threads"] = read(lv / "vcpu0" / "cgroup.threads")
         out["emulator threads"] = read(lv / "emulator" / "cgroup.threads")
         out["vcpu affinity"] = str(sorted(os.sched_getaffinity(self.tid)))
@@ -301,8 +307,9 @@ def effective(pid: int) -> set[int]:
     return cpus(read(group / "cpuset.cpus.effective") or "")
 
 
-def run_case(case: str, work: Path) -> None:
-    print(f"== {case}", flush=True)
+def run_case(case: str, method: str, work: Path) -> None:
+    print(f"== {case}, isolate = {method}", flush=True)
+    CONFIG.write_text(f'reserved_cpus = "0"\n[hook]\nisolate = "{method}"\n')
     env: dict[str, str] = {}
     plain = CG / "vmtune-plain"
     skip = (MACHINE, CG / "system.slice" / "before.service", CG / "system.slice" / "after.service")
@@ -315,7 +322,7 @@ def run_case(case: str, work: Path) -> None:
     before = snapshot(skip)
     dom = Domain(work)
     try:
-        _held(case, env, dom, before_tasks, plain)
+        _held(case, method, env, dom, before_tasks, plain)
     finally:
         dom.stop()
         for name in ("before.service", "after.service"):
@@ -326,6 +333,8 @@ def run_case(case: str, work: Path) -> None:
             os.waitpid(pid, 0)
         PLAIN.clear()
     hook("release", "end", env)
+    for group in sorted(MACHINE.rglob("cpuset.cpus.exclusive")) if MACHINE.exists() else ():
+        print(f"  after release: {group.relative_to(CG)} = {read(group)!r}", flush=True)
     after = snapshot(skip)
     compare(before, after, case)
     state = json.loads(read(Path("/run/vmtune/state.json")) or "{}")
@@ -336,11 +345,12 @@ def run_case(case: str, work: Path) -> None:
         plain.rmdir()
 
 
-def _held(case: str, env: dict[str, str], dom: Domain, before_tasks: dict[str, int], plain: Path) -> None:
+def _held(case: str, method: str, env: dict[str, str], dom: Domain, before_tasks: dict[str, int],
+          plain: Path) -> None:
     """The lease: prepare, the domain starts, start and started; the checks while it holds CPU 2."""
     hook("prepare", "begin", env)
     dom.start()
-    libvirt_groups = dom.groups()
+    libvirt_groups = dom.groups(method)
     hook("start", "begin", env)
     hook("started", "begin", env)
     held = {HELD}
@@ -363,30 +373,44 @@ def _held(case: str, env: dict[str, str], dom: Domain, before_tasks: dict[str, i
                   f"affinity {sorted(allowed_of(pid))}, cgroup effective {sorted(effective(pid))}")
             seen = where_runs(pid)
             check(HELD not in seen, f"a {kind} task started {when} the lease was seen on CPUs {sorted(seen)}")
-    check(dom.groups() == libvirt_groups, "libvirt's groups and the vCPU thread are untouched")
+    now = dom.groups(method)
+    diff = {k: (v, now.get(k)) for k, v in libvirt_groups.items() if now.get(k) != v}
+    check(not diff, "libvirt's groups and the vCPU thread are untouched"
+          + (" (but the partition's files)" if method == "partition" else "") + (f": {diff}" if diff else ""))
+    if method == "partition":
+        vcpu = SCOPE / "libvirt" / "vcpu0"
+        check(read(vcpu / "cpuset.cpus.partition") == "isolated",
+              f"the vCPU group is an isolated partition: {read(vcpu / 'cpuset.cpus.partition')!r}")
+        check(read(CG / "cpuset.cpus.isolated") == str(HELD),
+              f"the root's cpuset.cpus.isolated is {HELD}: {read(CG / 'cpuset.cpus.isolated')!r}")
+        path = [g for g in [vcpu, *vcpu.parents] if CG in g.parents]
+        check(all(read(g / "cpuset.cpus.exclusive") == str(HELD) for g in path),
+              f"cpuset.cpus.exclusive is {HELD} from {path[-1].name} down to vcpu0: "
+              f"{[read(g / 'cpuset.cpus.exclusive') for g in path]}")
+        check(allowed_of(dom.tid) == held, f"the vCPU thread runs on CPU {HELD}: {sorted(allowed_of(dom.tid))}")
     hook("stopped", "end", env)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--case", action="append", choices=("systemd", "plain"),
-                        help="default: the one that fits the boot")
+    parser.add_argument("--isolate", action="append", choices=("on", "partition"),
+                        help="[hook] isolate, a lease each (default: on, then partition)")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     work = Path("/run/vmtune-scenario")
     work.mkdir(exist_ok=True)
     CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    CONFIG.write_text(f'reserved_cpus = "0"\n')
     sh("vmtune", "hook", "install", "--no-timer")
     print(f"kernel {os.uname().release}; systemd {sh('systemctl', '--version').split()[1]}; "
           f"cgroup {sh('stat', '-fc', '%T', str(CG))}; CPUs {os.cpu_count()}", flush=True)
-    for case in args.case or (["systemd"] if SYSTEMD else ["plain"]):
+    case = "systemd" if SYSTEMD else "plain"
+    for method in args.isolate or ["on", "partition"]:
         try:
-            run_case(case, work)
+            run_case(case, method, work)
         except Exception as exc:  # noqa: BLE001 - one line, then the next case
             import traceback
             traceback.print_exc()
-            check(False, f"{case}: {type(exc).__name__}: {exc}")
+            check(False, f"{case}, isolate = {method}: {type(exc).__name__}: {exc}")
     if not args.keep:
         sh("vmtune", "hook", "uninstall", "--no-timer", check_rc=False)
     print(f"{len(failures)} failed", flush=True)

@@ -8,7 +8,7 @@ completed state, committed separately)::
                            "dedicated": true,
                            "hugepages": {"0:2048": {"need": 512, "added": 100, "raising": {"from": 0, "to": 100}}},
                            "cstates": [KNOB, ...],
-                           "qemu": {"pid": 4321, "start": 123456}}},
+                           "qemu": {"pid": 4321, "start": 123456}, "partition": "2-3"}},
      "baseline": [KNOB, ...] | null,
      "isolation": {"cpus": "2-3", "irqs": "0-40",
                    "pairs": [{"kind": "task", "mask": "0-1", "removed": "2-3", "since": 345.6}],
@@ -31,8 +31,9 @@ CPUs, a hex mask, a page count, or any text for a sysfs value). Anything else is
 nor ``""`` an empty list), a number that is not finite, a CPU beyond the host's last one, more
 pairs than the hook keeps, a knob path that resolves outside the sysfs root. In a version-2 file a
 missing key is damage too; a version-1 file (which may lack keys) reads with the defaults. A lease's
-``qemu`` (its QEMU's pid and start time, recorded once the domain has started: alive.py) is the one
-optional key: a lease of a domain still starting, or one written by an older hook, has none. The
+``qemu`` (its QEMU's pid and start time, recorded once the domain has started: alive.py) and
+``partition`` (the CPUs its vCPU groups hold as isolated cpuset partitions) are the optional keys:
+a lease of a domain still starting, or one written by an older hook, has neither. The
 hook refuses to tune through a damaged state; it never starts from empty over one.
 """
 
@@ -103,6 +104,9 @@ class Lease:
     # overlap another dedicated lease's. False: pinned to shared CPUs (e.g. pinning = "node")
     dedicated: bool = True
     qemu: Qemu | None = None  # its QEMU, once started (alive.py): from then on it alone says it runs
+    # the CPUs its vCPU groups hold as isolated cpuset partitions ([hook] isolate = "partition",
+    # once started and read back from the kernel; kinds/partition.py); empty: today's isolation only
+    partition: frozenset[int] = frozenset()
 
     def to_json(self) -> dict:
         out = {"name": self.name, "profile": self.profile, "cpus": cpuset.format(self.cpus), "since": self.since,
@@ -111,6 +115,8 @@ class Lease:
                "cstates": [knob_json(r) for r in self.cstates]}
         if self.qemu is not None:
             out["qemu"] = {"pid": self.qemu.pid, "start": self.qemu.start}
+        if self.partition:
+            out["partition"] = cpuset.format(self.partition)
         return out
 
 
@@ -321,7 +327,8 @@ class _Reader:
                      dict(self.pool(k, v, where) for k, v in pools.items()),
                      self.knobs(self.get(rec, "cstates", [], where), f"{where}.cstates"),
                      self.typed(self.get(rec, "dedicated", True, where), bool, f"{where}.dedicated"),
-                     self.qemu(rec.get("qemu"), f"{where}.qemu"))
+                     self.qemu(rec.get("qemu"), f"{where}.qemu"),
+                     self.cpus(rec.get("partition", ""), f"{where}.partition"))
 
     def qemu(self, value, where: str) -> Qemu | None:
         if value is None:

@@ -41,12 +41,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .. import cpuset
-from ..config import Config, CStateScope, HugepagePolicy, Isolate, OnConflict
+from ..config import Config, CStateScope, HugepagePolicy, IsolateMethod, OnConflict
 from ..host.sysfs import cpu_limit, online_cpus
 from . import alive, engine, isolation, pages, tuning
 from .document import Damaged, Lease, State, pool_step
 from .engine import Knob
-from .kinds import Pool
+from .kinds import Pool, partition
+from .kinds.partition import Claim
 from .record import Record
 from .statedir import LockTimeout, StateDir, Unsafe
 
@@ -102,7 +103,8 @@ class Leases:
         self.store = StateDir(roots.state, dry_run=dry_run, sysfs=self.sysfs, limit=cpu_limit(self.sysfs),
                               lock_timeout=self.settings.lock_timeout_s)
         self.pinned = self.settings.cstate_scope == CStateScope.PINNED
-        self.isolate = self.settings.isolate == Isolate.ON
+        self.isolate = self.settings.isolate != IsolateMethod.OFF
+        self.partition = self.settings.isolate == IsolateMethod.PARTITION
 
     def trouble(self, name: str, exc: Exception, refuse: bool) -> int:
         """One line for a state the hook cannot use; 1 (refused) for a prepare, else 0."""
@@ -120,14 +122,52 @@ class Leases:
             return frozenset()
         return (held - isolation.reserved(self.sysfs, self.cfg)) & frozenset(online_cpus(self.sysfs))
 
-    def _isolate(self, state: State, cpus: frozenset[int]) -> None:
-        """Make the host's isolation match ``cpus``, journal first (isolation.reconcile)."""
+    def _isolate(self, state: State, cpus: frozenset[int], but: str | None = None) -> None:
+        """Make the host's isolation match ``cpus`` and the leases' partitions (but ``but``'s),
+        journal first (isolation.reconcile). A partition the kernel does not hold as isolated is
+        undone at once, with a warning: its lease keeps today's isolation."""
         def journal(record) -> None:
             state.isolation = record
             self.store.commit(state)
 
+        def claims() -> list[Claim]:
+            return [Claim(lease.qemu.pid, lease.partition) for key, lease in sorted(state.leases.items())
+                    if key != but and lease.partition and lease.qemu is not None]
+
         state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=self.dry_run,
-                                              extras=self.settings.extras())
+                                              extras=self.settings.extras(), claims=claims())
+        if self.dry_run:
+            return
+        bad = []
+        for key, lease in state.leases.items():
+            if key != but and lease.partition and lease.qemu is not None:
+                why = partition.refused(self.roots, lease.qemu.pid, lease.partition)
+                if why:
+                    log.warning("%s: no isolated partition: %s; undone, today's isolation holds CPUs %s", lease.name,
+                                why, cpuset.format(lease.partition))
+                    lease.partition = frozenset()
+                    bad.append(key)
+        if bad:
+            state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, extras=self.settings.extras(),
+                                                  claims=claims())
+
+    def _partition(self, state: State, key: str) -> bool:
+        """``started`` with ``isolate = "partition"``: the lease's vCPU groups become isolated cpuset
+        partitions, read back from the kernel (else undone, with one warning); True if the state changed."""
+        lease = state.leases[key]
+        cpus = self._isolated(lease.cpus) if lease.dedicated else frozenset()
+        why = partition.supported(self.roots.cgroupfs)
+        if why is None and (lease.qemu is None or not cpus):
+            why = "it has no started QEMU" if lease.qemu is None else "it holds no isolated CPU of its own"
+        if why is not None:
+            log.warning("%s: no isolated partition: %s; today's isolation holds its CPUs", lease.name, why)
+            return False
+        lease.partition = cpus
+        self._isolate(state, self._isolated(state.held_cpus()))
+        if lease.partition:
+            log.info("%s: CPUs %s are an isolated cpuset partition (cpuset.cpus.isolated: %s)", lease.name,
+                     cpuset.format(lease.partition), partition.held(self.roots, [])[""] or "-")
+        return True
 
     # -- what a killed hook left, and leases whose domain is gone --------------------------------
     def _settle(self, state: State) -> bool:
@@ -229,7 +269,10 @@ class Leases:
         try:
             with self.store.locked() as state:
                 key = state.find(uuid, name)
-                if key is not None and self._record_qemu(state, key) and not self.dry_run:
+                changed = key is not None and self._record_qemu(state, key)
+                if key is not None and self.partition and not state.leases[key].partition:
+                    changed = self._partition(state, key) or changed
+                if changed and not self.dry_run:
                     self.store.commit(state, final=True)
         except TROUBLE as exc:
             return self.trouble(name, exc, refuse=False)
@@ -413,7 +456,7 @@ class Leases:
                 lease.hugepages[k].steps = [pool_step(k, nr, nr - n)]
             self.store.commit(state)  # journal first, as for the top-up
         # journal first: a kill in here leaves the lease, so the next release does it all again
-        self._isolate(state, self._isolated(state.held_cpus(but=key)))
+        self._isolate(state, self._isolated(state.held_cpus(but=key)), but=key)
         del state.leases[key]
         engine.restore(self.roots, self._hand_over(lease, state), dry_run=self.dry_run, failed=state.unrestored)
         for k, (nr, n) in give.items():

@@ -46,7 +46,8 @@ from ... import cpuset
 from ...host.sysfs import online_cpus
 from ..document import Isolation
 from ..engine import write
-from ..kinds import GONE, KINDS, Irq, Item, files, groups as group_kind, irqbalance, tasks
+from ..kinds import GONE, KINDS, Irq, Item, Listing, files, in_section, tasks
+from ..kinds.partition import Claim
 from .moves import Move, Moves
 
 log = logging.getLogger("vmtune.hoststate")
@@ -77,34 +78,38 @@ def reserved(sysfs: str, cfg) -> frozenset[int]:
 
 def groups(roots, online: frozenset[int]) -> list[Item]:
     """The host's cgroups the isolation narrows as a whole: systemd units, or cgroup v2 groups."""
-    if roots.systemd:
-        return list(group_kind.units(roots.cgroupfs, roots.runfs, online))
-    return list(group_kind.cgroups(roots.cgroupfs, online))
+    listing = Listing(roots, online, frozenset())
+    return [item for kind in in_section("isolation") if kind.holds_tasks for item in kind.items(listing)]
 
 
 def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: Callable[[Isolation], None],
               dry_run: bool = False, only: Collection[int] | None = None,
-              extras: Collection[str] = ()) -> Isolation | None:
+              extras: Collection[str] = (), claims: Collection[Claim] = ()) -> Isolation | None:
     """Make the host match the isolated set ``cpus``; return the new isolation record (None: none).
 
     ``previous`` is the last record (from the state file); ``commit(journal)`` is called with the
     records before the first write. ``only`` limits the pass to these pids' tasks and nothing else
     (no IRQ, mask or group): tests that use the real ``/proc`` on their own processes. ``extras``:
-    the extra items that are on (config.EXTRAS: sysctls, the watchdog's and the workqueues' masks,
-    irqbalance); the records of one that is off are restored.
+    the extra items that are on (the kinds' ``extras``: sysctls, the watchdog's and the workqueues'
+    masks, irqbalance); the records of one that is off are restored. ``claims``: the domains whose
+    vCPU groups are to be isolated partitions (kinds/partition.py).
+
+    Every isolation kind lists its own items (``Kind.items``): the partitions first, then the groups
+    that hold tasks (they cover their tasks), the swept kind (the tasks) last.
     """
-    if not cpus and (previous is None or (not previous.records and not previous.pairs)):
+    if not cpus and not claims and (previous is None or (not previous.records and not previous.pairs)):
         return None
     previous = previous or Isolation()
     online = frozenset(online_cpus(roots.sysfs))
-    found = groups(roots, online) if only is None else []
-    covered = {g.top for g in found}
-    if only is None:
-        found += list(files.irqs(roots)) + list(files.masks(roots, extras)) + list(files.sysctls(roots, extras))
-        found += _irqbalance(roots, cpus, extras)
-        if cpus:
-            for path in files.missing(roots, extras):
-                log.warning("%s does not exist here: skipped", path)
+    listing = Listing(roots, online, cpus, extras, claims, previous.records.keys(), only)
+    # the partitions first (undone before systemd may turn the cpuset controller off), then the
+    # groups that cover tasks, the swept kind (the tasks) last
+    kinds = sorted(in_section("isolation"), key=lambda k: (not k.resets_affinity, not k.holds_tasks, k.swept))
+    found = [] if only is not None else [i for k in kinds if not k.swept for i in k.items(listing)]
+    listing.covered = {g.top for g in found if g.kind.holds_tasks}
+    if only is None and cpus:
+        for path in files.missing(roots, extras):
+            log.warning("%s does not exist here: skipped", path)
     # the IRQs that existed when the isolation began: any other one got default_smp_affinity since
     irqs = (previous.irqs if previous.cpus or previous.pairs
             else frozenset(i.key.number for i in found if isinstance(i.key, Irq)))
@@ -113,8 +118,9 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
         return extra is None or extra in extras
 
     run = Moves(previous, cpus, online, irqs, uptime(roots.proc), enabled)
-    known: set[str] = set()  # the threads read: a sweep reads only others
-    for item in found + list(tasks.scan(roots.proc, roots.libvirt, covered, only, known)):
+    swept = [k for k in kinds if k.swept]
+    listed = [i for k in swept for i in k.items(listing)]
+    for item in found + listed:
         run.decide(item)
     _resolve(run, roots, online)
     _warn(run)
@@ -122,33 +128,18 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
         _report(run.moves, set(), cpus, "dry run: would ")
         return previous if previous.cpus or previous.records else None
     failed = _apply(run, list(run.moves), commit)
+    if any(m.item.kind.resets_affinity for m in run.moves if m.item.key not in failed):
+        _reaffine(run, listed)
     uncovered = {m.item.top for m in run.moves
                  if m.narrowed and m.item.key in failed and m.item.kind.holds_tasks}
     if uncovered:
         log.warning("%s: cannot narrow; moving their tasks one by one", ", ".join(sorted(uncovered)))
-    settled = _sweep(run, roots, covered - uncovered, only, known, commit, failed)
+    listing.covered -= uncovered
+    settled = _sweep(run, listing, swept, commit, failed)
     _report(run.moves, failed, cpus, "")
     if run.kept:
         log.warning("not restored yet, kept for the next call: %s", _names(run.kept))
     return run.final(settled)
-
-
-def _irqbalance(roots, cpus: frozenset[int], extras: Collection[str]) -> list[Item]:
-    """The running irqbalance's ban, when it takes one over its socket; else, while CPUs are
-    isolated, one warning: it may move IRQs back onto them. With no CPU isolated nothing is looked
-    for: a ban the hook set is found again by its record."""
-    if not cpus:
-        return []
-    item, pid = irqbalance.find(roots) if "irqbalance" in extras else (None, None)
-    if item is not None:
-        return [item]
-    pid = pid if "irqbalance" in extras else (tasks.named(roots.proc, "irqbalance") or [None])[0]
-    if pid is not None:
-        why = "its socket does not answer (a build without it, or not root)" if "irqbalance" in extras else \
-            "[hook] isolate_irqbalance is off"
-        log.warning("irqbalance is running (pid %d) and %s: it may move IRQs back onto the isolated CPUs %s "
-                    "(stop it, or give it IRQBALANCE_BANNED_CPULIST)", pid, why, cpuset.format(cpus))
-    return []
 
 
 def _resolve(run: Moves, roots, online: frozenset[int]) -> None:
@@ -164,13 +155,13 @@ def _resolve(run: Moves, roots, online: frozenset[int]) -> None:
             run.decide(found)
 
 
-def _sweep(run: Moves, roots, covered: Collection[str], only: Collection[int] | None, known: set[str],
-           commit: Callable[[Isolation], None], failed: set) -> bool:
-    """List the tasks again for threads not read yet, and move them; True once a round finds none."""
-    known |= {str(k.tid) for k in run.seen if isinstance(k, tasks.Task)}  # looked up by key
+def _sweep(run: Moves, listing: Listing, swept: list, commit: Callable[[Isolation], None], failed: set) -> bool:
+    """List the swept kinds (the tasks) again for items not read yet, and move them; True once a
+    round finds none."""
+    listing.known |= {str(k.tid) for k in run.seen if isinstance(k, tasks.Task)}  # looked up by key
     for _ in range(SWEEP_ROUNDS):
         start = len(run.moves)
-        for item in tasks.scan(roots.proc, roots.libvirt, covered, only, known=known):
+        for item in [i for k in swept for i in k.items(listing)]:
             run.decide(item)
         if len(run.moves) == start:
             return True
@@ -197,6 +188,26 @@ def _apply(run: Moves, moves: list[Move], commit: Callable[[Isolation], None]) -
             continue
         run.written(move, back)
     return failed
+
+
+def _reaffine(run: Moves, listed: list[Item]) -> None:
+    """After a write that made the kernel reset tasks' affinities (``Kind.resets_affinity``): each
+    listed task the pass did not move gets the affinity it had when listed."""
+    moved = {m.item.key for m in run.moves}
+    back = 0
+    for item in listed:
+        if item.key in moved:
+            continue
+        now = item.kind.read(item)
+        if now is None or item.same(now, item.raw):
+            continue
+        try:
+            write(item, item.raw)
+            back += 1
+        except OSError:
+            continue  # exited, or its old CPUs are a partition's now
+    if back:
+        log.info("gave %d task(s) back the affinity the kernel reset when the partition changed", back)
 
 
 def _names(labels: Iterable[str]) -> str:

@@ -14,7 +14,13 @@ unit    a systemd unit's ``AllowedCPUs``             isolation  groups.py
 pool    a node's hugepage pool (counted)             pool       files.py
 sysctl  kernel.timer_migration, vm.stat_interval     isolation  files.py
 irqbalance  the CPUs a running irqbalance bans       isolation  irqbalance.py
+exclusive   a cgroup v2 group's                      isolation  partition.py
+            ``cpuset.cpus.exclusive``
+partition   a vCPU group's ``cpuset.cpus.partition``  isolation  partition.py
 ======  ===========================================  =========  ================================
+
+Each kind declares itself once: its flags, its section, its ``[hook]`` extras, and ``items`` (what
+it lists for a reconcile); ``register`` rejects a flag no code reads.
 
 base.py has what they share: the key, the live item, the one file reader and writer.
 """
@@ -23,8 +29,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from . import files, groups, irqbalance, tasks  # noqa: F401 - each registers its kinds
-from .base import KINDS, Item, Key, Kind, read_file, write_file
+from . import files, groups, irqbalance, partition, tasks  # noqa: F401 - each registers its kinds
+from .base import KINDS, Item, Key, Kind, Listing, extra_options, read_file, write_file
 from .files import CState, Cpufreq, CpuMask, Irq, Ksm, Pool, Sysctl, Workqueue
 from .groups import Cgroup, Unit
 from .tasks import GONE, Gone, Task
@@ -46,5 +52,5 @@ def parse_key(section: str, text: str, ident: str = "") -> Key | None:
     return None
 
 
-__all__ = ["GONE", "KINDS", "CState", "Cgroup", "CpuMask", "Cpufreq", "Gone", "Irq", "Item", "Key", "Kind", "Ksm",
+__all__ = ["GONE", "KINDS", "CState", "Listing", "extra_options", "Cgroup", "CpuMask", "Cpufreq", "Gone", "Irq", "Item", "Key", "Kind", "Ksm",
            "Pool", "Sysctl", "Task", "Unit", "Workqueue", "in_section", "parse_key", "read_file", "write_file"]

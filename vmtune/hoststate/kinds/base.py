@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -193,6 +194,14 @@ class Kind:
     ``exits``: an item may vanish under a write (ESRCH: gone, not refused). ``holds_tasks``: the
     item narrows the tasks in it as a whole (when it refuses, they are moved one by one).
     ``quiet``: refusals are expected (per-CPU kernel threads, managed IRQs): not warned about.
+    ``swept``: listed after the others (a group that holds tasks covers them) and again by the
+    sweep (the tasks). ``resets_affinity``: a write makes the kernel reset the affinity of the tasks
+    in the root cgroup (a cpuset partition made or undone): those the pass did not move get theirs
+    back. ``extras``: the ``[hook]`` options that turn some of its items on (an extra's
+    name -> the option; ``extra`` says which item needs which).
+
+    A kind lists its own items (``items``), and ``register`` checks its declaration: a flag the
+    engine does not read (a misspelt one) or an unknown section is an error at import.
     """
 
     name: ClassVar[str]
@@ -204,6 +213,13 @@ class Kind:
     exits: ClassVar[bool] = False
     holds_tasks: ClassVar[bool] = False
     quiet: ClassVar[bool] = False
+    swept: ClassVar[bool] = False
+    resets_affinity: ClassVar[bool] = False
+    extras: ClassVar[dict[str, str]] = {}
+
+    def items(self, listing: Listing) -> Iterable[Item]:
+        """The live items of this kind that a reconcile looks at (isolation kinds); none by default."""
+        return ()
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         """The key the state document names ``text`` (``ident``: a task's start time); None when it
@@ -239,7 +255,7 @@ class Kind:
         return self.format(target, item) if target & online and target != orig else None
 
     def extra(self, key: Key) -> str | None:
-        """The ``[hook]`` extra that turns isolating ``key`` on (config.EXTRAS); None: always on."""
+        """The extra (of ``extras``) that turns isolating ``key`` on; None: always on."""
         return None
 
     def read_back(self, item: Item, value: str) -> str | None:
@@ -280,13 +296,48 @@ def valid(item: Item) -> Item | None:
     return item
 
 
+class Listing:
+    """What a reconcile lists the isolation kinds' items for: the roots, the online CPUs, the CPUs
+    isolated, the extras on, the partitions claimed (partition.Claim), the keys recorded before;
+    for the tasks, ``only`` (these pids), ``covered`` (top-level groups narrowed as a whole) and
+    ``known`` (thread ids read already)."""
+
+    __slots__ = ("roots", "online", "cpus", "extras", "claims", "recorded", "only", "covered", "known")
+
+    def __init__(self, roots, online: frozenset[int], cpus: frozenset[int], extras: Collection[str] = (),
+                 claims: Collection = (), recorded: Collection[Key] = (), only: Collection[int] | None = None):
+        self.roots, self.online, self.cpus, self.extras = roots, online, cpus, extras
+        self.claims, self.recorded, self.only = claims, recorded, only
+        self.covered: set[str] = set()
+        self.known: set[str] = set()
+
+
 KINDS: dict[str, Kind] = {}
+SECTIONS = ("knob", "isolation", "pool")
+FLAGS = frozenset(name for name, value in vars(Kind).items() if isinstance(value, bool))
 
 
 def register(cls: type[Kind]) -> type[Kind]:
-    """Class decorator: one instance of the kind in ``KINDS``, by its name."""
+    """Class decorator: one instance of the kind in ``KINDS``, by its name. A flag that the engine
+    does not read (``FLAGS``: Kind's own), an unknown section or extras that are not a table of
+    option names is a TypeError here, at import."""
+    for klass in cls.__mro__[:cls.__mro__.index(Kind)]:
+        for name, value in vars(klass).items():
+            if isinstance(value, bool) and name not in FLAGS:
+                raise TypeError(f"kind {cls.name}: {name} is not a flag the engine reads ({', '.join(sorted(FLAGS))})")
+    if cls.section not in SECTIONS:
+        raise TypeError(f"kind {cls.name}: section {cls.section!r} is not one of {', '.join(SECTIONS)}")
+    if not all(isinstance(k, str) and isinstance(v, str) and v.startswith("isolate_") for k, v in cls.extras.items()):
+        raise TypeError(f"kind {cls.name}: extras must map an extra's name to its [hook] isolate_* option")
+    if cls.name in KINDS:
+        raise TypeError(f"kind {cls.name} is registered twice")
     KINDS[cls.name] = cls()
     return cls
+
+
+def extra_options() -> dict[str, str]:
+    """Every kind's extras: an extra's name -> the ``[hook]`` option that turns it on."""
+    return {name: option for kind in KINDS.values() for name, option in kind.extras.items()}
 
 
 def digits(text: str, most: int) -> int | None:

@@ -28,7 +28,7 @@ from typing import ClassVar, NamedTuple
 from ...errors import InvalidInput
 from ...host import sysfs as files
 from ...host.sysfs import CPU_DIR, NODE_DIR
-from .base import KINDS, Item, Key, Kind, digits, key_of, name_of, printable, read_file, register, valid
+from .base import KINDS, Item, Key, Kind, Listing, digits, key_of, name_of, printable, read_file, register, valid
 from .tasks import GONE, Gone
 
 CPUFREQ_ATTRS = ("energy_performance_preference", "scaling_governor")
@@ -179,6 +179,10 @@ def _plain(name: str | None) -> bool:
 class CpuMaskFile(Kind):
     name = "mask"
     section = "isolation"
+    extras = {"watchdog": "isolate_watchdog", "workqueues": "isolate_workqueues"}
+
+    def items(self, listing: Listing) -> Iterable[Item]:
+        return masks(listing.roots, listing.extras)
 
     def is_hex(self, key: Key | None) -> bool:
         return not isinstance(key, (CpuMask, Workqueue)) or key.file.hex
@@ -233,6 +237,10 @@ class SysctlValue(Kind):
     name = "sysctl"
     section = "isolation"
     cpus = False
+    extras = {"timers": "isolate_timers", "vmstat": "isolate_vmstat"}
+
+    def items(self, listing: Listing) -> Iterable[Item]:
+        return sysctls(listing.roots, listing.extras)
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         head, _, name = text.partition(":")
@@ -278,6 +286,9 @@ class IrqAffinity(Kind):
     section = "isolation"
     inherits = True  # a new IRQ starts with default_smp_affinity
     quiet = True  # managed IRQs refuse
+
+    def items(self, listing: Listing) -> Iterable[Item]:
+        return irqs(listing.roots)
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         head, _, n = text.partition(":")

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 from ... import cpuset
 from ...systemd import systemctl
 from ...host import sysfs as files
 from . import base
-from .base import Item, Key, Kind, key_of, name_of, printable, register, valid
+from .base import Item, Key, Kind, Listing, key_of, name_of, printable, register, valid
 from .tasks import GONE, Gone
 
 log = logging.getLogger("vmtune.hoststate")
@@ -71,6 +71,10 @@ class CgroupCpuset(GroupKind):
 
     name = "cgroup"
     key = Cgroup
+
+    def items(self, listing: Listing) -> Iterable[Item]:
+        """Without systemd: every top-level group but libvirt's."""
+        return () if listing.roots.systemd else cgroups(listing.roots.cgroupfs, listing.online)
 
     def write(self, item: Item, value: str) -> None:
         base.write_file(item.root, item.rel, value if value.strip() else "\n")  # an empty cpuset.cpus: a newline
@@ -155,6 +159,10 @@ class SystemdUnit(GroupKind):
 
     name = "unit"
     key = Unit
+
+    def items(self, listing: Listing) -> Iterable[Item]:
+        """With systemd: the host's own slices and init.scope."""
+        return units(listing.roots.cgroupfs, listing.roots.runfs, listing.online) if listing.roots.systemd else ()
 
     def write(self, item: Item, value: str) -> None:
         systemctl("set-property", "--runtime", item.key.name, f"AllowedCPUs={value.strip()}")  # type: ignore[attr-defined]

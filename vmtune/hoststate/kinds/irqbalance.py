@@ -27,13 +27,17 @@ connection closed without a request for root replaying its last one, and may die
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterable
 
 from ... import cpuset
 from ...errors import InvalidInput
 from ...host import sysfs as files
-from .base import Item, Key, Kind, digits, register
+from .base import Item, Key, Kind, Listing, digits, register
 from .tasks import GONE, Gone, Started, named, stat_fields
+
+log = logging.getLogger("vmtune.hoststate")
 
 SOCKET_DIR = "irqbalance"  # under the run root
 ABSTRACT = b"\0" * 108
@@ -108,6 +112,25 @@ class IrqbalanceBan(Kind):
     name = "irqbalance"
     section = "isolation"
     deferred = True  # a ban shows in ``setup`` from irqbalance's next cycle on
+    extras = {"irqbalance": "isolate_irqbalance"}
+
+    def items(self, listing: Listing) -> Iterable[Item]:
+        """The running irqbalance's ban, when it takes one over its socket; else, while CPUs are
+        isolated, one warning: it may move IRQs back onto them. With no CPU isolated nothing is
+        looked for: a ban the hook set is found again by its record."""
+        roots, cpus, on = listing.roots, listing.cpus, "irqbalance" in listing.extras
+        if not cpus:
+            return []
+        item, pid = find(roots) if on else (None, None)
+        if item is not None:
+            return [item]
+        pid = pid if on else (named(roots.proc, "irqbalance") or [None])[0]
+        if pid is not None:
+            why = "its socket does not answer (a build without it, or not root)" if on else \
+                "[hook] isolate_irqbalance is off"
+            log.warning("irqbalance is running (pid %d) and %s: it may move IRQs back onto the isolated CPUs %s "
+                        "(stop it, or give it IRQBALANCE_BANNED_CPULIST)", pid, why, cpuset.format(cpus))
+        return []
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         head, _, n = text.partition(":")

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 from ... import cpuset
 from ...host import sysfs as files
-from .base import Item, Key, Kind, digits, register
+from .base import Item, Key, Kind, Listing, digits, register
 
 PF_NO_SETAFFINITY = 0x04000000
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc/T/stat's start time unit
@@ -76,6 +76,11 @@ class TaskAffinity(Kind):
     inherits = True  # a new thread copies its parent's affinity
     exits = True
     quiet = True  # per-CPU kernel threads refuse
+    swept = True  # listed after the groups that cover tasks, and again by the sweep
+
+    def items(self, listing: Listing) -> Iterable[Item]:
+        """The movable threads not read yet, but those of the groups narrowed as a whole."""
+        return scan(listing.roots.proc, listing.roots.libvirt, listing.covered, listing.only, listing.known)
 
     def parse_key(self, text: str, ident: str = "") -> Key | None:
         head, _, n = text.partition(":")
