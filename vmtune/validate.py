@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 from .errors import InvalidInput
+from .facts import check_counts
 from .model import Domain
 from .units import SCALE
 from .xmltext import text as _text
@@ -156,6 +157,7 @@ def _vcpu(dom: Domain) -> int:
 
 
 def _iothreads(dom: Domain) -> set[int]:
+    check_counts(dom)  # vmtune's bounds, before a set of that many ids is made
     el = dom.find("iothreads")
     count = unsigned(_text(el), "<iothreads>") if el is not None and _text(el) else 0  # empty: as if absent
     listed: list[int] = []

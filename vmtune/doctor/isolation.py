@@ -21,7 +21,7 @@ from ..host.sysfs import online_cpus
 from ..hoststate import alive
 from ..hoststate.document import State
 from ..hoststate.isolation import reserved
-from ..hoststate.kinds import Item, files, irqbalance, tasks
+from ..hoststate.kinds import Item, files, irqbalance, partition, tasks
 from ..roots import Roots
 from .findings import Context, Finding, maker
 from .hookstate import libvirt_rundir, load, state_path
@@ -80,7 +80,34 @@ def check(ctx: Context) -> list[Finding]:
     held = held_cpus(ctx, leases)
     if not held:
         return [new("INFO", state_path(ctx), "the leases hold only reserved CPUs: nothing to keep clear")]
-    return _irqbalance(ctx, held) + _strays(ctx, state, held)
+    return _method(ctx, leases, held) + _irqbalance(ctx, held) + _strays(ctx, state, held)
+
+
+def _method(ctx: Context, leases: dict, held: frozenset[int]) -> list[Finding]:
+    """Which method holds each leased CPU (an isolated cpuset partition, or today's isolation), and
+    whether this kernel makes partitions."""
+    cgroupfs = ctx.roots.cgroupfs if ctx.has("sysfs") else None
+    support = partition.supported(cgroupfs) if cgroupfs else "no sysfs tree given"
+    parted = frozenset().union(*(lease.partition for lease in leases.values())) & held
+    kernel = partition.held(ctx.roots, [])[""] if cgroupfs and support is None else ""
+    try:
+        isolated = cpuset.parse(kernel) if kernel else frozenset()
+    except Exception:  # noqa: BLE001 - unreadable: none
+        isolated = frozenset()
+    source = ctx.path("sysfs", "fs/cgroup/cpuset.cpus.isolated")
+    kinds = "; ".join(part for part in (
+        f"CPUs {cpuset.format(parted)}: an isolated cpuset partition" if parted else "",
+        f"CPUs {cpuset.format(held - parted)}: the hook's isolation (tasks, IRQs, masks, cgroups)"
+        if held - parted else "") if part)
+    can = "this kernel makes isolated partitions ([hook] isolate = \"partition\")" if support is None else \
+        f"no isolated partitions here: {support}"
+    out = [new("INFO", source, f"{kinds}; {can}")]
+    if parted - isolated:
+        out.append(new("WARN", source, f"CPUs {cpuset.format(parted - isolated)} are recorded as an isolated "
+                       f"partition, but the kernel's cpuset.cpus.isolated is {kernel or 'empty'}",
+                       "the partitions the hook made are held by the kernel",
+                       "start the domain again, or run `vmtune hook reap`"))
+    return out
 
 
 def _irqbalance(ctx: Context, held: frozenset[int]) -> list[Finding]:

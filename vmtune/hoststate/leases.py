@@ -155,6 +155,9 @@ class Leases:
         """``started`` with ``isolate = "partition"``: the lease's vCPU groups become isolated cpuset
         partitions, read back from the kernel (else undone, with one warning); True if the state changed."""
         lease = state.leases[key]
+        if lease.partition:  # made already, or a call killed half-way: completed (verify, never assume)
+            self._isolate(state, self._isolated(state.held_cpus()))
+            return True
         cpus = self._isolated(lease.cpus) if lease.dedicated else frozenset()
         why = partition.supported(self.roots.cgroupfs)
         if why is None and (lease.qemu is None or not cpus):
@@ -270,7 +273,7 @@ class Leases:
             with self.store.locked() as state:
                 key = state.find(uuid, name)
                 changed = key is not None and self._record_qemu(state, key)
-                if key is not None and self.partition and not state.leases[key].partition:
+                if key is not None and self.partition:
                     changed = self._partition(state, key) or changed
                 if changed and not self.dry_run:
                     self.store.commit(state, final=True)

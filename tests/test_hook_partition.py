@@ -1,0 +1,213 @@
+"""``[hook] isolate = "partition"`` on a fake cgroup v2 tree (the real kernel's answers are in
+tests/guest_cgroup2/scenario.py, run by test_cgroup2_guest.py): at ``started`` the domain's vCPU
+groups become isolated partitions, read back, else undone with one warning; release (and a kill at
+any write, then the usual orders) gives every file back; a kernel without partitions, cgroup v1 or
+an unknown ``isolate`` value never stop a domain.
+
+The fake tree lays the domain out as libvirt does on cgroup v2 without systemd
+(``machine/qemu-1-vm-a.libvirt-qemu/libvirt/{emulator,vcpu0}``); the QEMU is a real process whose
+command line is vm-a's (hookhost.Libvirt), and its ``/proc/PID/cgroup`` under the fake proc root
+names the emulator group. A regular file keeps what is written: the kernel's own verdict is the
+root's ``cpuset.cpus.isolated``, which the tests set to say yes (``2``) or no (empty).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hookhost import Libvirt
+from isotrees import build, put, tree
+from test_hook import A, call, env, state  # noqa: F401 - env is a fixture
+
+from vmtune.hoststate.kinds import KINDS, base, partition
+
+CG = "sys/fs/cgroup"
+DOMAIN = "machine/qemu-1-vm-a.libvirt-qemu"
+PATH = ["machine", DOMAIN, f"{DOMAIN}/libvirt", f"{DOMAIN}/libvirt/vcpu0"]
+
+
+@pytest.fixture
+def host(env, tmp_path, monkeypatch):  # noqa: F811 - env is test_hook's fixture
+    build(env)
+    fs = env / CG
+    put(fs / "cpuset.cpus.isolated", "")
+    put(fs / "cgroup.subtree_control", "cpuset")
+    for group in PATH:
+        put(fs / group / "cpuset.cpus.exclusive", "")
+        put(fs / group / "cpuset.cpus.partition", "member")
+        put(fs / group / "cgroup.subtree_control", "cpuset")
+    put(fs / DOMAIN / "libvirt" / "vcpu0" / "cpuset.cpus", "2")
+    put(fs / DOMAIN / "libvirt" / "emulator" / "cpuset.cpus", "0-1,3")
+    (env / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nisolate = "partition"\n')
+    libvirt = Libvirt(env / "libvirt")
+    libvirt.start("vm-a", "11111111-1111-1111-1111-111111111111")
+    pid = int((env / "libvirt" / "vm-a.pid").read_text())
+    put(env / "proc" / str(pid) / "cgroup", f"0::/{DOMAIN}/libvirt/emulator")
+    yield env
+    libvirt.close()
+
+
+def files(host, leaf: str) -> list[str]:
+    return [(host / CG / g / leaf).read_text().strip() for g in PATH]
+
+
+def kernel_says_yes(host) -> None:
+    put(host / CG / "cpuset.cpus.isolated", "2")
+
+
+def test_started_makes_the_partition_and_release_gives_every_file_back(host, caplog):
+    before = tree(host)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    assert files(host, "cpuset.cpus.exclusive") == ["", "", "", ""]  # prepare: no vCPU group yet
+    kernel_says_yes(host)
+    assert call(A, "vm-a", "started", "begin") == 0
+    assert files(host, "cpuset.cpus.exclusive") == ["2", "2", "2", "2"]
+    assert files(host, "cpuset.cpus.partition") == ["member", "member", "member", "isolated"]
+    assert state(host)["leases"][A_UUID]["partition"] == "2"
+    records = state(host)["isolation"]["records"]
+    assert records["partition:machine%2Fqemu-1-vm-a.libvirt-qemu%2Flibvirt%2Fvcpu0"]["before"] == "member"
+    assert call(A, "vm-a", "started", "begin") == 0  # again: nothing more
+    put(host / CG / "cpuset.cpus.isolated", "")
+    assert call(A, "vm-a", "release", "end") == 0
+    assert tree(host) == before
+    assert state(host)["isolation"] is None or not state(host)["isolation"]["records"]
+
+
+def test_a_partition_the_kernel_does_not_hold_is_undone_with_one_warning(host, caplog):
+    """The root's cpuset.cpus.isolated lacks the CPU (an invalid partition): one warning, every
+    partition file back, today's isolation holds the CPU."""
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    between = tree(host)
+    with caplog.at_level(logging.WARNING):
+        assert call(A, "vm-a", "started", "begin") == 0
+    warnings = [r.getMessage() for r in caplog.records if "partition" in r.getMessage()]
+    assert len(warnings) == 1 and "cpuset.cpus.isolated lacks CPUs 2" in warnings[0], warnings
+    assert tree(host) == between
+    assert "partition" not in state(host)["leases"][A_UUID]
+    assert state(host)["isolation"]["cpus"] == "2"  # today's isolation
+
+
+@pytest.mark.parametrize("why", ["no-kernel-support", "cgroup-v1"])
+def test_no_partitions_here_is_one_warning_and_todays_isolation(host, caplog, why):
+    if why == "no-kernel-support":
+        (host / CG / "cpuset.cpus.isolated").unlink()
+        expect = "Linux 6.7"
+    else:
+        (host / CG / "cgroup.controllers").unlink()
+        expect = "cgroup v1"
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    between = tree(host)
+    with caplog.at_level(logging.WARNING):
+        assert call(A, "vm-a", "started", "begin") == 0
+    warnings = [r.getMessage() for r in caplog.records if "no isolated partition" in r.getMessage()]
+    assert len(warnings) == 1 and expect in warnings[0], warnings
+    assert tree(host) == between
+    assert call(A, "vm-a", "release", "end") == 0
+
+
+def test_a_value_changed_by_hand_is_left_alone(host, caplog):
+    before = tree(host)
+    call(A, "vm-a", "prepare", "begin")
+    kernel_says_yes(host)
+    call(A, "vm-a", "started", "begin")
+    put(host / CG / "machine" / "cpuset.cpus.exclusive", "2-3")  # the operator's
+    with caplog.at_level(logging.WARNING):
+        assert call(A, "vm-a", "release", "end") == 0
+    assert (host / CG / "machine" / "cpuset.cpus.exclusive").read_text().strip() == "2-3"
+    assert any("left alone" in r.getMessage() and "machine" in r.getMessage() for r in caplog.records)
+    after = tree(host)
+    assert {k for k in before if before[k] != after[k]} == {f"{CG}/machine/cpuset.cpus.exclusive",
+                                                             f"{CG}/cpuset.cpus.isolated"}
+
+
+class Killed(BaseException):
+    """A kill: nothing after it in the call runs (the lock and the state file stay as they were)."""
+
+
+@pytest.mark.parametrize("op", ["started", "release"])
+def test_a_kill_at_every_partition_write_then_the_usual_orders(host, monkeypatch, op):
+    """A kill at each write of the partition kinds during ``started`` or ``release``; then libvirt's
+    usual orders (started again and release; release again): every file as before."""
+    real = partition.GroupFile.write
+    count = {"n": 0, "at": 0}
+
+    def write(self, item, value):
+        count["n"] += 1
+        if count["n"] == count["at"]:
+            raise Killed
+        real(self, item, value)
+
+    monkeypatch.setattr(partition.GroupFile, "write", write)
+    before = tree(host)
+    points = 5 if op == "started" else 5  # 4 exclusive sets and one partition each way
+    for at in range(1, points + 1):
+        count.update(n=0, at=0)
+        call(A, "vm-a", "prepare", "begin")
+        kernel_says_yes(host)
+        if op == "release":
+            call(A, "vm-a", "started", "begin")
+            put(host / CG / "cpuset.cpus.isolated", "")
+        count.update(n=0, at=at)
+        with pytest.raises(Killed):
+            call(A, "vm-a", op, "begin" if op == "started" else "end")
+        count.update(n=0, at=0)
+        if op == "started":
+            assert call(A, "vm-a", "started", "begin") == 0
+            assert files(host, "cpuset.cpus.partition")[-1] == "isolated"
+            put(host / CG / "cpuset.cpus.isolated", "")
+        assert call(A, "vm-a", "release", "end") == 0
+        assert tree(host) == before, at
+
+
+def test_a_kind_that_declares_a_flag_no_code_reads_is_refused():
+    class Typo(base.Kind):
+        name = "typo"
+        section = "isolation"
+        quite = True  # quiet, misspelt
+
+    with pytest.raises(TypeError, match="quite is not a flag"):
+        base.register(Typo)
+    assert "typo" not in KINDS
+
+    class Nowhere(base.Kind):
+        name = "nowhere"
+        section = "elsewhere"
+
+    with pytest.raises(TypeError, match="section 'elsewhere'"):
+        base.register(Nowhere)
+
+
+def test_every_extra_is_an_option_of_the_hook_settings():
+    from dataclasses import fields
+
+    from vmtune.config import HookSettings
+    from vmtune.hoststate.kinds import extra_options
+
+    options = set(extra_options().values())
+    assert options <= {f.name for f in fields(HookSettings)}
+    assert set(extra_options()) == set(HookSettings().extras())  # all on by default
+
+
+A_UUID = "11111111-1111-1111-1111-111111111111"
+
+
+def test_the_doctor_says_which_method_holds_each_cpu(host):
+    from vmtune.config import Config
+    from vmtune.doctor import isolation as doctor
+    from vmtune.doctor.findings import Context
+    from vmtune.roots import Roots
+
+    call(A, "vm-a", "prepare", "begin")
+    kernel_says_yes(host)
+    call(A, "vm-a", "started", "begin")
+    roots = Roots.from_env({"VMTUNE_SYSFS": str(host / "sys"), "VMTUNE_STATE_DIR": str(host / "state"),
+                            "VMTUNE_LIBVIRT_RUNDIR": str(host / "libvirt"), "VMTUNE_PROCFS": "/proc"}).replace(root="/")
+    ctx = Context(roots, Config(reserved_cpus=frozenset({0})))
+    lines = [f"{f.level} {f.found}" for f in doctor.check(ctx)]
+    assert any(line.startswith("INFO CPUs 2: an isolated cpuset partition") and "this kernel makes" in line
+               for line in lines), lines
+    put(host / CG / "cpuset.cpus.isolated", "")  # the kernel no longer holds it
+    lines = [f"{f.level} {f.found}" for f in doctor.check(ctx)]
+    assert any(line.startswith("WARN CPUs 2 are recorded as an isolated partition") for line in lines), lines
+    call(A, "vm-a", "release", "end")
