@@ -67,3 +67,12 @@ def test_the_hooks_isolation_on_systemd_and_on_plain_cgroup_v2(image):
     assert "AllowedCPUs of init.scope leaves out CPU 2" in out["systemd"]
     assert "the vCPU group is an isolated partition" in out["systemd"]
     assert "cpuset.cpus of vmtune-plain leaves out CPU 2" in out["no-systemd"]
+
+
+def test_a_boot_that_does_not_come_up_is_one_line_within_its_limit(image):
+    proc = subprocess.run([str(GUEST), "--boot-timeout", "2", "--", "true"], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert proc.returncode == 125
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cgroup2-guest: error: the guest did not start its system "
+                                                   "within 2 s; last console line:"), proc.stderr

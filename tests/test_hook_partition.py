@@ -211,3 +211,32 @@ def test_the_doctor_says_which_method_holds_each_cpu(host):
     lines = [f"{f.level} {f.found}" for f in doctor.check(ctx)]
     assert any(line.startswith("WARN CPUs 2 are recorded as an isolated partition") for line in lines), lines
     call(A, "vm-a", "release", "end")
+
+
+def test_an_unknown_isolate_value_is_one_line_for_the_cli_and_a_warning_for_the_hook(host, capsys):
+    from vmtune.cli import main
+
+    (host / "vmtune.toml").write_text('[hook]\nisolate = "partitoin"\n')
+    assert main(["hook", "reap"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("vmtune: error: ") and "hook.isolate must be one of" in err
+    assert call(A, "vm-a", "prepare", "begin") == 0  # the domain starts; the hook says why it left it alone
+    assert "hook.isolate must be one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_auto_the_default_partitions_where_the_kernel_can_and_says_nothing_where_not(host, caplog, supported):
+    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n')  # isolate: auto
+    if not supported:
+        (host / CG / "cpuset.cpus.isolated").unlink()
+    before = tree(host)
+    call(A, "vm-a", "prepare", "begin")
+    kernel_says_yes(host) if supported else None
+    with caplog.at_level(logging.WARNING):
+        assert call(A, "vm-a", "started", "begin") == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
+    assert files(host, "cpuset.cpus.partition")[-1] == ("isolated" if supported else "member")
+    if supported:
+        put(host / CG / "cpuset.cpus.isolated", "")
+    assert call(A, "vm-a", "release", "end") == 0
+    assert tree(host) == before

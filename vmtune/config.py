@@ -32,8 +32,10 @@ CStateScope = choice("CStateScope", "host", "pinned")  # every online CPU; the l
 KsmPolicy = choice("KsmPolicy", "off", "keep")
 Isolate = choice("Isolate", "on", "off")
 # the isolation's method: today's (tasks, IRQs, masks, cgroups); none; today's plus an isolated
-# cpuset partition of each started domain's vCPU groups (cgroup v2, Linux 6.7+; else today's)
-IsolateMethod = choice("IsolateMethod", "on", "off", "partition")
+# cpuset partition of each started domain's vCPU groups (cgroup v2, Linux 6.7+; else today's, with
+# a warning); auto (the default): partition where the kernel makes them, else on, silently
+# (BENCHMARKS.md: the partition takes the scheduler's softirqs off the held CPU)
+IsolateMethod = choice("IsolateMethod", "on", "off", "partition", "auto")
 HugepagePolicy = choice("HugepagePolicy", "top-up", "off")
 
 
@@ -47,7 +49,7 @@ class HookSettings:
     cstate_scope: CStateScope = CStateScope.HOST
     ksm: KsmPolicy = KsmPolicy.OFF
     lock_timeout_s: float = 30.0
-    isolate: IsolateMethod = IsolateMethod.ON
+    isolate: IsolateMethod = IsolateMethod.AUTO
     hugepages: HugepagePolicy = HugepagePolicy.TOP_UP
     # what the isolation does beyond tasks, IRQs, the two global masks and cgroups (issue 17)
     isolate_timers: Isolate = Isolate.ON  # kernel.timer_migration = 0

@@ -99,7 +99,8 @@ def _method(ctx: Context, leases: dict, held: frozenset[int]) -> list[Finding]:
         f"CPUs {cpuset.format(parted)}: an isolated cpuset partition" if parted else "",
         f"CPUs {cpuset.format(held - parted)}: the hook's isolation (tasks, IRQs, masks, cgroups)"
         if held - parted else "") if part)
-    can = "this kernel makes isolated partitions ([hook] isolate = \"partition\")" if support is None else \
+    can = "this kernel makes isolated partitions ([hook] isolate = \"auto\", the default, or \"partition\")" \
+        if support is None else \
         f"no isolated partitions here: {support}"
     out = [new("INFO", source, f"{kinds}; {can}")]
     if parted - isolated:
@@ -151,4 +152,4 @@ def _strays(ctx: Context, state: State, held: frozenset[int]) -> list[Finding]:
         parts.append(f"{len(found_irqs)} IRQ(s) ({_names(found_irqs)})")
     return out + [new("WARN", source, f"{where}: {' and '.join(parts)} may run there",
                       "no host work on the CPUs of running latency domains",
-                      "[hook] isolate = \"on\" (the default) and start the domain again; stop irqbalance")]
+                      "[hook] isolate = \"auto\" (the default) or \"on\", and start the domain again; stop irqbalance")]

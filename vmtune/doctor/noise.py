@@ -161,7 +161,7 @@ def findings(ctx: Context, census: Census) -> list[Finding]:
         more = f", +{len(movable) - SHOWN} more" if len(movable) > SHOWN else ""
         out.append(new("WARN", source, f"{where}: in {census.seconds:g} s, {', '.join(movable[:SHOWN])}{more} ran "
                        "there and could run elsewhere", "no movable host work on the held CPUs",
-                       "[hook] isolate = \"on\" (the default); stop irqbalance or let the hook ban them"))
+                       "[hook] isolate = \"auto\" (the default) or \"on\"; stop irqbalance or let the hook ban them"))
     fixed = {label for counts in census.interrupts.values() for label in counts if label not in census.movable_irqs}
     fixed |= {label for counts in census.softirqs.values() for label in counts}
     fixed |= {label for counts in census.tasks.values() for label in counts if label not in census.movable_tasks}

@@ -104,7 +104,8 @@ class Leases:
                               lock_timeout=self.settings.lock_timeout_s)
         self.pinned = self.settings.cstate_scope == CStateScope.PINNED
         self.isolate = self.settings.isolate != IsolateMethod.OFF
-        self.partition = self.settings.isolate == IsolateMethod.PARTITION
+        self.partition = self.settings.isolate in (IsolateMethod.PARTITION, IsolateMethod.AUTO)
+        self.asked = self.settings.isolate == IsolateMethod.PARTITION  # else auto: no warning where none can be made
 
     def trouble(self, name: str, exc: Exception, refuse: bool) -> int:
         """One line for a state the hook cannot use; 1 (refused) for a prepare, else 0."""
@@ -163,7 +164,8 @@ class Leases:
         if why is None and (lease.qemu is None or not cpus):
             why = "it has no started QEMU" if lease.qemu is None else "it holds no isolated CPU of its own"
         if why is not None:
-            log.warning("%s: no isolated partition: %s; today's isolation holds its CPUs", lease.name, why)
+            log.log(logging.WARNING if self.asked else logging.DEBUG,
+                    "%s: no isolated partition: %s; today's isolation holds its CPUs", lease.name, why)
             return False
         lease.partition = cpus
         self._isolate(state, self._isolated(state.held_cpus()))
