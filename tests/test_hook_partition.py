@@ -240,3 +240,39 @@ def test_auto_the_default_partitions_where_the_kernel_can_and_says_nothing_where
         put(host / CG / "cpuset.cpus.isolated", "")
     assert call(A, "vm-a", "release", "end") == 0
     assert tree(host) == before
+
+
+def test_two_domains_share_machine_and_each_release_gives_back_its_part(host):
+    """vm-b (CPU 3) beside vm-a (CPU 2): the shared group holds both CPUs; vm-a's release leaves
+    vm-b's, the last release gives every file back."""
+    from test_hook import B, UUID_B
+
+    fs = host / CG
+    other = "machine/qemu-2-vm-b.libvirt-qemu"
+    for group in (other, f"{other}/libvirt", f"{other}/libvirt/vcpu0"):
+        put(fs / group / "cpuset.cpus.exclusive", "")
+        put(fs / group / "cpuset.cpus.partition", "member")
+    put(fs / other / "libvirt" / "vcpu0" / "cpuset.cpus", "3")
+    libvirt = Libvirt(host / "libvirt")
+    libvirt.start("vm-b", UUID_B)
+    pid = int((host / "libvirt" / "vm-b.pid").read_text())
+    put(host / "proc" / str(pid) / "cgroup", f"0::/{other}/libvirt/emulator")
+    before = tree(host)
+    try:
+        call(A, "vm-a", "prepare", "begin")
+        call(B, "vm-b", "prepare", "begin")
+        put(fs / "cpuset.cpus.isolated", "2-3")
+        call(A, "vm-a", "started", "begin")
+        call(B, "vm-b", "started", "begin")
+        assert (fs / "machine" / "cpuset.cpus.exclusive").read_text().strip() == "2-3"
+        assert (fs / other / "libvirt" / "vcpu0" / "cpuset.cpus.partition").read_text().strip() == "isolated"
+        put(fs / "cpuset.cpus.isolated", "3")
+        call(A, "vm-a", "release", "end")
+        assert (fs / "machine" / "cpuset.cpus.exclusive").read_text().strip() == "3"
+        assert files(host, "cpuset.cpus.partition")[-1] == "member"
+        assert state(host)["leases"][UUID_B]["partition"] == "3"
+        put(fs / "cpuset.cpus.isolated", "")
+        call(B, "vm-b", "release", "end")
+        assert tree(host) == before
+    finally:
+        libvirt.close()
