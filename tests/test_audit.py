@@ -500,3 +500,26 @@ def test_with_live_drift_adds_the_running_persistent_domains_problems_only():
     assert merged.problems[:len(report.problems)] == report.problems
     assert [(p.kind, p.domains) for p in merged.problems[len(report.problems):]] == [(NOT_LIVE, ("web",))]
     assert with_live_drift(report, HOST, every[1:]) is report
+
+
+def test_a_throughput_domain_pinned_to_a_one_cpu_shared_set_holds_nothing_as_dedicated():
+    """Found by the fleet property: node 0's shared set was one CPU (3) when a 1-vCPU throughput
+    domain was placed, so its pin looked dedicated ("pinned alone") and a balanced domain placed
+    before it, floating over CPU 3, was reported as a float. A throughput pin is on shared CPUs."""
+    from vmtune.host.topology import Cell, Cpu
+
+    cells = (Cell(0, (0, 1, 2, 3), 262144, {}, {}), Cell(1, (4, 5, 6, 7), 0, {}, {}), Cell(2, (), 1024, {}, {}))
+    cpus = {i: Cpu(i, 0 if i < 4 else 1, None, None, None, frozenset({i}), None, None) for i in range(8)}
+    host = Host("x86_64", cells, cpus, frozenset(), "Intel", None, {})
+
+    def dom(n: int, pinned: bool) -> str:
+        pins = "".join(f"<vcpupin vcpu='{i}' cpuset='{i}'/>" for i in range(n)) if pinned else ""
+        return (f"<domain type='kvm'><name>gen</name><uuid>00000000-0000-4000-8000-000000000001</uuid>"
+                f"<memory unit='MiB'>256</memory><vcpu placement='static'>{n}</vcpu>"
+                f"{'<cputune>' + pins + '</cputune>' if pins else ''}<os><type arch='x86_64'>hvm</type></os></domain>")
+
+    placed = placed_fleet(host, [(dom(1, False), "latency"), (dom(1, True), "balanced"), (dom(1, True), "throughput"),
+                                 (dom(3, True), "balanced")])
+    assert len(placed) == 4
+    report = audit(host, [(xml, "shut off") for xml in placed])
+    assert report.ok, [p.message for p in report.problems]

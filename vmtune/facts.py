@@ -39,6 +39,9 @@ from . import cpuset, units
 from .model import Domain, MemoryDevice
 
 DEDICATED_PROFILES = ("latency", "realtime")
+# the built-in profiles that pin to a node's shared CPUs (pinning = "node"): pins vmtune wrote to the
+# shared CPUs, never dedicated ones, even when a node's shared set is one CPU per vCPU
+SHARED_PROFILES = ("throughput",)
 MAX_VCPUS = 4096  # vmtune's bound on <vcpu> (libvirt's is per driver and machine, at most this here)
 MAX_IOTHREADS = 4096  # and on <iothreads>: every reader iterates them
 BINDING_MODES = ("strict", "restrictive")  # modes in which no page comes from another node
@@ -125,7 +128,9 @@ def pinned_alone(dom: Domain) -> bool:
 
 def dedicated(dom: Domain) -> frozenset[int]:
     """The host CPUs ``dom`` holds for itself: its pins, when it is tagged with a dedicated profile
-    or every vCPU is pinned alone; else none."""
+    or every vCPU is pinned alone (but under a profile that pins to shared CPUs); else none."""
+    if dom.tagged_profile in SHARED_PROFILES:
+        return frozenset()
     if dom.tagged_profile in DEDICATED_PROFILES or pinned_alone(dom):
         return pinned(dom)
     return frozenset()
