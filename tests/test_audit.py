@@ -523,3 +523,21 @@ def test_a_throughput_domain_pinned_to_a_one_cpu_shared_set_holds_nothing_as_ded
     assert len(placed) == 4
     report = audit(host, [(xml, "shut off") for xml in placed])
     assert report.ok, [p.message for p in report.problems]
+
+
+def test_a_waiting_target_is_claimed_as_the_profile_it_is_about_to_get():
+    """Found by the fleet property: vm1 is tagged throughput and pinned alone to CPU 0, and is planned
+    as balanced. While vm0 is placed, vm1 waits with its pins, claimed as balanced will hold them
+    (dedicated), not as its old tag (throughput: shared), so vm0 does not float onto them."""
+    from vmtune.host.topology import Cell, Cpu
+
+    host = Host("x86_64", (Cell(0, (0, 1), 1024, {}, {}),),
+                {i: Cpu(i, 0, None, None, None, frozenset({i}), None, None) for i in range(2)}, frozenset(), "Intel",
+                None, {})
+    dom = ("<domain type='kvm'><name>gen</name><uuid>00000000-0000-4000-8000-000000000001</uuid>{}"
+           "<memory unit='MiB'>256</memory><vcpu placement='static'>1</vcpu><cputune><vcpupin vcpu='0' cpuset='0'/>"
+           "</cputune><os><type arch='x86_64'>hvm</type></os></domain>")
+    tag = "<metadata><vmtune:tune xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='throughput'/></metadata>"
+    placed = placed_fleet(host, [(dom.format(""), "balanced"), (dom.format(tag), "balanced")])
+    report = audit(host, [(xml, "shut off") for xml in placed])
+    assert len(placed) == 2 and report.ok, [p.message for p in report.problems]

@@ -25,12 +25,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from lxml import etree
+
 from .. import config as config_mod
 from .. import driver, facts, profiles, xmlsafe
 from ..driver import Result, rewrite
 from ..errors import InvalidInput, Unsupported, VmtuneError
 from ..host import Host
-from ..model import Domain
+from ..model import TAG, Domain
 
 RANKS = {"dedicated": 0, "pinned": 1, "node": 2, "float": 3}
 
@@ -57,6 +59,20 @@ class Step:
 
 def _profile_name(target: Target, dom: Domain) -> str:
     return target.profile or dom.tagged_profile or profiles.DEFAULT
+
+
+def _as_target(target: Target) -> str:
+    """A waiting target's XML as a claim: tagged with the profile it is about to get (its pins are
+    claimed as that profile will hold them: a domain tagged throughput now and planned as balanced
+    holds its pins alone as dedicated, as it will once planned)."""
+    if not target.profile:
+        return target.xml
+    root = xmlsafe.parse(target.xml, "domain XML")
+    tag = root.find(f"metadata/{TAG}")
+    if tag is None or tag.get("profile") == target.profile:
+        return target.xml
+    tag.set("profile", target.profile)
+    return etree.tostring(root, encoding="unicode")
 
 
 def rank(target: Target, host: Host, config: config_mod.Config) -> tuple:
@@ -107,7 +123,7 @@ def plan(
     for i, target in enumerate(ordered):
         dom = Domain(xmlsafe.parse(target.xml, "domain XML"))
         name = dom.name or target.key
-        waiting = [t.xml for t in ordered[i + 1:] if t.key in pinned]  # they keep their pins
+        waiting = [_as_target(t) for t in ordered[i + 1:] if t.key in pinned]  # they keep their pins
         try:
             result = rewrite(target.xml, host, target.profile, others + placed + waiting,
                              force_virtio=force_virtio, config=config)
