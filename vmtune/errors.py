@@ -23,6 +23,13 @@ class Unsupported(InvalidInput):
     """Well-formed input that vmtune will not tune (another arch, a Xen or LXC domain)."""
 
 
+class UsageError(VmtuneError):
+    """A command line that does not make sense (an option another one makes meaningless): exit 2,
+    as argparse's own usage errors."""
+
+    exit_code = 2
+
+
 class DoesNotFit(VmtuneError):
     """The domain does not fit on the host with the CPUs, memory and hugepages left."""
 

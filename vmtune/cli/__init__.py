@@ -1,6 +1,7 @@
 """The command line: a thin adapter over the library.
 
-Exit codes: 0 done; 1 invalid input (``plan``: a problem found); 2 usage; 3 the domain does not fit
+Exit codes: 0 done; 1 invalid input (``plan``: a problem found); 2 usage (one line, as every error:
+``vmtune: error: COMMAND: ...``); 3 the domain does not fit
 on the host; 4 libvirt-python is not installed or libvirt cannot be reached (the live commands).
 
     offline.py  rewrite, untune, topology, profiles, hook install|uninstall|reap: no libvirt needed
@@ -28,11 +29,21 @@ from . import doctor, hostmap, live, offline
 COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS, **hostmap.COMMANDS}
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line (``vmtune: error: rewrite: ...``, exit 2)
+    like every other error of vmtune's; ``--help`` still prints the whole usage. Its subparsers are
+    of this class too (argparse makes them with the parent's class)."""
+
+    def error(self, message: str):
+        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        self.exit(2, f"vmtune: error: {escape(where + message)} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
     """vmtune's argument parser (the Ansible modules' tests parse their calls with it)."""
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog="vmtune", description="Make KVM guests fast.")
+    parser = Parser(prog="vmtune", description="Make KVM guests fast.")
     parser.add_argument("--version", action="version", version=f"vmtune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     offline.add_parsers(sub)  # rewrite, untune, topology, profiles, hook

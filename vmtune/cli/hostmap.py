@@ -64,6 +64,8 @@ def cmd_map(args, cfg, roots) -> int:
 
     if args.svg == "":
         args.usage_error("--svg needs a file name, or - for stdout")
+    if args.connect and (args.host or args.claim):
+        args.usage_error("--connect reads a live host; --host and --claim draw one offline: give one or the other")
     if args.host or args.claim:
         host = host_of(args, roots.sysfs)
         found = [(xmlsafe.read(path, "claimed domain XML"), "claim") for path in args.claim]

@@ -14,7 +14,7 @@ import sys
 from .. import cpuset, profiles, xmlsafe
 from ..atomic import write_atomic
 from ..driver import rewrite
-from ..errors import InvalidInput
+from ..errors import InvalidInput, UsageError
 from ..oneline import escape
 from ..host import Host
 from . import format as fmt
@@ -206,6 +206,8 @@ def cmd_hook(args, cfg, roots) -> int:
     from .. import hookfile, reaper
 
     if args.action == "reap":
+        if args.unit_dir or args.no_timer:
+            raise UsageError("hook reap: --unit-dir and --no-timer are install's and uninstall's (a reap writes no unit)")
         return _reap(cfg, roots, args.quiet)
     if args.action == "install":
         if not args.no_timer:
