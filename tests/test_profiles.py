@@ -381,3 +381,13 @@ def test_inheriting_an_unknown_profile_is_refused(user_dir):
     """A user profile inheriting a profile that does not exist is refused, naming the missing one."""
     write(user_dir, "mine", 'inherit = "ghost"\n')
     assert "unknown profile 'ghost'" in error_of("mine")
+
+
+def test_unknown_profile_names_the_folder_searched_and_what_it_holds(user_dir):
+    """Issue 27: the folder searched (from $VMTUNE_PROFILES here) and the profiles found there."""
+    write(user_dir, "fast", 'inherit = "latency"\n')
+    write(user_dir, "quiet", 'inherit = "balanced"\n')
+    message = error_of("nosuch", str(user_dir))
+    assert f"not in {user_dir}" in message and "holds fast, quiet" in message, message
+    assert all(name in message for name in BUILTIN) and message.count("\n") == 0
+    assert "does not exist" in error_of("nosuch", str(user_dir / "missing"))

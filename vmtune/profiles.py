@@ -126,7 +126,21 @@ def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tupl
     text = _builtin_text(name)
     if text is not None:
         return text, f"vmtune/profiles/{name}.toml"
-    raise InvalidInput(f"unknown profile {name!r} (built-in: {', '.join(BUILTIN)}; yours go in {USER_DIR})")
+    raise InvalidInput(_unknown(name, None if builtin_only else (user_dir or USER_DIR)))
+
+
+def _unknown(name: str, folder: str | None) -> str:
+    """The one line of an unknown profile: the folders searched, and what each holds."""
+    if folder is None:
+        return f"unknown profile {name!r} (built-in: {', '.join(BUILTIN)})"
+    try:
+        found = sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".toml") and not f.startswith("."))
+    except OSError as exc:
+        held = f"not readable: {exc.strerror}" if not isinstance(exc, FileNotFoundError) else "does not exist"
+    else:
+        held = f"holds {', '.join(found)}" if found else "holds no profile"
+    return (f"unknown profile {name!r}: not in {folder} ($VMTUNE_PROFILES, profiles_dir, else {USER_DIR}; it "
+            f"{held}) nor built in ({', '.join(BUILTIN)})")
 
 
 @functools.lru_cache(maxsize=64)
