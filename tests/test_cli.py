@@ -675,3 +675,16 @@ def _names():
     yield from letters
     yield from (a + b for a in letters for b in letters)
     yield from (a + b + c for a in letters for b in letters for c in letters)
+
+
+def test_reserved_cpus_the_host_lacks_are_one_line(tmp_path, capsys):
+    """Issue 27: ``reserved_cpus = "0-40"`` on a 32-CPU host is an error naming the file, the CPUs
+    missing and the host's, for rewrite, topology and map alike."""
+    config = tmp_path / "vmtune.toml"
+    config.write_text('reserved_cpus = "0-40"\n')
+    for argv in (["rewrite", str(DB), "--host", str(HOST)], ["topology", "--host", str(HOST)],
+                 ["map", "--host", str(HOST)]):
+        assert cli.main([*argv, "--config", str(config)]) == 1, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err == (f"vmtune: error: {config}: reserved_cpus 0-40 names CPUs this host does not "
+                                     "have (32-40; it has 0-31)\n"), err

@@ -67,7 +67,7 @@ def cmd_map(args, cfg, roots) -> int:
     if args.connect and (args.host or args.claim):
         args.usage_error("--connect reads a live host; --host and --claim draw one offline: give one or the other")
     if args.host or args.claim:
-        host = host_of(args, roots.sysfs)
+        host = host_of(args, roots.sysfs, cfg)
         found = [(xmlsafe.read(path, "claimed domain XML"), "claim") for path in args.claim]
         hostmap = build.build(host, found, config=cfg)
     else:

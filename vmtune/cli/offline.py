@@ -20,15 +20,30 @@ from ..host import Host
 from . import format as fmt
 
 
-def host_of(args, sysfs: str | None = None) -> Host:
+def host_of(args, sysfs: str | None = None, cfg=None) -> Host:
     """The host of ``--host CAPS.xml`` or ``--sysfs DIR`` (else ``sysfs``, else this machine), with
-    the devices of ``--nodedev FILE``s first."""
+    the devices of ``--nodedev FILE``s first. ``cfg``: its ``reserved_cpus`` must be CPUs of it."""
     if getattr(args, "host", None):
         host = Host.from_capabilities(xmlsafe.read(args.host, "capabilities XML"))
     else:
         host = Host.from_sysfs(getattr(args, "sysfs", None) or sysfs or "/sys")
         host.devices.check()  # a numa_node naming a node the host lacks is refused, used or not
+    if cfg is not None:
+        check_reserved(cfg, host)
     return with_nodedevs(host, getattr(args, "nodedev", None))
+
+
+def check_reserved(cfg, host: Host) -> None:
+    """One line when the config's ``reserved_cpus`` names CPUs this host does not have (issue 27:
+    "0-40" on a 2-CPU host was taken silently, as its CPUs 0-1)."""
+    from .. import cpuset
+
+    given = cfg.reserved_cpus
+    missing = frozenset(given or ()) - frozenset(host.cpus)
+    if missing:
+        where = f"{cfg.source}: " if cfg.source else ""
+        raise InvalidInput(f"{where}reserved_cpus {cpuset.format(given)} names CPUs this host does not have "
+                           f"({cpuset.format(missing)}; it has {cpuset.format(frozenset(host.cpus))})")
 
 
 def with_nodedevs(host: Host, paths: list[str] | None) -> Host:
@@ -132,7 +147,7 @@ def _name(args) -> str:
 def cmd_rewrite(args, cfg, roots) -> int:
     source = _read_domain(args)
     claims = [xmlsafe.read(path, "claimed domain XML") for path in args.claim]
-    result = rewrite(source, host_of(args), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
+    result = rewrite(source, host_of(args, cfg=cfg), args.profile, claims, force_virtio=args.force_virtio, config=cfg)
     target = _write_result(args, result.xml)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -171,7 +186,7 @@ def cmd_untune(args, cfg, roots) -> int:
 
 
 def cmd_topology(args, cfg, roots) -> int:
-    host = host_of(args)
+    host = host_of(args, cfg=cfg)
     reserved = host.reserved(cfg)
     if args.json:
         print(json.dumps({**host.to_dict(), "reserved": cpuset.format(reserved)}, indent=2))
