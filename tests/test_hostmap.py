@@ -498,8 +498,13 @@ def _live_tree(tmp_path) -> Path:
 
 
 def test_live_with_the_hook_state_and_libvirt(capsys, tmp_path, monkeypatch):
-    """Live: libvirt's domains (its test driver), the sysfs pools, the hook's lease and isolation."""
+    """Live: libvirt's domains (its test driver), the sysfs pools, the hook's lease and isolation.
+    (The test driver stands in for this machine's system daemon here, whose host is this machine's
+    sysfs; any other URI draws libvirt's host: test_a_connection_to_another_daemon...)"""
     pytest.importorskip("libvirt")
+    from vmtune.cli import hostmap as cli_map
+
+    monkeypatch.setattr(cli_map, "local_system", lambda uri: True)
     sys_root = _live_tree(tmp_path)
     monkeypatch.setenv("VMTUNE_SYSFS", str(sys_root))
     monkeypatch.setenv("VMTUNE_STATE_DIR", str(tmp_path / "state"))
@@ -644,3 +649,20 @@ def test_l3_domains_in_every_view():
     data = hostmap.to_dict()
     assert [x["id"] for x in data["nodes"][0]["l3"]] == [0, 2, 4, 6]
     assert data["nodes"][0]["l3"][0] == {"id": 0, "cpus": "0-3,32-35", "size_kib": 16384, "other_nodes": []}
+
+
+def test_a_connection_to_another_daemon_draws_that_daemons_host(capsys):
+    """Issue 27, one host per URI: ``--connect test:///default`` draws the test driver's host (i686,
+    2 nodes, 16 CPUs) and its domain, not this machine's sysfs; ``--sysfs`` beside it is a usage
+    error."""
+    pytest.importorskip("libvirt")
+    code, out, err = run_cli(capsys, "map", "--connect", "test:///default", "--json")
+    assert code == 0, err
+    drawn = json.loads(out)
+    assert drawn["mode"] == "live" and drawn["arch"] == "i686" and len(drawn["nodes"]) == 2
+    assert [d["name"] for d in drawn["domains"]] == ["test"]
+    with pytest.raises(SystemExit) as exc:
+        main(["map", "--connect", "test:///default", "--sysfs", "/sys"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("vmtune: error: map: --connect to another daemon"), err
+    assert err.count("\n") == 1

@@ -52,6 +52,30 @@ def _domains(uri: str | None) -> tuple[list[tuple[str, str]], list[str]]:
     return [(d.live_xml or d.xml, d.state) for d in every], []
 
 
+def local_system(uri: str) -> bool:
+    """Whether ``uri`` is this machine's system QEMU daemon, whose host is this machine's sysfs (any
+    other URI's host is the one libvirt describes: one host per URI)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    return parts.scheme in ("qemu", "qemu+unix") and parts.hostname in (None, "", "localhost") and parts.path == "/system"
+
+
+def _connected(uri: str, nodedev: list[str], cfg):
+    """The map of the host behind ``uri``: its topology, free hugepages and node devices from
+    libvirt (live/hostview.py), and its domains. Unreachable: one line, exit 4."""
+    from ..hostmap import build
+    from ..live import connect, domains, hostview
+
+    with connect.connection(uri, read_only=True) as conn:
+        pools = Host.from_capabilities(conn.getCapabilities())
+        host = hostview.host(conn)
+        every = domains.every(conn)
+    totals = {(cell.id, size): n for cell in pools.cells for size, n in cell.pages.items()}
+    return build.build(with_nodedevs(host, nodedev), [(d.live_xml or d.xml, d.state) for d in every], config=cfg,
+                       mode="live", page_totals=totals)
+
+
 def use_color(choice: str) -> bool:
     """``--color``: auto is on a terminal, unless NO_COLOR is set (or TERM is dumb)."""
     if choice != "auto":
@@ -70,6 +94,10 @@ def cmd_map(args, cfg, roots) -> int:
         host = host_of(args, roots.sysfs, cfg)
         found = [(xmlsafe.read(path, "claimed domain XML"), "claim") for path in args.claim]
         hostmap = build.build(host, found, config=cfg)
+    elif args.connect and not local_system(args.connect):
+        if args.sysfs:
+            args.usage_error("--connect to another daemon draws its host from libvirt; --sysfs is this machine's")
+        hostmap = _connected(args.connect, args.nodedev, cfg)
     else:
         sysfs = args.sysfs or roots.sysfs
         host = Host.from_sysfs(sysfs)
