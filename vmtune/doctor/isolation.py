@@ -89,11 +89,7 @@ def _method(ctx: Context, leases: dict, held: frozenset[int]) -> list[Finding]:
     cgroupfs = ctx.roots.cgroupfs if ctx.has("sysfs") else None
     support = partition.supported(cgroupfs) if cgroupfs else "no sysfs tree given"
     parted = frozenset().union(*(lease.partition for lease in leases.values())) & held
-    kernel = partition.held(ctx.roots, [])[""] if cgroupfs and support is None else ""
-    try:
-        isolated = cpuset.parse(kernel) if kernel else frozenset()
-    except Exception:  # noqa: BLE001 - unreadable: none
-        isolated = frozenset()
+    isolated = partition.isolated(ctx.roots) if cgroupfs and support is None else frozenset()
     source = ctx.path("sysfs", "fs/cgroup/cpuset.cpus.isolated")
     kinds = "; ".join(part for part in (
         f"CPUs {cpuset.format(parted)}: an isolated cpuset partition" if parted else "",
@@ -105,7 +101,7 @@ def _method(ctx: Context, leases: dict, held: frozenset[int]) -> list[Finding]:
     out = [new("INFO", source, f"{kinds}; {can}")]
     if parted - isolated:
         out.append(new("WARN", source, f"CPUs {cpuset.format(parted - isolated)} are recorded as an isolated "
-                       f"partition, but the kernel's cpuset.cpus.isolated is {kernel or 'empty'}",
+                       f"partition, but the kernel's cpuset.cpus.isolated is {cpuset.format(isolated) or 'empty'}",
                        "the partitions the hook made are held by the kernel",
                        "start the domain again, or run `vmtune hook reap`"))
     return out

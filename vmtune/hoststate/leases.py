@@ -131,26 +131,29 @@ class Leases:
             state.isolation = record
             self.store.commit(state)
 
-        def claims() -> list[Claim]:
-            return [Claim(lease.qemu.pid, lease.partition) for key, lease in sorted(state.leases.items())
+        def parted() -> list[Lease]:
+            """The leases (but ``but``'s) whose started domain claims partitions."""
+            return [lease for key, lease in sorted(state.leases.items())
                     if key != but and lease.partition and lease.qemu is not None]
 
-        state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=self.dry_run,
-                                              extras=self.settings.extras(), claims=claims())
+        def reconcile(dry_run: bool) -> None:
+            claims = [Claim(lease.qemu.pid, lease.partition) for lease in parted()]  # type: ignore[union-attr]
+            state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=dry_run,
+                                                  extras=self.settings.extras(), claims=claims)
+
+        reconcile(self.dry_run)
         if self.dry_run:
             return
-        bad = []
-        for key, lease in state.leases.items():
-            if key != but and lease.partition and lease.qemu is not None:
-                why = partition.refused(self.roots, lease.qemu.pid, lease.partition)
-                if why:
-                    log.warning("%s: no isolated partition: %s; undone, today's isolation holds CPUs %s", lease.name,
-                                why, cpuset.format(lease.partition))
-                    lease.partition = frozenset()
-                    bad.append(key)
+        bad = False
+        for lease in parted():
+            why = partition.refused(self.roots, lease.qemu.pid, lease.partition)  # type: ignore[union-attr]
+            if why:
+                log.warning("%s: no isolated partition: %s; undone, today's isolation holds CPUs %s", lease.name,
+                            why, cpuset.format(lease.partition))
+                lease.partition = frozenset()
+                bad = True
         if bad:
-            state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, extras=self.settings.extras(),
-                                                  claims=claims())
+            reconcile(False)
 
     def _partition(self, state: State, key: str) -> bool:
         """``started`` with ``isolate = "partition"``: the lease's vCPU groups become isolated cpuset
@@ -171,7 +174,7 @@ class Leases:
         self._isolate(state, self._isolated(state.held_cpus()))
         if lease.partition:
             log.info("%s: CPUs %s are an isolated cpuset partition (cpuset.cpus.isolated: %s)", lease.name,
-                     cpuset.format(lease.partition), partition.held(self.roots, [])[""] or "-")
+                     cpuset.format(lease.partition), cpuset.format(partition.isolated(self.roots)) or "-")
         return True
 
     # -- what a killed hook left, and leases whose domain is gone --------------------------------

@@ -79,6 +79,19 @@ def write_file(root: str, rel: str, value: str) -> None:
         fh.write(value)
 
 
+def write_list(root: str, rel: str, value: str) -> None:
+    """``write_file`` for a CPU list that may be empty (a cgroup's ``cpuset.cpus`` or
+    ``cpuset.cpus.exclusive``): the empty list as a newline, since a zero-byte write never reaches
+    the kernel."""
+    write_file(root, rel, value if value.strip() else "\n")
+
+
+def inside(root: str, path: str) -> bool:
+    """Whether ``path`` resolves inside ``root`` (links included: sysfs' workqueue folders are
+    links inside it)."""
+    return os.path.realpath(path).startswith(os.path.realpath(root).rstrip("/") + "/")
+
+
 class Key:
     """A typed key: a small immutable value. A subclass declares its fields as ``__slots__``
     (``DEFAULTS`` for the optional ones), and its kind and the pattern of its text (``str.format`` of

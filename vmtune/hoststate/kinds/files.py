@@ -28,7 +28,7 @@ from typing import ClassVar, NamedTuple
 from ...errors import InvalidInput
 from ...host import sysfs as files
 from ...host.sysfs import CPU_DIR, NODE_DIR
-from .base import KINDS, Item, Key, Kind, Listing, digits, key_of, name_of, printable, read_file, register, valid
+from .base import KINDS, Item, Key, Kind, Listing, digits, inside, key_of, name_of, printable, read_file, register, valid
 from .tasks import GONE, Gone
 
 CPUFREQ_ATTRS = ("energy_performance_preference", "scaling_governor")
@@ -204,14 +204,9 @@ class CpuMaskFile(Kind):
         file = key.file
         root = getattr(roots, file.root) if file else None
         path = os.path.join(root, file.rel) if root and file else None
-        if path is None or not os.path.exists(path) or not _inside(root, path):
+        if path is None or not os.path.exists(path) or not inside(root, path):
             return GONE
         return _valid(key, root, file.rel, file.label)
-
-
-def _inside(root: str, path: str) -> bool:
-    """Whether ``path`` resolves inside ``root`` (sysfs' workqueue folders are links inside it)."""
-    return os.path.realpath(path).startswith(os.path.realpath(root).rstrip("/") + "/")
 
 
 # -- sysctls set to a value while CPUs are isolated -------------------------------------------------

@@ -77,7 +77,7 @@ class CgroupCpuset(GroupKind):
         return () if listing.roots.systemd else cgroups(listing.roots.cgroupfs, listing.online)
 
     def write(self, item: Item, value: str) -> None:
-        base.write_file(item.root, item.rel, value if value.strip() else "\n")  # an empty cpuset.cpus: a newline
+        base.write_list(item.root, item.rel, value)
 
     def lookup(self, key: Cgroup, roots, online: frozenset[int]) -> Item | Gone | None:
         return lookup_cgroup(roots.cgroupfs, key, online)
@@ -123,8 +123,7 @@ def _inside(root: str, name: str) -> bool:
     """Whether ``name`` is one plain entry of ``root`` that resolves inside it."""
     if not name or "/" in name or "\x00" in name or name in (".", ".."):
         return False
-    real = os.path.realpath(root).rstrip("/") + "/"
-    return os.path.realpath(os.path.join(root, name)).startswith(real)
+    return base.inside(root, os.path.join(root, name))
 
 
 def lookup_cgroup(cgroupfs: str, key: Cgroup, online: frozenset[int]) -> Item | Gone | None:

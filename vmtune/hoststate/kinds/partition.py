@@ -10,8 +10,8 @@ cgroup v2 as ``machine.slice/machine-qemu\\x2dN\\x2dNAME.scope/libvirt/`` (witho
 ``vcpuN`` below it; a threaded group may be a partition root.
 
 Both kinds are isolation kinds of the host-state engine: journaled, read back, restored newest
-first, a value changed by hand left alone. ``Partitions`` (the request: for each partitioned
-domain, its QEMU's pid and the CPUs it may partition) decides the values: an exclusive set is its
+first, a value changed by hand left alone. The claims (``Claim``: for each partitioned domain,
+its QEMU's pid and the CPUs it may partition) decide the values: an exclusive set is its
 original plus the CPUs of the partitions below it (shared groups such as ``machine.slice`` hold the
 union of every domain's), a vCPU group's partition is ``isolated``. The listing gives the groups in
 the order the kernel accepts the writes: the exclusive sets from the top down, then the partitions;
@@ -30,7 +30,7 @@ from typing import ClassVar, NamedTuple
 
 from ... import cpuset
 from ...host import sysfs as files
-from .base import Item, Key, Kind, Listing, key_of, name_of, printable, register, write_file
+from .base import KINDS, Item, Key, Kind, Listing, inside, key_of, name_of, printable, register, write_list
 from .tasks import GONE, Gone
 
 ISOLATED = "isolated"
@@ -80,8 +80,7 @@ def _plain_path(cgroupfs: str, path: str) -> bool:
     parts = path.split("/")
     if not path or len(parts) > MAX_DEPTH or any(p in ("", ".", "..") or "\x00" in p for p in parts):
         return False
-    real = os.path.realpath(cgroupfs).rstrip("/") + "/"
-    return os.path.realpath(os.path.join(cgroupfs, path)).startswith(real)
+    return inside(cgroupfs, os.path.join(cgroupfs, path))
 
 
 def vcpu_groups(proc: str, cgroupfs: str, pid: int) -> list[str]:
@@ -144,7 +143,7 @@ class GroupFile(Kind):
         return self.key(path) if path else None
 
     def write(self, item: Item, value: str) -> None:
-        write_file(item.root, item.rel, value if value.strip() else "\n")
+        write_list(item.root, item.rel, value)
 
     def lookup(self, key: Path, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
         if not _plain_path(roots.cgroupfs, key.path):
@@ -218,8 +217,6 @@ def items(roots, claims: Iterable[Claim], recorded: Iterable[Key]) -> Iterator[I
     keys += [(k, frozenset()) for k in sorted((k for k in old if isinstance(k, Partition)), key=lambda k: k.path)]
     keys += [(k, frozenset()) for k in sorted((k for k in old if isinstance(k, Exclusive)),
                                                key=lambda k: (-k.path.count("/"), k.path))]
-    from .base import KINDS
-
     for key, claim in keys:
         found = KINDS[key.kind].lookup(key, roots)
         if isinstance(found, Item):
@@ -231,12 +228,14 @@ def _depth(entry: tuple[str, frozenset[int]]) -> tuple[int, str]:
     return entry[0].count("/"), entry[0]
 
 
-def held(roots, paths: Iterable[str]) -> dict[str, str]:
-    """What the kernel says of each partition: path -> ``cpuset.cpus.partition`` (``isolated``, or
-    ``isolated invalid (why)``), and ``root`` -> the root's ``cpuset.cpus.isolated``."""
-    out = {p: files.value(os.path.join(roots.cgroupfs, p, "cpuset.cpus.partition")) or "" for p in paths}
-    out[""] = files.value(os.path.join(roots.cgroupfs, "cpuset.cpus.isolated")) or ""
-    return out
+def isolated(roots) -> frozenset[int]:
+    """The CPUs the kernel holds in isolated partitions: the root's ``cpuset.cpus.isolated`` (none
+    when it is missing or unreadable)."""
+    raw = files.value(os.path.join(roots.cgroupfs, "cpuset.cpus.isolated")) or ""
+    try:
+        return cpuset.parse(raw) if raw else frozenset()
+    except Exception:  # noqa: BLE001 - unreadable: none held
+        return frozenset()
 
 
 def refused(roots, pid: int, cpus: frozenset[int]) -> str | None:
@@ -246,13 +245,9 @@ def refused(roots, pid: int, cpus: frozenset[int]) -> str | None:
     want = wanted(roots, [Claim(pid, cpus)])
     if not want:
         return f"no vCPU group of its QEMU (pid {pid}) under {roots.cgroupfs} is pinned inside CPUs {cpuset.format(cpus)}"
-    seen = held(roots, want)
     for path in sorted(want):
-        if seen[path] != ISOLATED:
-            return f"the kernel says {printable(path)} is {seen[path] or 'unreadable'!r}"
-    try:
-        isolated = cpuset.parse(seen[""]) if seen[""] else frozenset()
-    except Exception:  # noqa: BLE001 - unreadable: not held
-        isolated = frozenset()
-    missing = frozenset().union(*want.values()) - isolated
+        says = files.value(os.path.join(roots.cgroupfs, path, "cpuset.cpus.partition")) or ""
+        if says != ISOLATED:
+            return f"the kernel says {printable(path)} is {says or 'unreadable'!r}"
+    missing = frozenset().union(*want.values()) - isolated(roots)
     return f"the root's cpuset.cpus.isolated lacks CPUs {cpuset.format(missing)}" if missing else None
