@@ -276,3 +276,29 @@ def test_two_domains_share_machine_and_each_release_gives_back_its_part(host):
         assert tree(host) == before
     finally:
         libvirt.close()
+
+
+def test_a_task_whose_affinity_the_kernel_resets_at_a_partition_change_gets_its_own_back(host, monkeypatch):
+    """The kernel resets the affinity of every task in the root cgroup when a partition is made or
+    undone (seen on 6.12: a kernel thread pinned to CPU 1 became 0-1,3, then 0-3). A task the pass
+    did not move gets back the affinity it had when listed, at started and at release."""
+    from isotrees import Kernel, affinity, set_affinity, task
+
+    from vmtune.hoststate.kinds import tasks
+
+    monkeypatch.setattr(tasks, "setaffinity", Kernel(host))
+    pid = task(host, 9_000_001, "1", comm="pinned")
+    real = partition.PartitionState.write
+
+    def write(self, item, value):  # the kernel's reset of the root cgroup's tasks
+        real(self, item, value)
+        set_affinity(host, pid, "0-1,3" if value.strip() == "isolated" else "0-3")
+
+    monkeypatch.setattr(partition.PartitionState, "write", write)
+    call(A, "vm-a", "prepare", "begin")
+    kernel_says_yes(host)
+    call(A, "vm-a", "started", "begin")
+    assert files(host, "cpuset.cpus.partition")[-1] == "isolated" and affinity(host, pid) == "1"
+    put(host / CG / "cpuset.cpus.isolated", "")
+    call(A, "vm-a", "release", "end")
+    assert files(host, "cpuset.cpus.partition")[-1] == "member" and affinity(host, pid) == "1"
