@@ -99,9 +99,10 @@ MACHINE = pytest.StashKey[dict]()
 # worker; every other module (fake hosts, in-process libvirt parsers, the Ansible collection's
 # modules) is a scope of its own, so that its module-scoped fixtures (a built wheel, say) are made
 # once. A module that asks for the ``libvirtd`` fixture belongs in MACHINE_MODULES (checked below).
-MACHINE_MODULES = {"test_bench", "test_ansible_libvirt", "test_doctor", "test_hook", "test_hook_irqbalance_real",
-                   "test_hook_isolation", "test_hook_isolation_kernel", "test_hook_isolation_records",
-                   "test_hook_libvirt", "test_libvirt_harness", "test_libvirt_real", "test_live", "test_guest_l3"}
+MACHINE_MODULES = {"test_bench", "test_ansible_libvirt", "test_debian_package", "test_doctor", "test_hook",
+                   "test_hook_irqbalance_real", "test_hook_isolation", "test_hook_isolation_kernel",
+                   "test_hook_isolation_records", "test_hook_libvirt", "test_libvirt_harness", "test_libvirt_real",
+                   "test_live", "test_guest_l3"}
 
 
 @pytest.hookimpl(tryfirst=True)

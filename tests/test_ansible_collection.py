@@ -481,17 +481,17 @@ def test_role_without_a_wheel_or_package_fails_first(tmp_path):
     assert not where.exists(), list(where.rglob("*"))
 
 
-def _readme_plays() -> list:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Many hosts", 1)[1].split("\n## ", 1)[0]
+def _fleets_plays() -> list:
+    text = (ROOT / "docs" / "fleets.md").read_text()
+    section = text.split("\n## The Ansible collection\n", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
     return yaml.safe_load(block)
 
 
-def test_readme_example_installs_what_its_tasks_need():
-    """README's two plays: a doctor task with `prometheus:` needs the prometheus extra from the role (else vmtune
+def test_fleets_example_installs_what_its_tasks_need():
+    """docs/fleets.md's two plays: a doctor task with `prometheus:` needs the prometheus extra from the role (else vmtune
     exits 4), and the role is given a wheel or a package (it has no default)."""
-    plays = _readme_plays()
+    plays = _fleets_plays()
     wants = any("prometheus" in (t.get("vmtune.kvm.doctor") or {}) for p in plays for t in p.get("tasks", []))
     defaults = yaml.safe_load((COLLECTION / "roles/host/defaults/main.yml").read_text())
     roles = [role.get("vars", {}) for play in plays for role in play.get("roles", [])]

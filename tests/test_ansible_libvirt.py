@@ -70,7 +70,7 @@ def _plan() -> dict:
     from vmtune.live import connect, domains, hostview
 
     with connect.connection(URI) as conn:
-        host_, every = hostview.host(conn), domains.every(conn)
+        host_, every = hostview.of(conn, URI).host, domains.every(conn)  # the host the CLI's plan uses
     return audit(host_, [(d.xml, d.state) for d in every]).to_dict()
 
 

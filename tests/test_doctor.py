@@ -66,7 +66,7 @@ def test_every_area_reports(tree):
     """Each area says something about the healthy tree, so none is silently left out."""
     report = diagnose(tree.roots(), measure=False)
     assert {f.area for f in report.findings} == {"environment", "cpufreq", "cpuidle", "memory", "virt", "tuners",
-                                                 "state", "isolation", "domains"}
+                                                 "hook", "state", "isolation", "domains"}
 
 
 # -- frequency ------------------------------------------------------------------------------------------
@@ -542,12 +542,15 @@ def test_domains_from_a_real_libvirtd(libvirtd):
 
 # -- the command line ---------------------------------------------------------------------------------------
 def test_json_shape(tree, capsys):
-    """--json gives {ok, environment, roots, counts, findings} with six strings per finding."""
+    """--json gives {ok, environment, roots, counts, findings} with six strings per finding, and the
+    host the domains were judged against (here the tree's sysfs: its status files are this machine's
+    system daemon's)."""
     trees.ksm_on(tree)
     rc, out, err = run(capsys, "doctor", *tree.argv(), "--json")
     assert rc == 0 and err == ""
     data = json.loads(out)
-    assert set(data) == {"ok", "environment", "roots", "counts", "findings"}
+    assert set(data) == {"ok", "environment", "roots", "counts", "findings", "host"}
+    assert data["host"]["from"] == "sysfs" and data["host"]["sysfs"] == str(tree.base / "sys")
     assert data["ok"] is True
     assert data["environment"]["kind"] == "bare-metal"
     assert data["roots"] == {"sysfs": str(tree.base / "sys"), "proc": str(tree.base / "proc"), "root": str(tree.base)}

@@ -159,11 +159,12 @@ SERIES_SUFFIXES = ("_total", "_count", "_sum", "_bucket", "_created")
 def test_no_gauge_is_named_like_a_counter(tree):
     """Prometheus' naming rules (promtool: 'non-counter metrics should not have "_total" suffix'): every
     vmtune metric is a gauge, so none ends as a counter's or a histogram's series does: not the ones written
-    (the problem tree has every metric), not the ones the module's docstring and README's table name."""
+    (the problem tree has every metric), not the ones the module's docstring and docs/fleets.md's table name."""
     trees.hugepages(tree, 0, total=600, free=100)
     written = set(samples(prometheus.text(diagnose(tree.roots(), measure=False))))
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("## Many hosts", 1)[0]
-    named = set(re.findall(r"\bvmtune_[a-z_]+", prometheus.__doc__ + readme.split("--prometheus FILE", 1)[1]))
+    fleets = (Path(__file__).resolve().parents[1] / "docs" / "fleets.md").read_text()
+    section = fleets.split("\n## Monitoring with Prometheus\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"\bvmtune_[a-z_]+", prometheus.__doc__ + section.split("--prometheus FILE", 1)[1]))
     assert {"vmtune_hugepages_pool_pages", "vmtune_hugepages_free"} <= written & named, sorted(written)
     assert not [n for n in written | named if n.endswith(SERIES_SUFFIXES)], sorted(written | named)
     assert written <= named | {"vmtune_isolation_stray_irqs"}, sorted(written - named)

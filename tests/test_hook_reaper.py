@@ -449,3 +449,54 @@ def test_the_repo_hook_handles_started(tmp_path):
     import runpy
 
     assert ("started", "begin") in runpy.run_path(str(HOOK), run_name="not_main")["OPS"]
+
+
+# -- restore: every lease released, the running domains' too (the package's removal) ----------------
+
+def test_restore_releases_every_lease_and_gives_the_host_back(host, capsys, monkeypatch):
+    """Two running latency domains and one that died: ``hook restore`` releases all three, the host
+    is exactly as before the first lease, and the state holds nothing; a second restore has
+    nothing to do. A reap alone would have kept the two running domains' leases."""
+    monkeypatch.setattr(alive, "GRACE_S", 120.0)
+    before = tree(host)
+    prepare(host, "vm-a", UUID_A, A, 2)
+    started("vm-a", A)
+    prepare(host, "vm-b", UUID_B, B, 2)
+    started("vm-b", B)
+    assert tree(host) != before
+    capsys.readouterr()
+    assert cli.main(["hook", "reap"]) == 0
+    assert set(state(host)["leases"]) == {UUID_A, UUID_B}  # both run: a reap keeps them
+    lv().kill("vm-b")
+    capsys.readouterr()
+    assert cli.main(["hook", "restore"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "released the lease of vm-a: its domain still runs, no longer tuned" in out
+    assert any(line.startswith("released the lease of vm-b: its QEMU") for line in out)
+    assert tree(host) == before
+    assert not state(host).get("leases") and state(host).get("baseline") is None
+    assert cli.main(["hook", "restore"]) == 0
+    assert capsys.readouterr().out == "nothing to restore: no lease is held\n"
+    assert cli.main(["hook", "restore", "--quiet"]) == 0
+    assert capsys.readouterr().out == ""
+    clean(host)
+
+
+def test_restore_takes_no_unit_options(capsys):
+    assert cli.main(["hook", "restore", "--no-timer"]) == 2
+    assert capsys.readouterr().err.startswith("vmtune: error: hook restore: --unit-dir and --no-timer")
+
+
+def test_install_over_the_packages_link_is_refused_and_writes_nothing(no_systemd, capsys):
+    """The Debian package's hook is a link dpkg owns: `vmtune hook install` would replace it with a file
+    (and units overriding the package's) that outlive the package. One line, exit 1, nothing written."""
+    tmp_path = no_systemd
+    real = tmp_path / "usr/lib/vmtune/libvirt-hook"
+    real.parent.mkdir(parents=True)
+    real.write_text(hook.__doc__ or "")
+    link = tmp_path / "hooks/qemu.d/50-vmtune"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real)
+    assert install(tmp_path) == 1
+    assert "the vmtune package's hook" in capsys.readouterr().err
+    assert link.is_symlink() and not (tmp_path / "unitfiles").exists()

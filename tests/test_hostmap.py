@@ -502,9 +502,9 @@ def test_live_with_the_hook_state_and_libvirt(capsys, tmp_path, monkeypatch):
     (The test driver stands in for this machine's system daemon here, whose host is this machine's
     sysfs; any other URI draws libvirt's host: test_a_connection_to_another_daemon...)"""
     pytest.importorskip("libvirt")
-    from vmtune.cli import hostmap as cli_map
+    from vmtune.live import hostview
 
-    monkeypatch.setattr(cli_map, "local_system", lambda uri: True)
+    monkeypatch.setattr(hostview, "local_system", lambda uri: True)
     sys_root = _live_tree(tmp_path)
     monkeypatch.setenv("VMTUNE_SYSFS", str(sys_root))
     monkeypatch.setenv("VMTUNE_STATE_DIR", str(tmp_path / "state"))
@@ -538,7 +538,7 @@ def test_live_without_libvirt_says_so_once(capsys, tmp_path, monkeypatch):
 
 
 def test_the_library_entry():
-    """``vmtune.host_map`` is the model the CLI draws (README's Library section)."""
+    """``vmtune.host_map`` is the model the CLI draws (docs/library.md, "The map")."""
     import vmtune
 
     host = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())

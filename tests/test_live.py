@@ -34,6 +34,7 @@ needs_libvirt_python = pytest.mark.skipif(
     not HAVE_LIBVIRT_PYTHON, reason="libvirt-python is not installed (scripts/bootstrap --test as root installs it)")
 
 NS = "https://vmtune.dev/xmlns/1"
+ROOT = Path(__file__).resolve().parent.parent
 LIBOSINFO = ("<metadata><libosinfo:libosinfo xmlns:libosinfo='http://libosinfo.org/xmlns/libvirt/domain/1.0'>"
              "<libosinfo:os id='http://debian.org/debian/12'/></libosinfo:libosinfo></metadata>")
 UNREACHABLE = "qemu+unix:///system?socket=/nonexistent/libvirt-sock"
@@ -111,7 +112,7 @@ def free_dedicated_or_skip(count: int = 1) -> None:
     from vmtune.live import connect, domains, hostview
 
     with connect.connection(URI) as conn:
-        host, every = hostview.host(conn), domains.every(conn)
+        host, every = hostview.of(conn, URI).host, domains.every(conn)
     report = audit(host, [(d.xml, d.state) for d in every])
     free = sum(len(n.free_dedicated) for n in report.nodes)
     if free < count:
@@ -178,9 +179,9 @@ def test_running_domains_hugepages_are_added_back_once():
 
 
 def test_hostview_is_this_machine(doms):
-    """The Host from libvirt (capabilities + getFreePages + isolcpus) is the Host sysfs gives:
-    same CPUs, cores and isolated set, and free (not total) hugepages, while a running guest holds
-    some of them."""
+    """The system daemon's host is this machine's sysfs (``hostview.of``), and the Host libvirt
+    describes of it (capabilities + getFreePages, what any other URI's host is) agrees: same CPUs
+    and cores, and free (not total) hugepages, while a running guest holds some of them."""
     from vmtune.host import Host
     from vmtune.live import connect, hostview
 
@@ -200,7 +201,11 @@ def test_hostview_is_this_machine(doms):
     assert [c.pages for c in seen.cells] == [c.pages for c in probed.cells]
     assert [(c.id, c.cpus) for c in seen.cells] == [(c.id, c.cpus) for c in probed.cells]
     assert [seen.cores(n) for n in seen.node_ids] == [probed.cores(n) for n in probed.node_ids]
-    assert seen.isolated == probed.isolated and seen.default_reserved() == probed.default_reserved()
+    assert not seen.isolated  # libvirt does not say; nothing of this machine is read for its view
+    with connect.connection(URI) as conn:
+        system = hostview.of(conn, URI)
+    assert system.local and system.sysfs == "/sys" and system.host.isolated == probed.isolated
+    assert [(c.id, c.cpus) for c in system.host.cells] == [(c.id, c.cpus) for c in probed.cells]
 
 
 # -- bad input --------------------------------------------------------------------------------------------
@@ -225,12 +230,37 @@ def test_unreachable_uri_is_exit_4(capsys, argv):
 
 
 def test_missing_libvirt_python_says_how_to_install(capsys, monkeypatch):
-    """Without the libvirt module: exit 4 and the pip line, for every live command."""
+    """Without the libvirt module: exit 4 and, for this checkout's venv, its bootstrap line, for
+    every live command."""
     monkeypatch.setitem(sys.modules, "libvirt", None)  # import libvirt raises ImportError
-    for argv in (["plan"], ["tag", "x", "--profile", "latency"], ["apply", "--all"]):
+    bootstrap = str(ROOT / "scripts" / "bootstrap")
+    for argv in (["plan"], ["tag", "x", "--profile", "latency"], ["apply", "--all"], ["revert", "x"]):
         rc, out, err = run(capsys, *argv)
-        one_line_error(rc, err, 4, "libvirt-python is not installed", "pip install vmtune[libvirt]")
+        one_line_error(rc, err, 4, "libvirt-python is not installed: ", f"{bootstrap} --libvirt")
         assert out == ""
+
+
+@pytest.mark.parametrize("package, prefix, base, want", [
+    # the Debian package: vmtune in Debian's dist-packages
+    ("/usr/lib/python3/dist-packages/vmtune", "/usr", "/usr", "apt-get install python3-libvirt"),
+    # pip into Debian's python3 itself (no venv): Debian's binding is what that python sees
+    ("/usr/local/lib/python3.11/dist-packages/vmtune", "/usr", "/usr", "apt-get install python3-libvirt"),
+    # the checkout: its .venv (a wheel or editable install in it), or the source tree itself
+    ("{tmp}/co/.venv/lib/python3.11/site-packages/vmtune", "{tmp}/co/.venv", "/usr", "{tmp}/co/scripts/bootstrap --libvirt"),
+    ("{tmp}/co/vmtune", "/opt/py", "/opt/py", "{tmp}/co/scripts/bootstrap --libvirt"),
+    # pip (a wheel) into any other venv: pip, and what libvirt-python builds against
+    ("{tmp}/app/.venv/lib/python3.11/site-packages/vmtune", "{tmp}/app/.venv", "/usr",
+     "pip install 'vmtune[libvirt]' (libvirt-python builds against libvirt's headers: libvirt-dev, pkg-config, gcc"),
+], ids=["deb", "debian-python", "checkout-venv", "source-tree", "pip-venv"])
+def test_the_install_hint_follows_the_install(tmp_path, package, prefix, base, want):
+    """How to get libvirt's binding, for the way vmtune was installed (one line each)."""
+    from vmtune.live import connect
+
+    (tmp_path / "co" / "scripts").mkdir(parents=True)
+    (tmp_path / "co" / "scripts" / "bootstrap").write_text("#!/bin/sh\n")
+    (tmp_path / "app").mkdir()
+    hint = connect.install_hint(package.format(tmp=tmp_path), prefix.format(tmp=tmp_path), base)
+    assert hint.startswith(want.format(tmp=tmp_path)) and "\n" not in hint, hint
 
 
 def test_usage_errors_exit_2(capsys):
@@ -517,6 +547,81 @@ def test_plan_as_a_process(live, tmp_path):
     assert "Traceback" not in proc.stderr
     data = json.loads(proc.stdout)
     assert data["ok"] == (proc.returncode == 0)
+
+
+def _two_node_tree(tmp_path) -> str:
+    """A sysfs tree (and proc beside it) of a 2-node, 8-CPU host with isolcpus 2-3,6-7."""
+    from hosttrees import write_sysfs
+
+    from vmtune.host import Cell, Cpu, Host
+
+    cpus = {c: Cpu(c, c // 4, c // 4, 0, c % 4, frozenset({c})) for c in range(8)}
+    cells = tuple(Cell(n, tuple(range(4 * n, 4 * n + 4)), 8 << 20, {2048: 1024}, {0: 10 + 11 * n, 1: 21 - 11 * n})
+                  for n in (0, 1))
+    return write_sysfs(Host("x86_64", cells, cpus, frozenset({2, 3, 6, 7})), str(tmp_path))
+
+
+def test_the_system_daemons_host_is_this_machines_sysfs(doms, capsys, monkeypatch, tmp_path):
+    """Issue 27, one host per URI: qemu:///system's host is this machine's sysfs (VMTUNE_SYSFS, here
+    a 2-node, 8-CPU tree with isolcpus 2-3,6-7), for plan and apply --dry-run alike, as for map and
+    rewrite; not libvirt's capabilities (this machine's 2 CPUs, where a 2-vCPU latency domain does
+    not fit)."""
+    monkeypatch.setenv("VMTUNE_SYSFS", _two_node_tree(tmp_path))
+    monkeypatch.setenv("VMTUNE_STATE_DIR", str(tmp_path / "state"))
+    name = doms.define(minimal_domain(vcpus=2))
+    rc, data = run_json(capsys, "plan")
+    assert rc in (0, 1)
+    assert [(n["node"], n["cpus"], n["reserved"]) for n in data["nodes"]] == [(0, "0-3", "0-1"), (1, "4-7", "4-5")]
+    assert data["host"] == {"uri": URI, "from": "sysfs", "sysfs": str(tmp_path / "sys"), "arch": os.uname().machine,
+                            "cpus": "0-7", "isolated": "2-3,6-7", "nodes": {"0": "0-3", "1": "4-7"}}
+    rc, data = run_json(capsys, "apply", "--dry-run", name, "--profile", "latency")
+    assert rc == 0
+    (row,) = data["domains"]
+    assert set(row["placement"]["vcpupins"].values()) in ({2, 3}, {6, 7}), row["placement"]
+    assert data["host"]["from"] == "sysfs"
+    rc, data = run_json(capsys, "map")
+    assert rc == 0 and [n["id"] for n in data["nodes"]] == [0, 1] and data["isolcpus"] == "2-3,6-7"
+
+
+def test_the_checkout_route_gives_the_live_commands(tmp_path):
+    """README's route from a fresh checkout on Debian (python3 is /usr/bin/python3): the first
+    command, ``scripts/vmtune rewrite ... --diff``, installs no libvirt binding; ``scripts/vmtune
+    plan`` gives the venv Debian's python3-libvirt (apt-get as root when it is missing), linked in
+    alone, and runs (exit 0 or 1, not 4: "libvirt-python is not installed")."""
+    import shutil
+
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("no Debian python3 (/usr/bin/python3)")
+    status = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "python3-libvirt"], capture_output=True, text=True)
+    if os.geteuid() != 0 and status.stdout != "install ok installed":
+        pytest.skip("python3-libvirt is not installed and apt-get needs root")
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT / "vmtune", copy / "vmtune", ignore=shutil.ignore_patterns("__pycache__"))
+    for rel in ("setup.cfg", "pyproject.toml", "README.md", "scripts/bootstrap", "scripts/vmtune",
+                "examples/stock-latency.xml"):
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, copy / rel)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHON"))}
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"  # a fresh Debian machine's: python3 is Debian's
+
+    def sh(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, cwd=copy, timeout=900)
+
+    first = sh(copy / "scripts" / "vmtune", "rewrite", "examples/stock-latency.xml", "--diff")
+    assert first.returncode == 0 and first.stdout.startswith("---"), first.stderr
+    python = copy / ".venv" / "bin" / "python"
+    assert sh(python, "-c", "import sys; print(sys.base_prefix)").stdout.strip() == "/usr"
+    assert sh(python, "-c", "import libvirt").returncode != 0  # the first command installs none
+
+    plan = sh(copy / "scripts" / "vmtune", "plan", "--connect", "test:///default")
+    assert plan.returncode in (0, 1), plan.stderr
+    assert "NODE" in plan.stdout and "8-15" in plan.stdout  # the test driver's host
+    found = sh(python, "-c", "import libvirt, os; print(os.path.realpath(libvirt.__file__))")
+    assert found.stdout.strip() == "/usr/lib/python3/dist-packages/libvirt.py", found.stderr
+    if list(Path("/usr/lib/python3/dist-packages").glob("apt_pkg*.so")):  # nothing else of Debian's comes in
+        assert sh(python, "-c", "import apt_pkg").returncode != 0
+    again = sh(copy / "scripts" / "bootstrap", "--libvirt")
+    assert again.returncode == 0 and again.stderr == ""
 
 
 def test_revert_of_a_domain_vmtune_never_applied(doms, capsys):

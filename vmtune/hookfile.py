@@ -9,6 +9,7 @@ command line (``vmtune hook install``) both use this module; neither imports the
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -97,6 +98,9 @@ def install(hooks_dir: str | None = None, python: str | None = None) -> Path:
     from . import atomic  # here: the hook imports this module at every call, and tempfile costs
 
     target = hook_path(hooks_dir)
+    if target.is_symlink():  # the Debian package's: a link to /usr/lib/vmtune/libvirt-hook, which dpkg owns
+        raise InvalidInput(f"{target} is a link to {os.readlink(target)}: the vmtune package's hook, already "
+                           "installed (apt-get remove vmtune takes it away); nothing written")
     if target.exists() and SIGNATURE not in target.read_text(errors="replace"):
         raise InvalidInput(f"{target} exists and is not vmtune's hook; not overwritten")
     try:

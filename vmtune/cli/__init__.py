@@ -1,14 +1,16 @@
 """The command line: a thin adapter over the library.
 
-Exit codes: 0 done; 1 invalid input (``plan``: a problem found); 2 usage (one line, as every error:
-``vmtune: error: COMMAND: ...``); 3 the domain does not fit
-on the host; 4 libvirt-python is not installed or libvirt cannot be reached (the live commands).
+Exit codes: ``EXIT_CODES`` below (vmtune(8) and docs/cli.md are made from it). Every error is one
+line, ``vmtune: error: ...``; a usage error names the command (``vmtune: error: rewrite: ...``).
 
-    offline.py  rewrite, untune, topology, profiles, hook install|uninstall|reap: no libvirt needed
+    offline.py  rewrite, untune, topology, profiles, hook install|uninstall|reap|restore: no libvirt
     live.py     tag, untag, apply, revert, plan: the domains libvirt already knows
     doctor.py   doctor: what is wrong with this host
     hostmap.py  map: a picture of the host, live or offline
+    status.py   status: what the hook is doing now
     format.py   the tables and lines printed for people
+    helptext.py the examples every --help ends with    argtypes.py  numbers within bounds
+    manual.py   the man pages and the completion, generated (python -m vmtune.cli.manual ROOT)
 """
 
 from __future__ import annotations
@@ -24,9 +26,26 @@ from ..errors import VmtuneError
 from ..hookfile import DEFAULT_HOOKS_DIR
 from ..oneline import escape
 from ..roots import Roots
-from . import doctor, hostmap, live, offline
+from . import doctor, helptext, hostmap, live, offline, status
 
-COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS, **hostmap.COMMANDS}
+# Every exit code of the command line (the man page's EXIT STATUS is made from this).
+# docs/cli.md's table is made from it too (python -m vmtune.cli.manual).
+EXIT_CODES = (
+    (0, "done"),
+    (1, "invalid input: malformed XML, an unknown profile, a foreign arch, a Xen or LXC domain, a configuration "
+        "that does not fit the host, a domain libvirt does not know or refuses, a hook state that cannot be read "
+        "(`vmtune: error: ...` on stderr, one line); `plan`: a problem found; `doctor`: a check FAILs"),
+    (2, "usage: one line too, naming the command and its `--help`; an option the command would ignore is one "
+        "(`map --connect` with `--host` or `--claim`, `hook reap --unit-dir`), and so is `doctor "
+        "--census-seconds` outside 0-60"),
+    (3, "the domain does not fit on the host (CPUs, memory or hugepages)"),
+    (4, "the live commands: libvirt's Python binding is not installed (the message names the command that "
+        "installs it) or libvirt cannot be reached at `--connect`; `doctor --prometheus` without "
+        "prometheus_client"),
+    (130, "interrupted (Ctrl-C)"),
+)
+
+COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS, **hostmap.COMMANDS, **status.COMMANDS}
 
 
 class Parser(argparse.ArgumentParser):
@@ -43,20 +62,28 @@ def parser() -> argparse.ArgumentParser:
     """vmtune's argument parser (the Ansible modules' tests parse their calls with it)."""
     from .. import __version__
 
-    parser = Parser(prog="vmtune", description="Make KVM guests fast.")
+    parser = Parser(prog="vmtune", formatter_class=helptext.Formatter, description=(
+        "Make KVM guests fast. vmtune rewrites libvirt domain XML for the host's NUMA topology (rewrite, "
+        "untune, topology, profiles); tunes the domains libvirt already knows, placed together (tag, untag, "
+        "apply, revert, plan); draws who holds which CPU (map); says what is wrong with a host (doctor); and, "
+        "through its libvirt hook, keeps the host in a low-latency state while latency-tagged domains run "
+        "(hook, status). Every COMMAND --help ends with examples."))
     parser.add_argument("--version", action="version", version=f"vmtune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     offline.add_parsers(sub)  # rewrite, untune, topology, profiles, hook
     live.add_parsers(sub)     # tag, untag, apply, revert, plan: domains libvirt already knows
     doctor.add_parsers(sub)   # doctor: what is wrong with this host
     hostmap.add_parsers(sub)  # map: a picture of the host
+    status.add_parsers(sub)   # status: what the hook is doing now
+    helptext.decorate(sub)    # every --help ends with examples
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.command == "hook" and args.action == "reap":  # the hook's settings, as the hook reads them
+        if args.command == "status" or (args.command == "hook" and args.action in ("reap", "restore")):
+            # the hook's settings, as the hook reads them
             load_env_file(hooks_dir_file(args.hooks_dir or DEFAULT_HOOKS_DIR), os.environ)
         roots = Roots.from_env(os.environ)  # the one read of the environment
         cfg = config_mod.load(getattr(args, "config", None) or roots.config, roots.profiles)

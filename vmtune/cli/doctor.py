@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .argtypes import bounded
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -21,11 +23,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--proc", metavar="DIR", help="proc tree (default /proc)")
     p.add_argument("--root", metavar="DIR", help="the tree holding dev/, run/ and etc/ (default /)")
     p.add_argument("--connect", metavar="URI",
-                   help="read the domains from libvirt (default: /run/libvirt/qemu status files)")
+                   help="read the domains from libvirt and judge them against its host (default: "
+                        "/run/libvirt/qemu status files); a URI other than this machine's system daemon "
+                        "reads no tree of this machine unless --sysfs/--proc/--root give that host's")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--no-measure", action="store_true",
                    help="skip the busy-loop clock measurement (0.2 s per core, this machine only)")
-    p.add_argument("--census-seconds", metavar="S", type=census_seconds, default=None,
+    p.add_argument("--census-seconds", metavar="S", type=bounded(float, 0, 60, "seconds"), default=None,
                    help="how long to sample what interrupts the CPUs running latency domains hold "
                         "(default 2 on this machine; 0: no census)")
     p.add_argument("--prometheus", metavar="FILE",
@@ -34,29 +38,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
 
 
-def census_seconds(text: str) -> float:
-    """``--census-seconds``: a number of seconds from 0 to 60 (else a usage error, exit 2)."""
-    import argparse
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or not 0 <= value <= 60:
-        raise argparse.ArgumentTypeError(f"{text}: from 0 to 60 seconds")
-    return value
-
-
 def cmd_doctor(args, cfg, roots) -> int:
-    from ..doctor import Roots, diagnose
+    from ..doctor import diagnose, trees
     from ..oneline import escape
 
     if args.prometheus:
         from ..doctor import prometheus
 
         prometheus.require()  # before the checks: a missing module is one line, not a wasted run
-    report = diagnose(Roots.given(args.sysfs, args.proc, args.root, roots), measure=not args.no_measure,
+    report = diagnose(trees(args.connect, args.sysfs, args.proc, args.root, roots), measure=not args.no_measure,
                       census_seconds=args.census_seconds, connect=args.connect, config=cfg)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -1,7 +1,9 @@
 """``vmtune map``: the picture of the host (a thin adapter over vmtune/hostmap/).
 
-Live (the default): the topology and hugepage pools from sysfs, every domain libvirt has (running
-and defined), and the hook's leases and isolation. Offline, with ``--host CAPS.xml`` and/or
+Live (the default): the host of the URI (vmtune/live/hostview.py ``of``, the rule every live command
+uses: this machine's sysfs for its system daemon, with the hook's leases and isolation; the host
+libvirt describes for any other URI), and every domain libvirt has (running and defined). Offline,
+with ``--host CAPS.xml`` and/or
 ``--claim DOM.xml``: the same inputs as ``rewrite``, so a plan can be looked at before it is
 applied. Exit codes as ``rewrite``'s (vmtune/cli/__init__.py).
 """
@@ -16,8 +18,7 @@ import sys
 from .. import xmlsafe
 from ..atomic import write_atomic
 from ..errors import Unavailable
-from ..host import Host
-from .offline import add_nodedev_arg, host_of, with_nodedevs
+from .offline import add_nodedev_arg, host_of
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -40,40 +41,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(usage_error=p.error)
 
 
-def _domains(uri: str | None) -> tuple[list[tuple[str, str]], list[str]]:
-    """Every domain libvirt has, as (XML, state): the live XML of a running one; or none and why."""
-    from ..live import connect, domains
-
-    try:
-        with connect.connection(uri or connect.DEFAULT_URI, read_only=True) as conn:
-            every = domains.every(conn)
-    except Unavailable as exc:
-        return [], [f"{exc}: the map shows the host without domains"]
-    return [(d.live_xml or d.xml, d.state) for d in every], []
-
-
-def local_system(uri: str) -> bool:
-    """Whether ``uri`` is this machine's system QEMU daemon, whose host is this machine's sysfs (any
-    other URI's host is the one libvirt describes: one host per URI)."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(uri)
-    return parts.scheme in ("qemu", "qemu+unix") and parts.hostname in (None, "", "localhost") and parts.path == "/system"
-
-
-def _connected(uri: str, nodedev: list[str], cfg):
-    """The map of the host behind ``uri``: its topology, free hugepages and node devices from
-    libvirt (live/hostview.py), and its domains. Unreachable: one line, exit 4."""
-    from ..hostmap import build
+def _live(uri: str | None, sysfs: str, proc: str | None, nodedev: list[str], cfg, roots):
+    """The live map of ``uri``'s host (``hostview.of``) with its domains. This machine's system
+    daemon's host is drawn without its domains when libvirt cannot be reached (one warning);
+    another daemon's host is libvirt's: unreachable, it is one line, exit 4."""
+    from ..hostmap import build, live
     from ..live import connect, domains, hostview
 
-    with connect.connection(uri, read_only=True) as conn:
-        pools = Host.from_capabilities(conn.getCapabilities())
-        host = hostview.host(conn)
-        every = domains.every(conn)
-    totals = {(cell.id, size): n for cell in pools.cells for size, n in cell.pages.items()}
-    return build.build(with_nodedevs(host, nodedev), [(d.live_xml or d.xml, d.state) for d in every], config=cfg,
-                       mode="live", page_totals=totals)
+    uri = uri or connect.DEFAULT_URI
+    notes: list[str] = []
+    try:
+        with connect.connection(uri, read_only=True) as conn:
+            seen = hostview.of(conn, uri, sysfs=sysfs, proc=proc, nodedev=nodedev)
+            found = [(d.live_xml or d.xml, d.state) for d in domains.every(conn)]
+    except Unavailable as exc:
+        if not hostview.local_system(uri):
+            raise
+        seen = hostview.of(None, uri, sysfs=sysfs, proc=proc, nodedev=nodedev)
+        found, notes = [], [f"{exc}: the map shows the host without domains"]
+    return build.build(seen.host, found, config=cfg, mode="live", hook=live.hook_view(roots) if seen.local else None,
+                       page_totals=seen.page_totals, warnings=notes)
 
 
 def use_color(choice: str) -> bool:
@@ -84,7 +71,7 @@ def use_color(choice: str) -> bool:
 
 
 def cmd_map(args, cfg, roots) -> int:
-    from ..hostmap import build, live, svg, text
+    from ..hostmap import build, svg, text
 
     if args.svg == "":
         args.usage_error("--svg needs a file name, or - for stdout")
@@ -94,18 +81,13 @@ def cmd_map(args, cfg, roots) -> int:
         host = host_of(args, roots.sysfs, cfg)
         found = [(xmlsafe.read(path, "claimed domain XML"), "claim") for path in args.claim]
         hostmap = build.build(host, found, config=cfg)
-    elif args.connect and not local_system(args.connect):
-        if args.sysfs:
-            args.usage_error("--connect to another daemon draws its host from libvirt; --sysfs is this machine's")
-        hostmap = _connected(args.connect, args.nodedev, cfg)
     else:
-        sysfs = args.sysfs or roots.sysfs
-        host = Host.from_sysfs(sysfs)
-        host.devices.check()
-        host = with_nodedevs(host, args.nodedev)
-        found, notes = _domains(args.connect)
-        hostmap = build.build(host, found, config=cfg, mode="live", hook=live.hook_view(roots),
-                              page_totals=live.page_totals(sysfs), warnings=notes)
+        from ..live import hostview
+
+        if args.sysfs and not hostview.local_system(args.connect):
+            args.usage_error("--connect to another daemon draws its host from libvirt; --sysfs is this machine's")
+        hostmap = _live(args.connect, args.sysfs or roots.sysfs, None if args.sysfs else roots.proc, args.nodedev,
+                        cfg, roots)
     if args.json:
         print(json.dumps(hostmap.to_dict(), indent=2))
     elif args.svg == "-":

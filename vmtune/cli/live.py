@@ -1,9 +1,12 @@
 """The commands over a live libvirt: tag, untag, apply, revert, plan (a thin adapter).
 
 ``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg, roots) -> int``.
-The work is in vmtune/live/ and vmtune/audit.py. Exit codes as in vmtune/cli/__init__.py: 0 done; 1 invalid
-input (an unknown domain, libvirt refusing an XML) or, for ``plan``, a problem found; 2 usage; 3 a
-domain does not fit; 4 libvirt-python is missing or libvirt cannot be reached.
+The work is in vmtune/live/ and vmtune/audit.py. ``plan`` and ``apply`` take the host of the URI as every
+live command does (vmtune/live/hostview.py ``of``: this machine's sysfs, ``VMTUNE_SYSFS``, for its system
+daemon; the host libvirt describes for any other URI; ``--json`` says which, as ``host``); tag, untag and
+revert use no host. Exit codes as in vmtune/cli/__init__.py: 0 done; 1 invalid input (an unknown domain,
+libvirt refusing an XML) or, for ``plan``, a problem found; 2 usage; 3 a domain does not fit; 4
+libvirt-python is missing (the message says how to get it) or libvirt cannot be reached.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 import sys
 
 from . import format as fmt
-from .offline import add_nodedev_arg, with_nodedevs
+from .offline import add_nodedev_arg
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -66,6 +69,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_nodedev_arg(plan)
 
 
+def _host(conn, args, roots):
+    """The host of ``--connect`` (``hostview.of``, the one rule), with the ``--nodedev`` files."""
+    from ..live import hostview
+
+    return hostview.of(conn, args.connect, sysfs=roots.sysfs, proc=roots.proc, nodedev=getattr(args, "nodedev", ()))
+
+
 # -- tag, untag -----------------------------------------------------------------------------------------
 def cmd_tag(args, cfg, roots) -> int:
     from ..live import connect, domains, tagging
@@ -112,13 +122,14 @@ def cmd_apply(args, cfg, roots) -> int:
     if args.match and not args.all:
         args.usage_error("--match goes with --all")
     with connect.connection(args.connect) as conn:
+        seen = _host(conn, args, roots)
         outcomes = apply_mod.apply(
             conn, args.connect, None if args.all else args.names, match=args.match, profile=args.profile,
             live=args.live, dry_run=args.dry_run, config=cfg, force_virtio=args.force_virtio,
-            originals=Originals(roots.originals))
+            originals=Originals(roots.originals), seen=seen)
     if args.json:
-        print(json.dumps({"dry_run": args.dry_run, "domains": [_apply_row(o, args.dry_run) for o in outcomes]},
-                         indent=2))
+        print(json.dumps({"dry_run": args.dry_run, "domains": [_apply_row(o, args.dry_run) for o in outcomes],
+                          "host": seen.to_dict()}, indent=2))
         return 0
     for o in outcomes:
         _print_outcome(o, args.dry_run)
@@ -205,14 +216,15 @@ def _revert_dry_run(args, found) -> int:
 # -- plan -----------------------------------------------------------------------------------------------
 def cmd_plan(args, cfg, roots) -> int:
     from ..audit import audit, with_live_drift
-    from ..live import connect, domains, hostview
+    from ..live import connect, domains
 
     with connect.connection(args.connect) as conn:
-        host = with_nodedevs(hostview.host(conn), args.nodedev)
+        seen = _host(conn, args, roots)
         every = domains.every(conn)
+    host = seen.host
     report = with_live_drift(audit(host, [(d.xml, d.state) for d in every], config=cfg), host, every)
     if args.json:
-        print(json.dumps({**report.to_dict(), "uri": args.connect}, indent=2))
+        print(json.dumps({**report.to_dict(), "uri": args.connect, "host": seen.to_dict()}, indent=2))
     else:
         print("\n".join(fmt.plan(report)))
     return 0 if report.ok else 1

@@ -112,15 +112,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     prof.add_argument("--config", metavar="FILE")
     prof.add_argument("--json", action="store_true")
 
-    hook = sub.add_parser("hook", help="install or remove the libvirt hook and its reaper, or reap its stale leases")
-    hook.add_argument("action", choices=("install", "uninstall", "reap"))
+    hook = sub.add_parser("hook", help="install or remove the libvirt hook and its reaper, reap its stale leases, "
+                          "or release them all",
+                          description="install: write the hook into HOOKS_DIR/qemu.d and the reaper's timer; "
+                                      "uninstall: remove both; reap: release the leases of domains that no longer "
+                                      "run (what the timer does once a minute); restore: release every lease, "
+                                      "running domains' too, and give the host back what it had before the first.")
+    hook.add_argument("action", choices=("install", "uninstall", "reap", "restore"))
     hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks); "
                       "reap reads its vmtune.env, as the hook does")
     hook.add_argument("--unit-dir", metavar="DIR", help="where install writes (and uninstall removes) the reaper's "
                       "systemd units vmtune-reap.service and vmtune-reap.timer (default /etc/systemd/system)")
     hook.add_argument("--no-timer", action="store_true", help="install, uninstall: leave the reaper's units out "
                       "(uninstall: where they are)")
-    hook.add_argument("-q", "--quiet", action="store_true", help="reap: print only what was done")
+    hook.add_argument("-q", "--quiet", action="store_true", help="reap, restore: print only what was done")
 
 
 def _read_domain(args) -> str | bytes:
@@ -220,10 +225,11 @@ def cmd_hook(args, cfg, roots) -> int:
     is someone else's."""
     from .. import hookfile, reaper
 
-    if args.action == "reap":
+    if args.action in ("reap", "restore"):
         if args.unit_dir or args.no_timer:
-            raise UsageError("hook reap: --unit-dir and --no-timer are install's and uninstall's (a reap writes no unit)")
-        return _reap(cfg, roots, args.quiet)
+            raise UsageError(f"hook {args.action}: --unit-dir and --no-timer are install's and uninstall's "
+                             f"(a {args.action} writes no unit)")
+        return _reap(cfg, roots, args.quiet, every=args.action == "restore")
     if args.action == "install":
         if not args.no_timer:
             reaper.check(args.unit_dir)  # before anything is written
@@ -240,9 +246,10 @@ def cmd_hook(args, cfg, roots) -> int:
     return 0
 
 
-def _reap(cfg, roots, quiet: bool = False) -> int:
+def _reap(cfg, roots, quiet: bool = False, every: bool = False) -> int:
     """``vmtune hook reap``: what the hook does at every start and stop, for an operator and for the
-    reaper's timer (``--quiet``: nothing printed when nothing was done)."""
+    reaper's timer (``--quiet``: nothing printed when nothing was done). ``every`` (``hook
+    restore``): every lease is released, those of running domains too."""
     from ..hoststate.leases import Leases
     from ..hoststate.statedir import LockTimeout, Unsafe
     from ..oneline import setup_logging
@@ -253,13 +260,15 @@ def _reap(cfg, roots, quiet: bool = False) -> int:
     else:
         setup_logging()  # the hook's own lines (a lease reaped, a value left alone) on stderr
         try:
-            done = Leases(cfg, roots).reap()
+            leases = Leases(cfg, roots)
+            done = leases.restore_all() if every else leases.reap()
         except (LockTimeout, Unsafe) as exc:
             raise InvalidInput(str(exc)) from None
         except OSError as exc:
             raise InvalidInput(f"cannot reap: {exc.strerror or exc}") from None
     if not done and not quiet:
-        done = [NOTHING if idle(roots.state) else "nothing to reap: every lease belongs to a running domain"]
+        done = ["nothing to restore: no lease is held" if every else
+                NOTHING if idle(roots.state) else "nothing to reap: every lease belongs to a running domain"]
     for line in done:
         print(escape(line))  # lease names are the domains' own: one line each
     return 0

@@ -10,7 +10,8 @@
     report.context        # the Context the checks read (domains, audit), for other outputs (prometheus.py)
 
 One module per area, each ``check(ctx) -> list[Finding]``, run in this order: environment (the
-others read what it found), cpufreq, cpuidle, memory, virt, tuners, state (hookstate.py), isolation,
+others read what it found), cpufreq, cpuidle, memory, virt, tuners, hook (hookinstall.py: the hook's
+file), state (hookstate.py), isolation,
 domains. The domains
 (``domains=[(xml, state)]``, else libvirt with ``connect``, else the /run/libvirt/qemu status files) are
 loaded first, because memory and state compare against them too.
@@ -18,6 +19,11 @@ loaded first, because memory and state compare against them too.
 ``measure``: True (the default) measures the clock with a 0.2 s pinned busy loop per core, but only
 when the sysfs root is this machine's /sys; False never; a callable ``cpu -> Measurement | None``
 replaces the measurement (tests feed it the figures of a captured tree).
+
+``connect`` names a libvirt URI: its domains are judged against its host (one host per URI,
+vmtune/live/hostview.py). When it is not this machine's system daemon and no tree is given
+(``trees``), this machine's /sys, /proc and /run describe another host: every other area says
+SKIP, for that one reason (``ELSEWHERE``), until its trees are given.
 """
 
 from __future__ import annotations
@@ -30,15 +36,17 @@ from dataclasses import asdict, dataclass, field
 
 from ..config import Config
 from ..roots import Roots
-from . import cpufreq, cpuidle, environment, hookstate, isolation, memory, noise, tuners, virt
+from . import cpufreq, cpuidle, environment, hookinstall, hookstate, isolation, memory, noise, tuners, virt
 from . import domains as _domains
 from .findings import LEVELS, Context, Finding
 from .measure import Measurement, measurer
 
-__all__ = ["AREAS", "Diagnosis", "Finding", "Measurement", "Roots", "diagnose"]
+__all__ = ["AREAS", "Diagnosis", "Finding", "Measurement", "Roots", "diagnose", "trees"]
 
-AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, hookstate, isolation, noise, _domains)
+AREAS = (environment, cpufreq, cpuidle, memory, virt, tuners, hookinstall, hookstate, isolation, noise, _domains)
 log = logging.getLogger("vmtune.doctor")
+ELSEWHERE = "not this machine's system daemon: this machine's /sys, /proc and /run describe another host"
+ELSEWHERE_FIX = "give --sysfs/--proc/--root of that host's trees"
 
 
 @dataclass(frozen=True)
@@ -63,12 +71,36 @@ class Diagnosis:
         census = getattr(self.context, "census", None)
         if census is not None:  # the noise census of the held CPUs, when one was taken
             out["census"] = census.to_dict()
+        host = getattr(self.context, "host", None)
+        if host is not None and not isinstance(host, str) and host.host is not None:
+            out["host"] = host.to_dict()  # the host the domains were judged against
         return out
 
 
 def area_of(module) -> str:
     """The area an area module reports as: its ``AREA``, else its name."""
     return getattr(module, "AREA", module.__name__.rsplit(".", 1)[1])
+
+
+def elsewhere(connect: str | None, roots: Roots) -> bool:
+    """Whether ``connect`` names another host than this machine's and no tree of it is given."""
+    from ..live.hostview import local_system
+
+    return bool(connect) and not local_system(connect) and roots.sysfs is None and roots.proc is None \
+        and roots.root is None
+
+
+def trees(connect: str | None = None, sysfs: str | None = None, proc: str | None = None, root: str | None = None,
+          here: Roots | None = None) -> Roots:
+    """The trees ``vmtune doctor`` reads: those given (``Roots.given``); with none given, this
+    machine's, unless ``connect`` names a daemon other than this machine's system one: then none
+    (its host is not this machine)."""
+    if sysfs is None and proc is None and root is None and connect:
+        from ..live.hostview import local_system
+
+        if not local_system(connect):
+            return Roots(None, None, None)
+    return Roots.given(sysfs, proc, root, here)
 
 
 def diagnose(roots: Roots | None = None, *, measure: bool | Callable[[int], Measurement | None] = True,
@@ -78,7 +110,7 @@ def diagnose(roots: Roots | None = None, *, measure: bool | Callable[[int], Meas
     """Run every check; raise InvalidInput (one line) when a root is not the tree it claims to be.
     ``census_seconds``: how long the noise census samples the held CPUs (None: 2 s on this
     machine, none on a captured tree; 0: none)."""
-    roots = roots or Roots()
+    roots = roots or trees(connect)
     roots.check()
     if measure is True:
         measure = measurer(roots.sysfs, roots.proc or "/proc") if roots.live else None
@@ -90,7 +122,11 @@ def diagnose(roots: Roots | None = None, *, measure: bool | Callable[[int], Meas
     else:
         _domains.load(ctx, connect)
     findings: list[Finding] = []
+    away = elsewhere(connect, roots)
     for area in AREAS:
+        if away and area is not _domains:
+            findings.append(Finding("SKIP", area_of(area), f"--connect {connect}", ELSEWHERE, fix=ELSEWHERE_FIX))
+            continue
         try:
             findings += area.check(ctx)
         except Exception as exc:  # one odd file must not hide the rest of the report

@@ -4,6 +4,10 @@ The domains come from libvirt when ``--connect URI`` is given (read-only connect
 domain with its state), else from libvirt's runtime status files ``/run/libvirt/qemu/*.xml``: one
 ``<domstatus>`` per running domain, wrapping its live ``<domain>`` (root-only files).
 
+They are judged against the host of their URI, as ``vmtune plan`` judges them (one host per URI,
+vmtune/live/hostview.py ``of``): the sysfs tree for this machine's system daemon (and for the status
+files, which are its); the host libvirt describes for any other ``--connect URI``.
+
 ``load`` fills ``ctx.domains`` before the checks run (memory and state use them too); ``report``
 runs the audit once. Hugepage shortfalls are reported by memory.py, per node and with the running
 domains, so the audit's ``hugepages`` problems are not repeated here.
@@ -17,7 +21,7 @@ from lxml import etree
 
 from .. import xmlsafe
 from ..errors import Unavailable, VmtuneError
-from ..live import connect
+from ..live import connect, hostview
 from ..live.domains import state_text, word_text
 from ..model import Domain
 from ..audit import holds_now
@@ -43,18 +47,30 @@ def identity(xml: str) -> tuple[str | None, str | None]:
     return dom.uuid, dom.name
 
 
-def from_libvirt(uri: str) -> tuple[list[tuple[str, str]] | None, str]:
-    """Every domain of ``uri`` (a read-only connection) with its state; None and why when it cannot."""
+def from_libvirt(uri: str, ctx: Context | None = None) -> tuple[list[tuple[str, str]] | None, str]:
+    """Every domain of ``uri`` (a read-only connection) with its state; None and why when it cannot.
+    With ``ctx``, also the host of ``uri`` (``ctx.host``), read while connected."""
     try:
         connect.libvirt()
     except Unavailable:
-        return None, "libvirt-python is not installed (pip install 'vmtune[libvirt]')"
+        return None, f"libvirt-python is not installed ({connect.install_hint()})"
     try:
         with connect.connection(uri, read_only=True) as conn:
             out = [(d.XMLDesc(0), state_text(d.state()[0], "no state")) for d in conn.listAllDomains(0)]
+            if ctx is not None:
+                ctx.host = host_of(ctx, conn, uri)
     except VmtuneError as exc:
         return None, f"cannot read the domains of {uri}: {getattr(exc, 'reason', exc)}"
     return out, f"libvirt {uri}"
+
+
+def host_of(ctx: Context, conn, uri: str | None):
+    """The host of ``uri`` (``hostview.of``; None: this machine's system daemon), on the doctor's
+    trees; the error's text when it cannot be read."""
+    try:
+        return hostview.of(conn, uri, sysfs=ctx.roots.sysfs, proc=ctx.roots.proc)
+    except VmtuneError as exc:
+        return str(exc)
 
 
 def from_status_files(ctx: Context) -> tuple[list[tuple[str, str]] | None, str]:
@@ -86,7 +102,7 @@ def load(ctx: Context, connect: str | None = None) -> None:
     """Set ``ctx.domains`` and ``ctx.domains_source`` (None and the reason when unknown)."""
     ctx.connect = connect
     if connect:
-        ctx.domains, ctx.domains_source = from_libvirt(connect)
+        ctx.domains, ctx.domains_source = from_libvirt(connect, ctx)
     elif ctx.has("root"):
         ctx.domains, ctx.domains_source = from_status_files(ctx)
     else:
@@ -94,17 +110,21 @@ def load(ctx: Context, connect: str | None = None) -> None:
 
 
 def report(ctx: Context):
-    """The audit of ``ctx.domains`` on the host the sysfs tree describes (cached on ctx); None when
-    there is nothing to audit, the error text when it cannot run."""
-    if ctx.audit is None and ctx.domains is not None and ctx.has("sysfs"):
-        from ..audit import audit
-        from ..host import Host
+    """The audit of ``ctx.domains`` on the host of their URI (``ctx.host``; cached on ctx); None
+    when there is nothing to audit (no domains, or no sysfs tree for this machine's host), the error
+    text when it cannot run."""
+    if ctx.audit is None and ctx.domains is not None:
+        if ctx.host is None:  # the status files or the given domains: this machine's system daemon's
+            ctx.host = host_of(ctx, None, None)
+        if isinstance(ctx.host, str):
+            ctx.audit = ctx.host
+        elif ctx.host.host is not None:
+            from ..audit import audit
 
-        try:
-            host = Host.from_sysfs(ctx.roots.sysfs, proc=ctx.roots.proc)
-            ctx.audit = audit(host, ctx.domains, config=ctx.cfg)
-        except VmtuneError as exc:
-            ctx.audit = str(exc)
+            try:
+                ctx.audit = audit(ctx.host.host, ctx.domains, config=ctx.cfg)
+            except VmtuneError as exc:
+                ctx.audit = str(exc)
     return ctx.audit
 
 
@@ -122,7 +142,7 @@ def check(ctx: Context) -> list[Finding]:
     if isinstance(audit, str):
         return [new("WARN", source, f"cannot audit the domains: {audit}")]
     rows = [f"{row.name} ({row.profile or 'untagged'}, {row.state})" for row in audit.rows]
-    out = [new("INFO", source, f"{len(rows)} domain(s): {', '.join(rows)}")]
+    out = [new("INFO", source, f"{len(rows)} domain(s): {', '.join(rows)}; host {ctx.host.describe()}")]
     running = {row.name for row in audit.rows if holds_now(row.state)}
     # hugepages: memory.py's; a device away from its domain matters while the domain runs
     shown = [p for p in audit.problems if p.kind != "hugepages"

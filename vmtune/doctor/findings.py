@@ -84,6 +84,8 @@ class Context:
     domains_source: str = ""  # where the domains came from, or why they are unknown
     connect: str | None = None  # the libvirt URI to read the domains from (--connect)
     audit: object = None  # vmtune.audit.Report of the domains, or the error text; None until asked
+    # the host the domains are judged against (vmtune.live.hostview.Seen), or why it cannot be read
+    host: object = None
     measure: Callable[[int], object] | None = None  # cpu -> measure.Measurement | None
     census_seconds: float = 0.0  # how long the noise census samples the held CPUs (0: not taken)
     sleep: Callable[[float], None] = time.sleep  # how it waits (tests change the tree meanwhile)

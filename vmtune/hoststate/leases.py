@@ -233,13 +233,7 @@ class Leases:
         (what a restarted irqbalance lost). Returns what was done, one line each."""
         done: list[str] = []
         with self.store.lock():
-            try:
-                state = self.store.read()
-            except Damaged as exc:
-                done.append(f"damaged: {exc}")
-                state = self._recover(done)
-            if self._settle(state):
-                done.append("settled the journal of an interrupted hook")
+            state = self._read_settled(done)
             for key, why in self._stale(state):
                 done.append(f"reaped the lease of {state.leases[key].name}: {why}")
                 self._drop(state, key)
@@ -250,6 +244,46 @@ class Leases:
                     done.append("completed the isolation of the leases' CPUs")
             self.store.commit(state, final=True)
         return done
+
+    def restore_all(self) -> list[str]:
+        """``vmtune hook restore``: release every lease, those of running domains too, and restore
+        the host to what it was before the first (the package's removal runs it, so that no host is
+        left tuned with no vmtune to untune it). Returns what was done, one line each."""
+        done: list[str] = []
+        with self.store.lock():
+            state = self._read_settled(done)
+            stale = dict(self._stale(state))
+            for key in sorted(state.leases, key=lambda k: state.leases[k].since, reverse=True):
+                name = state.leases[key].name
+                self._drop(state, key)
+                done.append(f"released the lease of {name}: " + (stale[key] if key in stale else
+                                                                  "its domain still runs, no longer tuned"))
+            if state.isolation is not None:
+                self._isolate(state, frozenset())
+            if state.baseline is not None:
+                engine.restore(self.roots, state.baseline, dry_run=self.dry_run, failed=state.unrestored)
+                state.baseline = None
+                done.append("restored the host state")
+            if state.unrestored:
+                kept: list[Record] = []
+                engine.restore(self.roots, state.unrestored, failed=kept)
+                state.unrestored = kept
+            self.store.commit(state, final=True)
+            for rec in state.unrestored:
+                done.append(f"could not restore {rec.key.text}: the next call tries again; check it by hand")
+        return done
+
+    def _read_settled(self, done: list[str]) -> State:
+        """Under the lock, for a reap or a restore: the state, a damaged one set aside for the last
+        good copy, with what a killed hook left settled; what was done goes to ``done``."""
+        try:
+            state = self.store.read()
+        except Damaged as exc:
+            done.append(f"damaged: {exc}")
+            state = self._recover(done)
+        if self._settle(state):
+            done.append("settled the journal of an interrupted hook")
+        return state
 
     def _recover(self, done: list[str]) -> State:
         """After damage, under the lock: set ``state.json`` aside and go on from ``baseline.json``; if

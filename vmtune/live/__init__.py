@@ -1,7 +1,8 @@
 """vmtune over a live libvirt: the library behind ``vmtune tag|untag|apply|revert|plan``.
 
     connect.py    open a libvirt connection (libvirt-python), errors as VmtuneError
-    hostview.py   the Host from getCapabilities, with free hugepages from getFreePages
+    hostview.py   the host of a URI, one rule for every command (``of``): this machine's sysfs for
+                  its system daemon; else libvirt's: getCapabilities, getFreePages, node devices
     domains.py    the domains of a connection: persistent XML, live XML, state
     tagging.py    write or remove the vmtune tag through the metadata API, nothing else
     originals.py  the XML a domain had before its first apply (/var/lib/vmtune/originals/UUID.xml)

@@ -1,6 +1,7 @@
 """``vmtune apply`` and ``vmtune revert`` over a libvirt connection.
 
-``apply`` reads the host (hostview) and every domain (domains), plans the targets
+``apply`` reads the host of the URI (``hostview.of``: this machine's sysfs for its system daemon,
+libvirt's host for any other) and every domain (domains), plans the targets
 (planner: dedicated profiles first, one ledger for the whole host), and then, unless it is a dry
 run: keeps each changed domain's XML as its original (originals; only before the first apply),
 defines the new XML (unless the domain's definition changed since it was read: then it stops
@@ -146,8 +147,11 @@ def apply(
     config: config_mod.Config | None = None,
     force_virtio: bool = False,
     originals: Originals | None = None,
+    seen: hostview.Seen | None = None,
 ) -> list[Outcome]:
-    """Tune ``names`` (None: every defined domain, or those whose name matches a ``match`` glob).
+    """Tune ``names`` (None: every defined domain, or those whose name matches a ``match`` glob),
+    on the host of ``uri`` (``seen``; default ``hostview.of(conn, uri)``, this machine's /sys for
+    its system daemon).
 
     Returns one Outcome per domain in plan order (skipped domains first). Nothing is defined when
     ``dry_run``, or when planning fails (InvalidInput, DoesNotFit: the message names the domain).
@@ -159,7 +163,8 @@ def apply(
     if not chosen:
         raise InvalidInput("no defined domain matches " + " ".join(repr(g) for g in match) if match
                            else "there is no defined domain to apply")
-    host = with_held_pages(hostview.host(conn), every)
+    seen = seen or hostview.of(conn, uri)
+    host = with_held_pages(seen.host, every)
     by_uuid = {d.uuid: d for d in chosen}
     targets = [planner.Target(d.uuid, d.xml, profile) for d in chosen]
     others = [d.xml for d in every if d.uuid not in by_uuid]

@@ -3,7 +3,8 @@
 ``libvirt-python`` is imported on first use, so the rest of vmtune works without it. Every
 failure is a ``VmtuneError`` with a one-line message:
 
-- the module is missing, the URI cannot be reached, or the connection drops: ``Unavailable`` (4);
+- the module is missing (the message says how to get it for the way vmtune was installed:
+  ``install_hint``), the URI cannot be reached, or the connection drops: ``Unavailable`` (4);
 - a domain name libvirt does not know: ``InvalidInput`` (1);
 - anything else libvirt refuses: ``VmtuneError`` (1), with libvirt's own message.
 
@@ -13,13 +14,44 @@ words a failure its own way).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..errors import InvalidInput, Unavailable, VmtuneError
 
 DEFAULT_URI = "qemu:///system"
-INSTALL_HINT = "pip install vmtune[libvirt]"
+DEBIAN_DIST = "/usr/lib/python3/dist-packages"  # where Debian's python3 packages (vmtune's .deb) live
+PIP_HINT = ("pip install 'vmtune[libvirt]' (libvirt-python builds against libvirt's headers: "
+            "libvirt-dev, pkg-config, gcc and python3-dev)")
+INSTALL_HINT = PIP_HINT  # the hint of a pip install; install_hint() gives the one for this install
+
+
+def install_hint(package: str | None = None, prefix: str | None = None, base_prefix: str | None = None) -> str:
+    """How to get libvirt's binding for the way vmtune is installed. ``package``: the folder of
+    the ``vmtune`` package (default: this one); ``prefix``, ``base_prefix``: the interpreter's
+    (``sys.prefix``, ``sys.base_prefix``; they differ in a venv).
+
+    - the Debian package (vmtune in Debian's dist-packages), or Debian's python3 outside a venv:
+      ``apt-get install python3-libvirt``;
+    - the checkout (a venv beside ``scripts/bootstrap``, or vmtune run from the source tree):
+      ``scripts/bootstrap --libvirt``, which ``scripts/vmtune`` runs for the live commands;
+    - anything else (pip, a wheel): ``pip install 'vmtune[libvirt]'``, which builds libvirt-python.
+    """
+    package = os.path.abspath(package or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    prefix = sys.prefix if prefix is None else prefix
+    base_prefix = sys.base_prefix if base_prefix is None else base_prefix
+    holder = os.path.dirname(package)
+    debian_python = prefix == base_prefix == "/usr" and os.path.isdir(DEBIAN_DIST)  # sees Debian's packages
+    if holder == DEBIAN_DIST or debian_python:
+        return "apt-get install python3-libvirt"
+    tops = ([os.path.dirname(os.path.abspath(prefix))] if prefix != base_prefix else []) + [holder]
+    for top in tops:
+        bootstrap = os.path.join(top, "scripts", "bootstrap")
+        if os.path.isfile(bootstrap):
+            return f"{bootstrap} --libvirt (scripts/vmtune runs it for the live commands)"
+    return PIP_HINT
 
 
 def _quiet(_ctx, _err) -> None:
@@ -31,7 +63,7 @@ def libvirt():
     try:
         import libvirt as module
     except ImportError:
-        raise Unavailable(f"libvirt-python is not installed: {INSTALL_HINT}") from None
+        raise Unavailable(f"libvirt-python is not installed: {install_hint()}") from None
     module.registerErrorHandler(_quiet, None)
     return module
 
@@ -96,13 +128,3 @@ def _alive(conn) -> bool:
     except Exception:  # noqa: BLE001 - any failure here means it is gone
         return False
 
-
-def is_local(conn) -> bool:
-    """True when the connection talks to the libvirtd of this machine (no host in its URI)."""
-    from urllib.parse import urlsplit
-
-    try:
-        host = urlsplit(conn.getURI()).hostname
-    except Exception:  # noqa: BLE001 - unknown: assume remote, read nothing of this machine
-        return False
-    return host in (None, "", "localhost")
