@@ -118,7 +118,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                       "uninstall: remove both; reap: release the leases of domains that no longer "
                                       "run (what the timer does once a minute); restore: release every lease, "
                                       "running domains' too, and give the host back what it had before the first.")
-    hook.add_argument("action", choices=("install", "uninstall", "reap", "restore"))
+    hook.add_argument("action", choices=("install", "uninstall", "reap", "restore"), metavar="ACTION",
+                      help="install, uninstall, reap or restore (above)")
     hook.add_argument("--hooks-dir", metavar="DIR", help="libvirt's hooks directory (default /etc/libvirt/hooks); "
                       "reap reads its vmtune.env, as the hook does")
     hook.add_argument("--unit-dir", metavar="DIR", help="where install writes (and uninstall removes) the reaper's "
