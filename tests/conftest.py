@@ -129,3 +129,15 @@ def pytest_collection_modifyitems(config, items):
                     and item.module.__name__.rpartition(".")[2] not in MACHINE_MODULES})
     if stray:
         raise pytest.UsageError(f"tests/conftest.py: add {', '.join(stray)} to MACHINE_MODULES (they use libvirtd)")
+
+
+@pytest.fixture(autouse=True)
+def _no_host_config(request, monkeypatch, tmp_path_factory):
+    """Outside MACHINE_MODULES, vmtune reads no configuration or profile of this machine's: the
+    machine tests write /etc/vmtune (the Ansible role does) while the other worker runs, and a
+    `cli.main` there would read it. A test that names its own (monkeypatch.setenv) still does."""
+    if Path(str(request.node.fspath)).stem in MACHINE_MODULES:
+        return
+    none = tmp_path_factory.getbasetemp() / "no-host-config"
+    monkeypatch.setenv("VMTUNE_CONFIG", str(none / "vmtune.toml"))
+    monkeypatch.setenv("VMTUNE_PROFILES", str(none / "profiles"))
