@@ -138,6 +138,9 @@ def _no_host_config(request, monkeypatch, tmp_path_factory):
     `cli.main` there would read it. A test that names its own (monkeypatch.setenv) still does."""
     if Path(str(request.node.fspath)).stem in MACHINE_MODULES:
         return
-    none = tmp_path_factory.getbasetemp() / "no-host-config"
-    monkeypatch.setenv("VMTUNE_CONFIG", str(none / "vmtune.toml"))
-    monkeypatch.setenv("VMTUNE_PROFILES", str(none / "profiles"))
+    empty = tmp_path_factory.getbasetemp() / "no-host-config"  # an empty file: the defaults
+    if not (empty / "vmtune.toml").exists():
+        (empty / "profiles").mkdir(parents=True, exist_ok=True)
+        (empty / "vmtune.toml").write_text("")
+    monkeypatch.setenv("VMTUNE_CONFIG", str(empty / "vmtune.toml"))
+    monkeypatch.setenv("VMTUNE_PROFILES", str(empty / "profiles"))
