@@ -21,9 +21,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
+
+from background import wait_done
 
 ROOT = Path(__file__).resolve().parents[1]
 GUEST = ROOT / "scripts" / "cgroup2-guest"
@@ -83,12 +84,7 @@ def results() -> dict:
     """What the runs left: waits for the background runner of scripts/test, else runs them here."""
     folder = os.environ.get("VMTUNE_CGROUP2_RESULTS")
     if folder:
-        done = Path(folder) / "done.json"
-        deadline = time.monotonic() + WAIT_S
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(1)
-        assert done.exists(), f"the background guest runs left nothing in {folder} within {WAIT_S} s"
-        out = Path(folder)
+        out = wait_done(folder, WAIT_S, "guest runs")
     else:
         import tempfile
 

@@ -39,6 +39,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from background import wait_done
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "package"
 EXAMPLES = ROOT / "examples"
@@ -133,12 +135,7 @@ def results(own: Path) -> tuple[Path, dict]:
     builds into ``own``."""
     folder = os.environ.get("VMTUNE_PACKAGE_RESULTS")
     if folder:
-        done = Path(folder) / "done.json"
-        deadline = time.monotonic() + WAIT_S
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert done.exists(), f"the background package build left nothing in {folder} within {WAIT_S} s"
-        out = Path(folder)
+        out = wait_done(folder, WAIT_S, "package build")
     else:
         out = own
         build(out)

@@ -21,8 +21,8 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hosttrees import machines, write_sysfs
+from test_cli import isolated  # noqa: F401 - autouse there; no_state asks for it here
 
-import vmtune.config
 from vmtune import cli, cpuset
 from vmtune.host import Cell, Cpu, Host
 
@@ -35,12 +35,9 @@ SKIPPED = "not this machine's system daemon"
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path_factory, monkeypatch):
-    """No /etc/vmtune, no hook state and no originals of this machine."""
-    empty = tmp_path_factory.mktemp("no-profiles")
-    monkeypatch.delenv("VMTUNE_CONFIG", raising=False)
-    monkeypatch.setattr(vmtune.config, "DEFAULT_PATH", str(empty / "no-such-vmtune.toml"))
-    monkeypatch.setenv("VMTUNE_PROFILES", str(empty))
+def no_state(isolated, tmp_path_factory, monkeypatch):  # isolated: test_cli's, no /etc/vmtune of this machine
+    """No hook state and no originals of this machine."""
+    empty = tmp_path_factory.mktemp("no-state")
     monkeypatch.setenv("VMTUNE_ORIGINALS_DIR", str(empty / "originals"))
     monkeypatch.setenv("VMTUNE_STATE_DIR", str(empty / "state"))
 
