@@ -171,15 +171,11 @@ def status(cfg, roots, hooks_dir: str | None = None, log_lines: int = 5) -> Hook
 
 
 def _read_state(now: HookStatus, state: State, roots) -> None:
-    folder, clock = roots.libvirt, time.time()
-    known = alive.known(folder) if folder else False
+    stale, _blind = alive.stale(roots.libvirt, roots.proc, state.leases, time.time())
     for key, lease in sorted(state.leases.items(), key=lambda item: item[1].since):
-        stale = None
-        if folder and (known or lease.qemu is not None):
-            stale = alive.why_stale(folder, roots.proc, key, lease.name, lease.since, clock, lease.qemu)
         now.leases.append(LeaseStatus(lease.name, key, lease.profile, cpuset.format(lease.cpus), lease.since,
                                       lease.dedicated, lease.qemu.pid if lease.qemu else None,
-                                      cpuset.format(lease.partition), stale or None))
+                                      cpuset.format(lease.partition), stale.get(key)))
     if state.isolation is not None:
         now.isolated = cpuset.format(state.isolation.cpus)
     now.partition = cpuset.format(frozenset().union(*(lease.partition for lease in state.leases.values())))

@@ -36,8 +36,6 @@ def host_of(args, sysfs: str | None = None, cfg=None) -> Host:
 def check_reserved(cfg, host: Host) -> None:
     """One line when the config's ``reserved_cpus`` names CPUs this host does not have (issue 27:
     "0-40" on a 2-CPU host was taken silently, as its CPUs 0-1)."""
-    from .. import cpuset
-
     given = cfg.reserved_cpus
     missing = frozenset(given or ()) - frozenset(host.cpus)
     if missing:

@@ -67,19 +67,16 @@ def _stale(ctx: Context, state: State, path: str) -> list[Finding]:
     folder = libvirt_rundir(ctx)
     if not state.leases:
         return []
-    if not alive.known(folder) and any(lease.qemu is None for lease in state.leases.values()):
+    proc = ctx.roots.proc if ctx.has("proc") else None
+    found, blind = alive.stale(folder, proc, state.leases, time.time())
+    if blind:
         return [new("WARN", folder, "libvirt's run dir does not exist: whether the leases' domains run cannot be "
                     "told, and the hook reaps no lease", "libvirt's run dir",
                     "set VMTUNE_LIBVIRT_RUNDIR in the hook's vmtune.env")]
-    proc = ctx.roots.proc if ctx.has("proc") else None
-    out = []
-    for key, lease in sorted(state.leases.items()):
-        why = alive.why_stale(folder, proc, key, lease.name, lease.since, time.time(), lease.qemu)
-        if why:
-            out.append(new("WARN", path, f"lease of {lease.name}, which is not running ({why}): the host stays "
-                           "tuned for it", "a lease per running latency domain",
-                           "`vmtune hook reap` (the next start or stop of a latency domain does it too)"))
-    return out
+    return [new("WARN", path, f"lease of {state.leases[key].name}, which is not running ({why}): the host stays "
+                "tuned for it", "a lease per running latency domain",
+                "`vmtune hook reap` (the next start or stop of a latency domain does it too)")
+            for key, why in found.items()]
 
 
 def _records(state: State) -> list[Record]:

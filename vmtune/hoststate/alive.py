@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import NamedTuple
 
 GRACE_S = 120.0
@@ -186,3 +187,20 @@ def why_stale(folder: str, proc: str | None, key: str, name: str, since: float, 
     if not runs_as(cmdline, key, name):
         return f"pid {pid.decode()} is not its QEMU"
     return None
+
+
+def stale(folder: str | None, proc: str | None, leases: Mapping, now: float) -> tuple[dict[str, str], bool]:
+    """Why each lease of ``leases`` (key -> a lease: ``name``, ``since``, ``qemu``) whose domain no
+    longer runs is stale (``why_stale``), and whether the judgement was blind: libvirt's run dir
+    ``folder`` missing while a lease has no recorded QEMU. Such a lease is not judged (nothing is
+    reaped blind); one whose QEMU is recorded still is. The hook, ``vmtune status`` and the doctor
+    all judge leases this way."""
+    seen = bool(folder) and known(folder)  # type: ignore[arg-type]
+    out = {}
+    for key, lease in sorted(leases.items()):
+        if lease.qemu is None and not seen:
+            continue
+        why = why_stale(folder, proc, key, lease.name, lease.since, now, lease.qemu)  # type: ignore[arg-type]
+        if why:
+            out[key] = why
+    return out, not seen and any(lease.qemu is None for lease in leases.values())

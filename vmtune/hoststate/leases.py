@@ -203,21 +203,13 @@ class Leases:
         lease whose QEMU was recorded by that process alone, the others by libvirt's status files.
         Those, with a warning, are not judged when libvirt's run dir does not exist: nothing is
         reaped blind."""
-        folder, now = self.roots.libvirt, time.time()
-        keys = [key for key in sorted(state.leases) if key != skip]
-        known = alive.known(folder)
-        if not known and any(state.leases[key].qemu is None for key in keys):
+        folder = self.roots.libvirt
+        found, blind = alive.stale(folder, alive.PROC, {k: v for k, v in state.leases.items() if k != skip},
+                                   time.time())
+        if blind:
             log.warning("libvirt's run dir %s does not exist: cannot tell which domains run, no lease reaped but "
                         "those whose QEMU is recorded (set VMTUNE_LIBVIRT_RUNDIR in the hook's vmtune.env)", folder)
-        out = []
-        for key in keys:
-            lease = state.leases[key]
-            if lease.qemu is None and not known:
-                continue
-            why = alive.why_stale(folder, alive.PROC, key, lease.name, lease.since, now, lease.qemu)
-            if why:
-                out.append((key, why))
-        return out
+        return sorted(found.items())
 
     def _reap(self, state: State, skip: str | None) -> int:
         """Drop, as their release would, the leases whose domain libvirt no longer runs."""

@@ -25,7 +25,6 @@ DEFAULT_URI = "qemu:///system"
 DEBIAN_DIST = "/usr/lib/python3/dist-packages"  # where Debian's python3 packages (vmtune's .deb) live
 PIP_HINT = ("pip install 'vmtune[libvirt]' (libvirt-python builds against libvirt's headers: "
             "libvirt-dev, pkg-config, gcc and python3-dev)")
-INSTALL_HINT = PIP_HINT  # the hint of a pip install; install_hint() gives the one for this install
 
 
 def install_hint(package: str | None = None, prefix: str | None = None, base_prefix: str | None = None) -> str:
