@@ -101,7 +101,7 @@ MACHINE = pytest.StashKey[dict]()
 # once. A module that asks for the ``libvirtd`` fixture belongs in MACHINE_MODULES (checked below).
 # test_cgroup2_guest changes nothing here, but it waits for the guest boots scripts/test started in the
 # background (as test_debian_package waits for the package's build): both go last in this scope
-# (WAIT_LAST), when the background work is done. First in it, the machine worker waited 80-110 s.
+# (WAIT_LAST), when the background work is most likely done, rather than waiting for it early.
 MACHINE_MODULES = {"test_bench", "test_ansible_libvirt", "test_cgroup2_guest", "test_debian_package", "test_doctor",
                    "test_hook", "test_hook_irqbalance_real", "test_hook_isolation", "test_hook_isolation_kernel",
                    "test_hook_isolation_records", "test_hook_libvirt", "test_libvirt_harness", "test_libvirt_real",

@@ -85,12 +85,12 @@ def results() -> dict:
     folder = os.environ.get("VMTUNE_CGROUP2_RESULTS")
     if folder:
         out = wait_done(folder, WAIT_S, "guest runs")
-    else:
-        import tempfile
+        return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    import tempfile
 
-        out = Path(tempfile.mkdtemp(prefix="cgroup2-guest-"))
-        run_all(out)
-    return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    with tempfile.TemporaryDirectory(prefix="cgroup2-guest-") as tmp:  # run here: nothing left behind
+        run_all(Path(tmp))
+        return {p.stem: json.loads(p.read_text()) for p in Path(tmp).glob("*.json")}
 
 
 if "pytest" in sys.modules:
