@@ -500,3 +500,20 @@ def test_install_over_the_packages_link_is_refused_and_writes_nothing(no_systemd
     assert install(tmp_path) == 1
     assert "the vmtune package's hook" in capsys.readouterr().err
     assert link.is_symlink() and not (tmp_path / "unitfiles").exists()
+
+
+def test_without_libvirts_run_dir_only_recorded_qemus_are_judged(tmp_path):
+    """alive.stale, as the hook, `vmtune status` and the doctor judge leases: with no run dir, a lease
+    without its QEMU recorded is not judged (blind), one with it still is; with the run dir, both are."""
+    from vmtune.hoststate.document import Lease, State
+
+    gone = alive.Qemu(2 ** 22 + 7, 1)  # above pid_max's default: no such process
+    leases = {UUID_A: Lease("vm-a", since=1.0), UUID_B: Lease("vm-b", since=1.0, qemu=gone)}
+    found, blind = alive.stale(str(tmp_path / "none"), "/proc", leases, time.time())
+    assert blind and list(found) == [UUID_B] and "is gone" in found[UUID_B]
+    (tmp_path / "run").mkdir()
+    found, blind = alive.stale(str(tmp_path / "run"), "/proc", leases, time.time())
+    assert not blind and set(found) == {UUID_A, UUID_B}
+    ctx = Context(Roots(sysfs=None, proc="/proc", root=str(tmp_path), libvirt=str(tmp_path / "none")))
+    (finding,) = hookstate._stale(ctx, State(leases=leases), "state.json")
+    assert finding.level == "WARN" and "run dir does not exist" in finding.found
