@@ -212,12 +212,14 @@ def machines(
     caches: bool = True,
     hybrid: bool = False,
     max_cores: int = 3,
+    uneven_l3: bool = False,
 ) -> tuple[Host, dict[int, int]]:
     """A ``(host, offline)`` pair: a Host and its offline CPUs (``{cpu id: node id}``).
 
     Narrow with the arguments: ``smt`` True/False forces threads per core (None: either),
     ``memory_only`` allows nodes with memory but no CPUs, ``memoryless`` nodes with CPUs but no
-    memory, ``unknown_topology`` hosts whose CPUs have no socket/core (then nothing is offline).
+    memory, ``unknown_topology`` hosts whose CPUs have no socket/core (then nothing is offline),
+    ``uneven_l3`` L3 domains of different sizes (as AMD's X3D parts have: one CCD with 3D V-cache).
     """
     arch = draw(st.sampled_from(arches))
     n_nodes = draw(st.integers(1, max_nodes))
@@ -312,7 +314,8 @@ def machines(
     for c in cpus.values():
         if c.l3 is not None:
             l3s.setdefault(c.l3, set()).add(c.id)
-    found = tuple(L3(i, frozenset(ids), sizes_mib * 1024) for i, ids in sorted(l3s.items()))
+    size_of = {i: draw(st.sampled_from([8, 16, 32, 96])) if uneven_l3 else sizes_mib for i in sorted(l3s)}
+    found = tuple(L3(i, frozenset(ids), size_of[i] * 1024) for i, ids in sorted(l3s.items()))
     host = Host(arch, tuple(cells), cpus, iso, vendor, caches=found)
     return host, {c: node_of[c] for c in sorted(off)}
 

@@ -518,7 +518,7 @@ def test_profiles_json_shows_flattened_inherited_values(capsys):
     assert set(rows) == {"balanced", "latency", "realtime", "throughput"}
     assert rows["realtime"]["cpu_pinning"] == "dedicated"  # from latency
     assert rows["realtime"]["cpu_scheduler"] == "fifo"  # its own
-    assert rows["balanced"]["cpu_pinning"] == "float" and rows["balanced"]["cpu_mode"] == "host"
+    assert rows["balanced"]["cpu_pinning"] == "float" and rows["balanced"]["cpu_mode"] == "passthrough"
 
 
 def test_profiles_includes_user_profiles_from_the_config_dir(tmp_path, capsys):

@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from conftest import CORPUS, EXAMPLES, ROOT
+from vmtune import facts
+from vmtune.model import Domain
 from hosttrees import caps_xml, machines, write_sysfs
 from vmtune import cpuset
 from vmtune.cli import main
@@ -211,7 +213,10 @@ def test_corpus_hosts_with_rewritten_claims(path):
     data = check_map(hostmap, host, xmls)
     dedicated = [c for c in hostmap.cpus if c.role == Role.DEDICATED]
     assert {c.id for c in dedicated} == set().union(*(d.dedicated for d in hostmap.domains)) & set(host.cpus)
-    assert all(c.holder is not None and c.holder.thread == "vcpu" for c in dedicated)
+    # a dedicated CPU is a vCPU's, or a real-time emulator's or iothread's (a CPU of its own)
+    rt = [facts.rt_helpers(Domain(etree.fromstring(x.encode()))) for x in xmls]
+    assert all(c.holder is not None and (c.holder.thread == "vcpu") != (c.id in rt[c.holder.domain])
+               for c in dedicated)
     assert len(data["domains"]) == len(xmls)
 
 

@@ -151,7 +151,7 @@ INVALID = [
     {"host_tuning": "yes"},
     {"host_tuning": 1},
     {"cpu": "host"},
-    {"cpu": {"mode": "passthrough"}},
+    {"cpu": {"mode": "host-model"}},
     {"cpu": {"mode": True}},
     {"cpu": {"priority": 0}},
     {"cpu": {"priority": 100}},

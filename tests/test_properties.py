@@ -21,7 +21,7 @@ x86_hosts = hosts(arches=("x86_64",), max_nodes=4)
 
 # Everything under these is the rewriter's to change; everything else must come out as it went in.
 TUNED = (
-    "domain/cpu", "domain/cputune", "domain/numatune", "domain/vcpu", "domain/memoryBacking",
+    "domain/cpu", "domain/cputune", "domain/numatune", "domain/vcpu", "domain/memtune", "domain/memoryBacking",
     "domain/iothreads", "domain/iothreadids", "domain/memory", "domain/currentMemory",
     "domain/features", "domain/clock", "domain/devices/memballoon", "domain/devices/disk",
     "domain/devices/interface", "domain/devices/controller",

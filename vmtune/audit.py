@@ -56,6 +56,9 @@ Problem kinds (``Problem.kind``; consumers should show kinds they do not know as
                      them) need more hugepages of a size than the node has free
 ``not-live``         (``live_drift``, for callers that have both XMLs of a running domain) its
                      threads run on other CPUs than its definition pins: applied without ``--live``
+``housekeeping``     a housekeeping CPU (not held as dedicated) carries more than
+                     ``housekeeping.LIMIT`` emulator and iothreads of dedicated domains, each thread
+                     counted 1 and split over the CPUs of its pin (``cpus``: those CPUs)
 
 ``Report.nodes`` gives per node: its CPUs, the reserved ones, those held as dedicated, those still
 free for dedicated vCPUs, its memory, the normal memory bound strictly, what placement sees as
@@ -73,7 +76,7 @@ from lxml import etree
 
 from . import claims as claims_mod
 from . import config as config_mod
-from . import cpuset, facts, locality, profiles, units, xmlsafe
+from . import cpuset, facts, housekeeping, locality, profiles, units, xmlsafe
 from .errors import InvalidInput
 from .host import Host
 from .model import Domain
@@ -89,8 +92,9 @@ HUGEPAGES = "hugepages"
 NOT_LIVE = "not-live"
 DEVICE_REMOTE = "device-remote"
 DEVICE_SHARED = "device-shared"
+HOUSEKEEPING = "housekeeping"
 KINDS = (CPU_OVERLAP, CORE_OVERLAP, FLOAT, NOT_APPLIED, ON_RESERVED, UNKNOWN_PROFILE, HUGEPAGES, NOT_LIVE,
-         DEVICE_REMOTE, DEVICE_SHARED)
+         DEVICE_REMOTE, DEVICE_SHARED, HOUSEKEEPING)
 
 SHUT_OFF = "shut off"
 
@@ -367,6 +371,22 @@ def _devices(host: Host, doms: list[_Dom], known: dict[str, profiles.Profile | N
     return out
 
 
+def _housekeeping(host: Host, doms: list[_Dom]) -> list[Problem]:
+    """housekeeping: a CPU no domain holds as dedicated that runs more than ``housekeeping.LIMIT``
+    emulator and iothreads of dedicated domains."""
+    loads = housekeeping.load(pin for d in doms for pin in d.claim.helpers)
+    held = taken_cores(host, frozenset().union(*(d.claim.dedicated for d in doms)) if doms else frozenset())
+    over = {c: n for c, n in housekeeping.crowded(loads).items() if c not in held}
+    if not over:
+        return []
+    cpus = frozenset(over)
+    names = tuple(sorted(d.row.name for d in doms if any(pin & cpus for pin in d.claim.helpers)))
+    return [Problem(HOUSEKEEPING, names, cpus, _nodes_of(host, cpus), (
+        f"{_cpus(cpus)} run up to {max(over.values()):.3g} emulator and iothreads of {len(names)} latency "
+        f"domain{'s' if len(names) > 1 else ''} each (more than {housekeeping.LIMIT}): give the host more housekeeping "
+        "CPUs (reserved_cpus in /etc/vmtune/vmtune.toml), then vmtune apply them"))]
+
+
 def _cpus(cpus) -> str:
     return f"CPU{'s' if len(cpus) > 1 else ''} {cpuset.format(cpus)}"
 
@@ -446,7 +466,7 @@ def audit(host: Host, domains: list[tuple[str, str]], *, config: config_mod.Conf
     pages_problems, need = _hugepages(host, doms)
     known = _profiles(doms, config.profiles_dir)
     problems = (_overlaps(host, doms) + _floats(host, doms, reserved) + _tags(doms, known, reserved)
-                + pages_problems + _devices(host, doms, known))
+                + pages_problems + _devices(host, doms, known) + _housekeeping(host, doms))
     problems.sort(key=lambda p: (_ORDER.get(p.kind, len(KINDS)), p.domains, sorted(p.cpus), p.nodes, p.message))
     return Report(tuple(d.row for d in doms), tuple(problems), _free(host, doms, reserved, need),
                   tuple(d.dom for d in doms))

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from . import facts, locality, xmlsafe
+from . import facts, housekeeping, locality, xmlsafe
 from .errors import InvalidInput
 from .host import Host
 from .model import Domain
@@ -28,6 +28,9 @@ class Claim:
     unbound_pages: Mapping[int, int] = field(default_factory=dict)  # size KiB -> pages on any node
     # the host devices it passes through, as (kind, key) of vmtune.locality: one domain at a time has each
     passthrough: frozenset[tuple[str, str]] = frozenset()
+    # the pins of its emulator and iothreads, when it is dedicated: what the housekeeping CPUs carry
+    helpers: tuple[frozenset[int], ...] = ()
+    preferred: Mapping[int, int] = field(default_factory=dict)  # node -> KiB preferred there (not bound)
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class Ledger:
     dedicated: frozenset[int] = frozenset()
     memory: Mapping[int, int] = field(default_factory=dict)
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    helpers: Mapping[int, float] = field(default_factory=dict)  # CPU -> emulator and iothreads there
+    preferred: Mapping[int, int] = field(default_factory=dict)  # node -> KiB preferred there, not bound
 
 
 def default_page_kib(host: Host) -> int:
@@ -57,7 +62,8 @@ def read(xml: str | bytes, host: Host) -> Claim:
     facts.check_counts(dom)
     mem = facts.memory(dom, lambda: default_page_kib(host))
     return Claim(dom.name, dom.uuid, dom.tagged_profile, facts.dedicated(dom), facts.pinned(dom),
-                 mem.bound_kib, mem.hugepages, mem.unbound_pages, locality.passthrough(dom))
+                 mem.bound_kib, mem.hugepages, mem.unbound_pages, locality.passthrough(dom), facts.helpers(dom),
+                 mem.preferred_kib)
 
 
 def ledger(claims: Iterable[str | bytes], host: Host, skip_uuid: str | None = None, skip_name: str | None = None) -> Ledger:
@@ -76,4 +82,9 @@ def ledger(claims: Iterable[str | bytes], host: Host, skip_uuid: str | None = No
         for key, count in claim.hugepages.items():
             pages[key] += count
     dedicated = frozenset().union(*(c.dedicated for c in kept)) if kept else frozenset()
-    return Ledger(tuple(kept), dedicated, dict(memory), dict(pages))
+    preferred: dict[int, int] = defaultdict(int)
+    for claim in kept:
+        for node, kib in claim.preferred.items():
+            preferred[node] += kib
+    helpers = housekeeping.load(pin for c in kept for pin in c.helpers)
+    return Ledger(tuple(kept), dedicated, dict(memory), dict(pages), helpers, dict(preferred))

@@ -77,6 +77,8 @@ class HookSettings:
 @dataclass(frozen=True)
 class Config:
     reserved_cpus: frozenset[int] | None = None  # None: Host.default_reserved() (Host.reserved applies it)
+    # a hybrid host's efficiency cores, where the host cannot say (capabilities XML): None: as read
+    efficiency_cpus: frozenset[int] | None = None
     placement: PlacementPolicy = PlacementPolicy.SPREAD
     profiles_dir: str | None = None
     smt: dict[str, SmtPolicy] = field(default_factory=dict)
@@ -112,8 +114,15 @@ def load(path: str | None = None, profiles_dir: str | None = None) -> Config:
     except InvalidInput as exc:
         line = schema.line_of(text, "reserved_cpus")
         raise InvalidInput(f"{where}:{line}: reserved_cpus: {exc}" if line else f"{where}: {exc}") from None
+    efficiency = data.get("efficiency_cpus")
+    try:
+        efficiency_cpus = cpuset.parse(efficiency) if efficiency is not None else None
+    except InvalidInput as exc:
+        line = schema.line_of(text, "efficiency_cpus")
+        raise InvalidInput(f"{where}:{line}: efficiency_cpus: {exc}" if line else f"{where}: {exc}") from None
     return Config(
         reserved_cpus=reserved_cpus,
+        efficiency_cpus=efficiency_cpus,
         placement=PlacementPolicy(data.get("placement", Config.placement)),
         profiles_dir=data.get("profiles_dir") or profiles_dir,
         smt={name: SmtPolicy(v) for name, v in data.get("smt", {}).items()},

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .claims import Ledger
+from .config import Config
 from .host import Host
+from .intent import NONE, Intent
 from .placement import Placement
 from .profiles import Profile
 
@@ -19,6 +21,10 @@ class PassContext:
     reserved: frozenset[int]
     virt_type: str  # "kvm" or "qemu"
     force_virtio: bool = False
+    # what the user set on purpose (vmtune/intent.py); NONE where the domain's pins are vmtune's own
+    # (the hook's re-pin of a tuned domain)
+    intent: Intent = NONE
+    config: Config | None = None
 
     __hash__ = object.__hash__
 

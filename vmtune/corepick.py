@@ -73,15 +73,50 @@ def left_whole(group: list[tuple[int, ...]], count: int, smt: str) -> int:
     return len(group) - used
 
 
-def pick(groups: list[list[tuple[int, ...]]], count: int, smt: str) -> list[tuple[int, list[int]]]:
+def restrict(cores: list[tuple[int, ...]], only: frozenset[int]) -> list[tuple[int, ...]]:
+    """``cores`` with only their threads in ``only`` (cores with none go): a bound of the user's."""
+    out = [tuple(t for t in core if t in only) for core in cores]
+    return [core for core in out if core]
+
+
+def pick(groups: list[list[tuple[int, ...]]], count: int, smt: str, sizes: list[int] | None = None,
+         first: frozenset[int] = frozenset()) -> list[tuple[int, list[int]]]:
     """(group index, threads) for ``count`` vCPUs: from the fewest groups; where one holds them
-    all, the best fit (the fewest whole cores left); else the largest, the last one best fit."""
+    all, the one with the larger L3 (``sizes``: KiB per group, 0 unknown), then the best fit (the
+    fewest whole cores left); else the largest, the last one chosen so. With ``first`` (the CPUs the
+    user gave the vCPUs), the cores that hold them are taken first, from the groups that hold most."""
+    if first:
+        return _pick_first(groups, count, smt, first)
     caps = [capacity(g, smt) for g in groups]
+    size = sizes or [0] * len(groups)
     m = fewest(caps, count)
-    order = sorted(range(len(groups)), key=lambda i: (-caps[i], i))
+    order = sorted(range(len(groups)), key=lambda i: (-caps[i], -size[i], i))
     chosen = order[: m - 1]
     rest = count - sum(caps[i] for i in chosen)
     last = min((i for i in range(len(groups)) if i not in chosen and caps[i] >= rest),
-               key=lambda i: (left_whole(groups[i], rest, smt), i))
+               key=lambda i: (-size[i], left_whole(groups[i], rest, smt), i))
     return [(i, take(groups[i], rest if i == last else caps[i], smt)) for i in sorted(chosen + [last])]
 
+
+def _pick_first(groups, count: int, smt: str, first: frozenset[int]) -> list[tuple[int, list[int]]]:
+    """The threads of ``first`` before any other, from the groups that hold most of them; then the
+    rest of those cores (not under ``isolate``: one vCPU per core), then other cores."""
+    def split(group):
+        mine = [tuple(t for t in c if t in first) for c in group if first.intersection(c)]
+        rest = [tuple(t for t in c if t not in first) for c in group if first.intersection(c)]
+        other = [c for c in group if not first.intersection(c)]
+        return mine + ([] if smt == "isolate" else [r for r in rest if r]) + other
+
+    held = [capacity([c for c in g if first.intersection(c)], smt) for g in groups]
+    order = sorted(range(len(groups)), key=lambda i: (-held[i], i))
+    out = []
+    left = count
+    for i in order:
+        if left <= 0:
+            break
+        units = split(groups[i])
+        got = take(units, min(left, capacity(units, smt)), smt)
+        if got:
+            out.append((i, got))
+            left -= len(got)
+    return sorted(out)

@@ -39,6 +39,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "iothreadpin", "vcpusched", "iothreadsched", "emulatorsched", "cachetune", "memorytune",
     ),
     "numatune": ("memory", "memnode"),
+    "memtune": ("hard_limit", "soft_limit", "swap_hard_limit", "min_guarantee"),
     "memoryBacking": ("hugepages", "nosharepages", "locked", "source", "access", "allocation", "discard"),
     "features": (
         "acpi", "apic", "pae", "hap", "viridian", "privnet", "hyperv", "kvm", "xen", "pvspinlock",

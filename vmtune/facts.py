@@ -127,13 +127,53 @@ def pinned_alone(dom: Domain) -> bool:
 
 
 def dedicated(dom: Domain) -> frozenset[int]:
-    """The host CPUs ``dom`` holds for itself: its pins, when it is tagged with a dedicated profile
-    or every vCPU is pinned alone (but under a profile that pins to shared CPUs); else none."""
+    """The host CPUs ``dom`` holds for itself: its pins and its real-time helpers' (``rt_helpers``),
+    when it is tagged with a dedicated profile or every vCPU is pinned alone (but under a profile
+    that pins to shared CPUs); else none."""
     if dom.tagged_profile in SHARED_PROFILES:
         return frozenset()
     if dom.tagged_profile in DEDICATED_PROFILES or pinned_alone(dom):
-        return pinned(dom)
+        return pinned(dom) | rt_helpers(dom)
     return frozenset()
+
+
+REALTIME = ("fifo", "rr")
+
+
+def _rt_iothreads(dom: Domain) -> frozenset[int]:
+    out: set[int] = set()
+    for el in dom.iter("cputune/iothreadsched"):
+        if el.get("scheduler") in REALTIME:
+            out |= cpuset.parse(el.get("iothreads"))
+    return frozenset(out)
+
+
+def rt_helpers(dom: Domain) -> frozenset[int]:
+    """The CPUs of its real-time emulator and iothreads (``fifo``/``rr``) pinned to CPUs of their
+    own: held like its vCPUs' (vmtune/housekeeping.py gives them those CPUs)."""
+    out: set[int] = set()
+    pin = dom.find("cputune/emulatorpin")
+    if pin is not None and any(el.get("scheduler") in REALTIME for el in dom.iter("cputune/emulatorsched")):
+        out |= cpuset.parse(pin.get("cpuset"))
+    rt = _rt_iothreads(dom)
+    if rt:
+        out |= frozenset().union(*(c for i, c in _pins(dom, "cputune/iothreadpin", "iothread").items() if i in rt))
+    return frozenset(out)
+
+
+def helpers(dom: Domain) -> tuple[frozenset[int], ...]:
+    """The pins of a dedicated domain's emulator and iothreads that are not real-time: the threads
+    the host's housekeeping CPUs carry (vmtune/housekeeping.py counts them). None for other domains."""
+    if not dedicated(dom):
+        return ()
+    out = []
+    pin = dom.find("cputune/emulatorpin")
+    emulator = cpuset.parse(pin.get("cpuset")) if pin is not None else frozenset()
+    if emulator and not any(el.get("scheduler") in REALTIME for el in dom.iter("cputune/emulatorsched")):
+        out.append(emulator)
+    rt = _rt_iothreads(dom)
+    out += [cpus for i, cpus in sorted(_pins(dom, "cputune/iothreadpin", "iothread").items()) if i not in rt]
+    return tuple(out)
 
 
 # -- memory -----------------------------------------------------------------------------------------
@@ -155,6 +195,9 @@ class Memory:
     bound_kib: Mapping[int, int] = field(default_factory=dict)  # node -> normal memory KiB bound there
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (node, size KiB) -> pages
     unbound_pages: Mapping[int, int] = field(default_factory=dict)  # size KiB -> pages, on any node
+    # node -> normal memory KiB preferred there (mode preferred): it spills elsewhere when the node
+    # runs out, so it binds nothing, but it is where the memory is (the placement spreads by it)
+    preferred_kib: Mapping[int, int] = field(default_factory=dict)
 
 
 def split(total: int, nodes) -> dict[int, int]:
@@ -249,9 +292,13 @@ def memory(dom: Domain, default_kib: Callable[[], int], node_limit: int | None =
     unbound: dict[int, int] = defaultdict(int)
     caged = 0  # normal memory bound by <memory nodeset> (split as one)
     cage: tuple[int, ...] = ()
+    preferred: dict[int, int] = defaultdict(int)
     for b in backends(dom, default_kib, node_limit):
         if b.kib <= 0:
             continue
+        if not b.page_kib and b.nodes and not b.bound:
+            for node, part in split(b.kib, b.nodes).items():
+                preferred[node] += part
         if b.page_kib and b.nodes:
             for node, part in split(b.kib, b.nodes).items():
                 if part:
@@ -265,4 +312,4 @@ def memory(dom: Domain, default_kib: Callable[[], int], node_limit: int | None =
             caged, cage = caged + b.kib, b.bound
     for node, part in split(caged, cage).items():
         bound[node] += part
-    return Memory(dict(bound), dict(pages), dict(unbound))
+    return Memory(dict(bound), dict(pages), dict(unbound), dict(preferred))

@@ -314,6 +314,7 @@ class Domain(View):
     hyperv_spinlock_retries = Prop("features/hyperv/spinlocks/@retries", INT)
     memory_kib = Size("memory", default=0)
     current_memory_kib = Size("currentMemory", default=0)
+    max_memory_kib = Size("maxMemory")
 
     # -- counts and sizes ---------------------------------------------------------------------
     @property

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import combinations
 
-from . import corepick, cpuset, placenotes, units
+from . import corepick, cpuset, housekeeping, memfit, placenotes
 from .claims import Ledger
 from .errors import DoesNotFit
 from .host import Host
@@ -58,6 +58,19 @@ class Request:
     anchors: tuple[Anchor, ...] = ()  # the devices it uses, by node
     locality: DeviceLocality = DeviceLocality.PREFERRED  # what a passthrough device's node means
     kinds: CpuKinds = CpuKinds.ANY  # which cores of a hybrid host its dedicated vCPUs may take
+    # the user's own choices (vmtune/intent.py): the CPUs the vCPUs were given (a bound: inside as far
+    # as it holds them), the hand-pinned CPUs (taken first), one CPU per vCPU pinned by hand (kept
+    # when the placement takes exactly those), and how a warning names the bound
+    within: frozenset[int] | None = None
+    prefer: frozenset[int] = frozenset()
+    hand_pins: tuple[int, ...] = ()
+    within_what: str = ""
+    pages_kept: bool = False  # the domain has <hugepages> of its own: kept when short now
+    page_kib: int | None = None  # the page size it names (None: vmtune's choice)
+    topped_up: bool = False  # the hook tops up the hugepage pool at start (a latency profile's)
+    rt_threads: int = 0  # real-time emulator and iothreads: a CPU of their own each
+    helpers: int = 1  # emulator and iothreads that run on the housekeeping CPUs
+    active: int | None = None  # enabled vCPUs at boot (<vcpu current>, enabled='no'), when fewer
 
     @cached_property
     def device_nodes(self) -> tuple[frozenset[int], frozenset[int]]:
@@ -84,9 +97,12 @@ class Placement:
     cpuset: frozenset[int] | None = None  # where floating vCPUs may run (node, float)
     hugepage_kib: int | None = None
     hugepage_why: str = ""  # why this page size, when there was a choice (for --explain)
+    hugepage_gone: str = ""  # why the domain's own hugepages cannot stay
     warnings: tuple[str, ...] = field(default=())
     l3: tuple[tuple[int, ...], ...] = ()  # the vCPUs on each L3 domain, in vCPU order (dedicated, caches known)
     why: tuple[str, ...] = ()  # what decided the place: L3 domains, core kind, device nodes (--explain)
+    rt: tuple[int, ...] = ()  # a CPU of its own for each real-time emulator and iothread (dedicated)
+    hand: bool = False  # the pins are the hand's own, kept as they were
 
     @property
     def dedicated(self) -> bool:
@@ -106,6 +122,7 @@ class Placement:
             "cpuset": None if self.cpuset is None else cpuset.format(self.cpuset),
             "hugepage_kib": self.hugepage_kib,
             "l3": [cpuset.format(vcpus) for vcpus in self.l3],
+            "rt": cpuset.format(self.rt),
             "why": list(self.why),
         }
 
@@ -118,150 +135,133 @@ def taken_cores(host: Host, cpus: frozenset[int]) -> frozenset[int]:
     return frozenset(out)
 
 
-def _normal_free(host: Host, ledger: Ledger, node: int) -> int | None:
-    cell = host.cell(node)
-    if not cell.memory_kib:
-        return None  # unknown
-    pool = sum(size * count for size, count in cell.pages.items())
-    return cell.memory_kib - pool - ledger.memory.get(node, 0)
-
-
-def _pages_free(host: Host, ledger: Ledger, node: int, size: int) -> int:
-    return host.cell(node).pages.get(size, 0) - ledger.hugepages.get((node, size), 0)
-
-
-def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int, req: Request) -> bool:
-    """Whether free pages of ``size`` back every (node, KiB) of ``split`` and the memory devices
-    there, each backend rounded up to whole pages (QEMU rounds a hugepage-backed memory up to its
-    page size). A device whose size ``size`` does not divide gets pages of its own (passes/_pages.py):
-    not counted here."""
-    need: dict[int, int] = {}
-    for node, kib in split:
-        need[node] = need.get(node, 0) + -(-kib // size)
-    for node, kib in _device_split(split, req, size):
-        need[node] = need.get(node, 0) + kib // size
-    return all(_pages_free(host, ledger, node, size) >= pages for node, pages in need.items())
-
-
-def _device_split(split: list[tuple[int, int]], req: Request, size: int | None) -> list[tuple[int, int]]:
-    """(node, KiB) of each memory device: on the node of the guest cell it targets (the last one
-    when there are fewer); with ``size``, only the devices whose granule ``size`` divides."""
-    if not split:
-        return []
-    return [(split[min(cell, len(split) - 1)][0], kib) for cell, kib, granule in req.devices
-            if size is None or granule % size == 0]
-
-
-def _split_memory(total: int, shares: list[int], granule: int) -> list[int]:
-    n = sum(shares)
-    parts = [(total * s // n) // granule * granule for s in shares]
-    parts[-1] += total - sum(parts)
-    return parts
-
-
-# Rounding waste of at most 1/NEGLIGIBLE of the memory counts as none: then the larger page wins.
-NEGLIGIBLE = 1024
-
-
-def _waste(parts: list[int], size: int) -> int:
-    """KiB lost rounding each part (a guest cell, its own backend) up to whole pages of ``size``."""
-    return sum(-(-p // size) * size - p for p in parts)
-
-
-def _page_choice(fits: dict[int, tuple[list[int], int]], memory_kib: int) -> tuple[int, str]:
-    """Of the page sizes whose free pages back the memory (size -> (parts, waste)), the one that
-    wastes least; a negligible waste counts as none and the larger page wins ties. And why."""
-    def key(size: int) -> tuple[int, int]:
-        waste = fits[size][1]
-        return (0 if waste * NEGLIGIBLE <= memory_kib else waste, -size)
-
-    size = min(fits, key=key)
-    if len(fits) == 1:
-        return size, ""
-    wasted = ", ".join(f"{units.page(s)} pages {fits[s][1]} KiB" for s in sorted(fits))
-    return size, (f"{units.page(size)} pages waste least rounding each guest cell up to whole pages ({wasted}; "
-                  f"a waste under 1/{NEGLIGIBLE} of the memory counts as none, and the larger page wins)")
-
-
-def _memory_fit(host: Host, ledger: Ledger, nodes: tuple[int, ...], shares: list[int], req: Request):
-    """(hugepage size or None, memory per node, why that size) when memory fits, else None."""
-    sizes = sorted({s for c in host.cells for s in c.pages}) if req.hugepages else []
-    fits = {}
-    for size in [s for s in sizes if s <= req.memory_kib]:  # a page larger than all memory is all waste
-        parts = _split_memory(req.memory_kib, shares, size)
-        if all(p > 0 for p in parts) and _backs(host, ledger, list(zip(nodes, parts)), size, req):
-            fits[size] = (parts, _waste(parts, size))
-    if fits:
-        size, why = _page_choice(fits, req.memory_kib)
-        return size, fits[size][0], why
-    parts = _split_memory(req.memory_kib, shares, MIB)
-    need = dict(zip(nodes, parts))
-    for node, kib in _device_split(list(zip(nodes, parts)), req, None):
-        need[node] += kib
-    for node, kib in need.items():
-        free = _normal_free(host, ledger, node)
-        if free is not None and free < kib:
-            return None
-    return None, parts, ""
-
-
 def _distance(host: Host, nodes: tuple[int, ...]) -> int:
     return sum(host.cell(a).distances.get(b, 0) for a, b in combinations(nodes, 2))
 
 
 def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request) -> Placement:
-    """Place ``req.vcpus`` dedicated vCPUs and their memory by the rules of the module docstring."""
+    """Place ``req.vcpus`` dedicated vCPUs and their memory by the rules of the module docstring:
+    the hand's own pins as they are where they hold; else inside ``req.within`` where it holds them
+    all; else with as few vCPUs outside it as the room allows (each named in a warning)."""
     blocked = taken_cores(host, ledger.dedicated) | taken_cores(host, reserved)
     free = {c.id: corepick.free_cores(host, c.id, blocked) for c in host.cells if c.cpus}
+    hand = _hand(host, ledger, req, blocked)
+    if hand is not None:
+        return _build(host, reserved, blocked, ledger, req, *hand, hand=True)
+    best = _search(host, ledger, req, free, only=req.within) if req.within is not None else None
+    if best is None:
+        best = _search(host, ledger, req, free, first=req.within or frozenset(), fewest=req.within is None)
+    if best is None:
+        raise _why_not(host, reserved, ledger, req, free)
+    return _build(host, reserved, blocked, ledger, req, *best)
+
+
+def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int] | None = None,
+            first: frozenset[int] = frozenset(), fewest: bool = True):
+    """The best (nodes, threads per node, memory fit) by the rules, on ``free`` cores (only those
+    threads of ``only``, when given; ``first``'s threads taken before others); None: nothing fits.
+    Without ``fewest``, the fewest vCPUs outside ``req.within`` come before the fewest nodes."""
     cores = {n: corepick.usable(host, cs, req.kinds) for n, cs in free.items()}
+    if only is not None:
+        cores = {n: corepick.restrict(cs, only) for n, cs in cores.items()}
     groups = {n: corepick.by_l3(host, cs) for n, cs in cores.items()}
     caps = {n: corepick.capacity(cs, req.smt) for n, cs in cores.items()}
     gcaps = {n: [corepick.capacity(g, req.smt) for g in gs] for n, gs in groups.items()}
+    sizes = {n: [_l3_size(host, g) for g in gs] for n, gs in groups.items()}
     required = req.locality == DeviceLocality.REQUIRED
+    prefer = req.prefer or first
     n = req.vcpus
+    mine = {x: corepick.capacity(corepick.restrict(cs, req.within), req.smt) for x, cs in cores.items()} \
+        if req.within is not None and only is None else {}
+    best = None
     for k in range(1, len(cores) + 1):
-        best = None
         for nodes in combinations(sorted(cores), k):
             off = req.off_devices(nodes)
             if required and off[0]:
                 continue
-            for shares in _shares(n, [caps[x] for x in nodes], [gcaps[x] for x in nodes]):
-                fit = _memory_fit(host, ledger, nodes, shares, req)
+            wants = [mine[x] for x in nodes] if mine else None
+            for shares in _shares(n, [caps[x] for x in nodes], [gcaps[x] for x in nodes], wants):
+                fit = memfit.fit(host, ledger, nodes, shares, req)
                 if fit is None:
                     continue
-                size, parts, why = fit
                 room = sum(caps[x] for x in nodes)
-                l3, left, small, picks = _score(host, groups, nodes, shares, req.smt)
-                key = off + (l3, left, small, size is None, any(a != shares[0] for a in shares),
-                             _distance(host, nodes), -room if req.spread else room, nodes)
+                l3, cache, left, small, picks = _score(host, groups, sizes, nodes, shares, req.smt, prefer)
+                threads = [[t for _, chosen in picked for t in chosen] for picked in picks]
+                outside = 0 if req.within is None else sum(t not in req.within for ts in threads for t in ts)
+                key = (outside, 0 if fewest else k) + off + (
+                    l3, -cache, left, small, fit.short, fit.size is None, any(a != shares[0] for a in shares),
+                    _distance(host, nodes), -room if req.spread else room, nodes)
                 if best is None or key < best[0]:
-                    best = (key, nodes, picks, size, parts, why)
-        if best is not None:
-            _, nodes, picks, size, parts, why = best
-            return _build(host, reserved, blocked, groups, req, nodes, picks, (size, why), parts)
-    raise _why_not(host, reserved, ledger, req, caps, free)
+                    best = (key, nodes, threads, fit)
+        if best is not None and fewest:
+            break
+    return None if best is None else best[1:]
 
 
-def _score(host: Host, groups, nodes, shares, smt: str):
-    """(L3 domains, whole cores left free in them, efficiency threads, the picks) of taking
-    ``shares`` on ``nodes``: an L3 domain over two nodes (Intel's SNC) counts once; cores of no
-    known L3 count as one domain per node and leave nothing to fit, as before caches were known."""
-    picks = [corepick.pick(groups[x], s, smt) for x, s in zip(nodes, shares)]
+def _l3_size(host: Host, group) -> int:
+    """The size of the L3 domain of a group of cores (0: unknown)."""
+    l3 = host.l3_of(group[0][0]) if group else None
+    return host.cache(l3).size_kib if l3 is not None and host.caches else 0
+
+
+def _hand(host: Host, ledger: Ledger, req: Request, blocked: frozenset[int]):
+    """(nodes, threads per node, memory fit) of the hand's own pins (one CPU per vCPU) when the
+    profile can live with them: no CPU reserved or another's, one vCPU per core under ``isolate``,
+    performance cores under ``cpu_kinds = "performance"``, inside the bound, the memory fits."""
+    pins = req.hand_pins
+    if not pins or len(pins) != req.vcpus or _hand_not(host, req, blocked):
+        return None
+    nodes = tuple(dict.fromkeys(host.cpus[c].node for c in pins))
+    if req.locality == DeviceLocality.REQUIRED and req.off_devices(nodes)[0]:
+        return None
+    threads = [[c for c in pins if host.cpus[c].node == x] for x in nodes]
+    fit = memfit.fit(host, ledger, nodes, [len(t) for t in threads], req)
+    return None if fit is None else (nodes, threads, fit)
+
+
+def _hand_not(host: Host, req: Request, blocked: frozenset[int]) -> str:
+    """Why the profile cannot live with the hand's pins ("" when it can, memory aside)."""
+    pins = req.hand_pins
+    if any(c not in host.cpus for c in pins):
+        return "they name CPUs this host does not have"
+    taken = blocked.intersection(pins)
+    if taken:
+        return f"{'CPUs' if len(taken) > 1 else 'CPU'} {cpuset.format(taken)} {'are' if len(taken) > 1 else 'is'} " \
+               "kept for the host (reserved_cpus) or held by another domain"
+    if req.smt == "isolate" and len({host.core_of(c) for c in pins}) < len(pins):
+        return "two vCPUs share a core, and the profile puts one vCPU per core (smt = \"isolate\")"
+    if host.hybrid and req.kinds == CpuKinds.PERFORMANCE and any(host.efficient(c) for c in pins):
+        return "they take efficiency cores, and the profile takes performance cores only (cpu_kinds)"
+    if req.within is not None and not set(pins) <= req.within:
+        return f"they leave {req.within_what}"
+    return ""
+
+
+def _score(host: Host, groups, sizes, nodes, shares, smt: str, prefer: frozenset[int]):
+    """(L3 domains, L3 KiB per vCPU, whole cores left free in them, efficiency threads, the picks)
+    of taking ``shares`` on ``nodes``: an L3 domain over two nodes (Intel's SNC) counts once; cores
+    of no known L3 count as one domain per node and leave nothing to fit, as before caches were
+    known."""
+    picks = [corepick.pick(groups[x], s, smt, sizes[x], prefer) for x, s in zip(nodes, shares)]
     ids: set = set()
-    left = small = 0
+    left = small = kib = 0
     for x, chosen in zip(nodes, picks):
         for i, threads in chosen:
             l3 = host.l3_of(groups[x][i][0][0])
-            ids.add(("node", x) if l3 is None else l3)
+            ident = ("node", x) if l3 is None else l3
+            if ident not in ids:
+                kib += sizes[x][i]
+            ids.add(ident)
             if l3 is not None:
                 left += corepick.left_whole(groups[x][i], len(threads), smt)
             if host.hybrid:
                 small += sum(host.efficient(c) for c in threads)
-    return len(ids), left, small, picks
+    return len(ids), kib / max(sum(shares), 1), left, small, picks
 
 
-def _why_not(host, reserved, ledger, req, caps, free) -> DoesNotFit:
-    """Why ``req`` fits nowhere: its device's node, the performance cores, memory, or CPUs."""
+def _why_not(host, reserved, ledger, req, free) -> DoesNotFit:
+    """Why ``req`` fits nowhere: its device's node, the performance cores, memory, or CPUs (and the
+    disabled placeholder vCPUs, when the enabled ones alone would fit)."""
     from dataclasses import replace
 
     if req.locality == DeviceLocality.REQUIRED and any(a.passthrough for a in req.anchors):
@@ -274,16 +274,18 @@ def _why_not(host, reserved, ledger, req, caps, free) -> DoesNotFit:
             where = "; ".join(f"{a.what} is on node {a.node}" for a in far)
             return DoesNotFit(f"{where}: {req.vcpus} dedicated vCPUs and {req.memory_kib} KiB do not fit on "
                               f"node(s) that include {'it' if len(far) == 1 else 'them'} (device_locality = "
-                              "\"required\"; \"preferred\" places the domain elsewhere with a warning)")
+                              "\"required\"; \"preferred\" places the domain elsewhere with a warning)"
+                              + placenotes.placeholders(req))
     n = req.vcpus
     unit = "cores" if req.smt == "isolate" else "CPUs"
+    caps = {x: corepick.capacity(corepick.usable(host, cs, req.kinds), req.smt) for x, cs in free.items()}
+    total = sum(caps.values())
     if host.hybrid and req.kinds == CpuKinds.PERFORMANCE:
         every = sum(corepick.capacity(cs, req.smt) for cs in free.values())
-        if every >= n > sum(caps.values()):
-            return DoesNotFit(f"{n} dedicated vCPUs do not fit on the performance cores: {sum(caps.values())} free "
+        if every >= n > total:
+            return DoesNotFit(f"{n} dedicated vCPUs do not fit on the performance cores: {total} free "
                               f"performance {unit} are left ({every} with the efficiency cores; the profile's "
-                              "cpu_kinds = \"any\" allows them)")
-    total = sum(caps.values())
+                              "cpu_kinds = \"any\" allows them)" + placenotes.placeholders(req))
     if total >= n:
         return DoesNotFit(
             f"{n} dedicated vCPUs fit ({total} free {unit}) but {req.memory_kib} KiB of memory does not: "
@@ -291,15 +293,30 @@ def _why_not(host, reserved, ledger, req, caps, free) -> DoesNotFit:
         )
     return DoesNotFit(
         f"{n} dedicated vCPUs do not fit: {total} free {unit} outside the reserved set "
-        f"({cpuset.format(reserved) or 'none'}) and other domains' dedicated CPUs"
+        f"({cpuset.format(reserved) or 'none'}) and other domains' dedicated CPUs" + placenotes.placeholders(req)
     )
 
 
-def _shares(n: int, caps: list[int], gcaps: list[list[int]]) -> list[list[int]]:
+def _shares(n: int, caps: list[int], gcaps: list[list[int]], wants: list[int] | None = None) -> list[list[int]]:
     """vCPU counts per node: an even split first, then the greedy uneven one, then the one over
-    the fewest L3 domains (``gcaps``: each node's capacity per L3 domain)."""
+    the fewest L3 domains (``gcaps``: each node's capacity per L3 domain); with ``wants`` (each
+    node's room inside the user's bound), first the split that fills that room."""
     k = len(caps)
     out: list[list[int]] = []
+    if wants is not None and k > 1 and sum(caps) >= n:
+        split = [min(w, c) for w, c in zip(wants, caps)]
+        over = sum(split) - n
+        for i in reversed(range(k)):  # too much room inside: less from the last nodes
+            cut = min(over, split[i] - 1)
+            split[i] -= max(cut, 0)
+            over -= max(cut, 0)
+        left = n - sum(split)
+        for i in range(k):  # too little: the rest where there is room
+            more = min(left, caps[i] - split[i])
+            split[i] += more
+            left -= more
+        if left == 0 and over <= 0 and all(x > 0 for x in split):
+            out.append(split)
     if n % k == 0 and all(c >= n // k for c in caps):
         out.append([n // k] * k)
     if k > 1 and sum(caps) >= n:
@@ -342,58 +359,80 @@ def _l3_split(n: int, gcaps: list[list[int]]) -> list[int] | None:
     return shares if over == 0 else None
 
 
-def _build(host, reserved, blocked, groups, req, nodes, picks, page, parts) -> Placement:
-    size, why = page
+def _runs(host: Host, pins: list[int], start: int) -> list[tuple[int | None, tuple[int, ...]]]:
+    """(L3 id, vCPUs) of each run of consecutive vCPUs on one L3 domain; vCPUs from ``start``."""
+    out: list[tuple[int | None, tuple[int, ...]]] = []
+    for i, cpu in enumerate(pins, start):
+        l3 = host.l3_of(cpu)
+        if out and out[-1][0] == l3:
+            out[-1] = (l3, out[-1][1] + (i,))
+        else:
+            out.append((l3, (i,)))
+    return out
+
+
+def _paired(host: Host, took: list[int]) -> list[int]:
+    """``took`` (one node's threads) with the threads of each core together, whole pairs before
+    lone threads within each L3 domain: the guest's threads='2' needs pairs 0 and 1, 2 and 3, ..."""
+    out: list[int] = []
+    for _, run in _runs(host, took, 0):
+        cpus = [took[i] for i in run]
+        cores: dict[frozenset[int], list[int]] = {}
+        for cpu in cpus:
+            cores.setdefault(frozenset(host.core_of(cpu)), []).append(cpu)
+        out += [c for core in cores.values() if len(core) > 1 for c in core]
+        out += [c for core in cores.values() if len(core) == 1 for c in core]
+    return out
+
+
+def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, hand: bool = False) -> Placement:
     pins: list[int] = []
     cells: list[GuestCell] = []
-    l3: list[tuple[int, ...]] = []
-    caches: list[int | None] = []
-    for cell_id, (node, chosen, kib) in enumerate(zip(nodes, picks, parts)):
+    runs: list[tuple[int | None, tuple[int, ...]]] = []
+    for cell_id, (node, took, kib) in enumerate(zip(nodes, threads, fit.parts)):
         first = len(pins)
-        for i, threads in chosen:
-            l3.append(tuple(range(len(pins), len(pins) + len(threads))))
-            caches.append(host.l3_of(groups[node][i][0][0]))
-            pins.extend(threads)
+        if not hand:
+            took = _paired(host, took)
+            runs += _runs(host, took, first)
+        pins.extend(took)
         cells.append(GuestCell(cell_id, node, tuple(range(first, len(pins))), kib))
+    if hand:  # the hand's order: the cells hold each node's vCPUs, the runs follow the vCPUs
+        pins = list(req.hand_pins)
+        cells = [GuestCell(i, x, tuple(v for v, c in enumerate(pins) if host.cpus[c].node == x), kib)
+                 for i, (x, kib) in enumerate(zip(nodes, fit.parts))]
+        runs = _runs(host, pins, 0)
     if len(nodes) == 1 and not req.cell_when_single:
         cells = []
-    warnings = []
-    if req.hugepages and size is None:
-        warnings.append(
-            f"no hugepages: node(s) {cpuset.format(nodes)} lack enough free hugepages of any size for "
-            f"{req.memory_kib} KiB (each guest cell rounded up to whole pages); memory stays on normal pages"
-        )
+    caches = [l3 for l3, _ in runs]
+    known = None not in caches and bool(host.caches) and (not hand or len(set(caches)) == len(caches))
+    taken = blocked | taken_cores(host, frozenset(pins))
+    rt = housekeeping.rt_cpus(host, taken, nodes, tuple(pins), req.rt_threads)
+    emulator = frozenset(pins) if req.emulator_with_vcpus else housekeeping.choose(
+        host, reserved, blocked | frozenset(rt), nodes, frozenset(pins), ledger.helpers, req.helpers)
+    warnings = placenotes.pages(req, nodes, fit) + placenotes.far(req, nodes)
     if any(not host.cell(x).memory_kib for x in nodes):
         warnings.append(f"memory size of node(s) {cpuset.format(nodes)} is unknown; memory fit not checked")
-    warnings += placenotes.far(req, nodes)
-    known = None not in caches
+    warnings += placenotes.outside(host, req, pins, reserved, ledger)
+    if req.hand_pins and not hand:
+        warnings.append(placenotes.hand_replaced(req, _hand_not(host, req, blocked) or
+                                                 "their memory does not fit on their nodes"))
+    warnings += placenotes.rt_short(req, rt)
     return Placement(
         mode=Pinning.DEDICATED,
         nodes=tuple(nodes),
         pins=tuple(pins),
         cells=tuple(cells),
-        emulator=frozenset(pins) if req.emulator_with_vcpus else _emulator(host, reserved, blocked, nodes, frozenset(pins)),
+        emulator=emulator,
         emulator_with_vcpus=req.emulator_with_vcpus,
-        hugepage_kib=size,
-        hugepage_why=why,
+        hugepage_kib=fit.size,
+        hugepage_why=fit.why,
+        hugepage_gone=fit.gone,
         warnings=tuple(warnings),
-        l3=tuple(l3) if known and host.caches else (),
-        why=tuple(placenotes.reasons(host, req, nodes, pins, caches if known and host.caches else [])),
+        l3=tuple(vcpus for _, vcpus in runs) if known else (),
+        why=tuple(placenotes.reasons(host, req, nodes, pins, caches if known else [])),
+        rt=rt,
+        hand=hand,
     )
-
-
-def _emulator(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes, pins: frozenset[int]) -> frozenset[int]:
-    """Non-dedicated CPUs for the emulator and iothreads: the node(s)' reserved CPUs first; on a
-    hybrid host, the efficiency cores of a choice where it has any."""
-    local = frozenset(c for x in nodes for c in host.cell(x).cpus)
-    dedicated_elsewhere = blocked - reserved
-    for choice in (reserved & local, local - dedicated_elsewhere - pins,
-                   reserved & frozenset(host.cpus), frozenset(host.cpus) - dedicated_elsewhere - pins):
-        choice = choice - pins
-        small = frozenset(c for c in choice if host.efficient(c))
-        if choice:
-            return small or choice
-    raise DoesNotFit("no CPU is left for the emulator and iothreads outside the dedicated vCPUs")
 
 
 def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placement:
@@ -412,13 +451,15 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
         off = req.off_devices((cell.id,))
         if req.locality == DeviceLocality.REQUIRED and off[0]:
             continue
-        avail = _normal_free(host, ledger, cell.id)
+        avail = memfit.normal_free(host, ledger, cell.id)
         if avail is not None and avail < req.memory_kib:
             continue
-        # spread by the memory other domains left on the node, then by its shared CPUs
-        room = avail if avail is not None else 0
+        # spread by the memory other domains left on the node (bound there, or preferred), then by
+        # its shared CPUs
+        room = (avail if avail is not None else 0) - ledger.preferred.get(cell.id, 0)
         spread = (-room, -len(local), cell.id) if req.spread else (room, len(local), cell.id)
-        key = off + spread
+        mine = -len(local & req.within) if req.within is not None else 0  # the user's CPUs first
+        key = (mine,) + off + spread
         if best is None or key < best[0]:
             best = (key, cell.id, local)
     need = req.device_nodes[0]
@@ -434,5 +475,11 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
             warnings=(f"{req.memory_kib // MIB} MiB does not fit on one node; vCPUs and memory are not bound to a node",),
         )
     _, node, local = best
-    return Placement(mode=Pinning.NODE, nodes=(node,), cpuset=local, warnings=tuple(placenotes.far(req, (node,))),
+    warnings = placenotes.far(req, (node,))
+    if req.within is not None and local & req.within:
+        if not req.within & free <= local:
+            warnings.append(f"{req.within_what} narrowed to CPUs {cpuset.format(local & req.within)}: the profile keeps "
+                            f"the vCPUs on one node with their memory (node {node})")
+        local = local & req.within
+    return Placement(mode=Pinning.NODE, nodes=(node,), cpuset=local, warnings=tuple(warnings),
                      why=tuple(placenotes.reasons(host, req, (node,), [], [])))

@@ -17,7 +17,8 @@ DEFAULT = "balanced"
 BUILTIN = ("balanced", "latency", "realtime", "throughput")
 
 
-CpuMode = choice("CpuMode", "host", "keep", module=__name__)
+# passthrough: host-passthrough (KVM) or maximum (TCG); "host" is its older spelling; keep: <cpu> mode as it is
+CpuMode = choice("CpuMode", "passthrough", "host", "keep", module=__name__)
 # vCPUs on host CPUs of their own, on one node's shared CPUs, or floating
 Pinning = choice("Pinning", "dedicated", "node", "float", module=__name__)
 Scheduler = choice("Scheduler", "none", "fifo", "rr", module=__name__)
@@ -50,6 +51,9 @@ class Profile:
     cpu_smt: SmtPolicy = SmtPolicy.THREADS
     cpu_scheduler: Scheduler = Scheduler.NONE
     cpu_priority: int = 1
+    # the vCPUs that get ``cpu_scheduler`` when the domain has no real-time <vcpusched> of its own: a
+    # libvirt cpulist of vCPU ids; one of exclusions only (``^0``) starts from every vCPU
+    cpu_realtime_vcpus: str = "^0"
     cpu_pmu: Pmu = Pmu.KEEP
     cpu_kvm_hint_dedicated: bool = False
     cpu_kvm_poll_control: bool = False

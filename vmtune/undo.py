@@ -44,8 +44,8 @@ VERSION = 1
 
 # The only places a pass writes (tests/test_properties.py's "nothing lost" holds everything else to
 # its input, byte for byte): the units a record keeps, of <domain> and of <devices>
-TUNED = frozenset(("cpu", "cputune", "numatune", "vcpu", "memoryBacking", "iothreads", "iothreadids", "memory",
-                   "currentMemory", "features", "clock"))
+TUNED = frozenset(("cpu", "cputune", "numatune", "vcpu", "memtune", "memoryBacking", "iothreads", "iothreadids",
+                   "memory", "currentMemory", "features", "clock"))
 
 
 TUNED_DEVICES = frozenset(("disk", "interface", "controller", "memballoon", "memory"))

@@ -30,6 +30,8 @@ def host_of(args, sysfs: str | None = None, cfg=None) -> Host:
         host.devices.check()  # a numa_node naming a node the host lacks is refused, used or not
     if cfg is not None:
         check_reserved(cfg, host)
+        if cfg.efficiency_cpus and not host.hybrid:
+            host = host.with_efficiency(cfg.efficiency_cpus)
     return with_nodedevs(host, getattr(args, "nodedev", None))
 
 

@@ -197,6 +197,25 @@ class Host:
 
         return replace(self, devices=Chain(devices, self.devices))
 
+    def with_efficiency(self, cpus: frozenset[int]) -> Host:
+        """This host with ``cpus`` its efficiency cores and the others performance cores: the core
+        kinds a host read from capabilities cannot know (the config's ``efficiency_cpus``)."""
+        if not cpus & frozenset(self.cpus):
+            return self
+        kinds = {c: replace(cpu, kind=EFFICIENCY if c in cpus else PERFORMANCE) for c, cpu in self.cpus.items()}
+        return replace(self, cpus=kinds)
+
+    def uneven_smt(self) -> tuple[int, ...]:
+        """The sockets whose cores have uneven numbers of threads (their siblings as the host lists
+        them, offline ones included): the sign of a hybrid CPU (Intel's performance cores have two
+        threads, its efficiency cores one) whose core kinds the host does not say."""
+        if self.hybrid:
+            return ()
+        widths: dict[int | None, set[int]] = {}
+        for cpu in self.cpus.values():
+            widths.setdefault(cpu.socket, set()).add(len(cpu.siblings or {cpu.id}))
+        return tuple(sorted(s for s, w in widths.items() if len(w) > 1 and s is not None))
+
     @classmethod
     def probe(cls) -> Host:
         return cls.from_sysfs("/sys")

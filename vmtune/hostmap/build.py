@@ -9,7 +9,7 @@ A CPU's role, the first that holds:
 
 ``offline``    the host has it, but it is offline now
 ``dedicated``  a domain's vCPU holds it for itself (``facts.dedicated``: tagged latency or realtime
-               with pins, or every vCPU pinned alone)
+               with pins, or every vCPU pinned alone), or its real-time emulator or iothread does
 ``reserved``   kept for the host, emulators and iothreads (``Host.reserved``)
 ``shared``     threads of domains that do not hold it for themselves are pinned there
 ``sibling``    nothing pinned, and a sibling thread of its core is dedicated: placement keeps it
@@ -325,7 +325,10 @@ def _pins_by_cpu(doms: list[MapDomain]) -> dict[int, list[Pin]]:
 
 def _cpu(cpu: int, offline: bool, pins: list[Pin], doms: list[MapDomain], reserved: frozenset[int],
          isolated: frozenset[int], taken: frozenset[int], problems: tuple[str, ...]) -> MapCpu:
+    # a dedicated CPU's holder: the vCPU pinned there, else the real-time emulator or iothread
+    # (facts.rt_helpers) that has it to itself
     holders = [p for p in pins if p.thread == Thread.VCPU and cpu in doms[p.domain].dedicated]
+    holders = holders or [p for p in pins if cpu in doms[p.domain].dedicated]
     if offline:
         role, holder = Role.OFFLINE, None
     elif holders:

@@ -1,11 +1,18 @@
 """<cpu mode>: the host's CPU as it is (host-passthrough), or TCG's widest model (maximum)."""
 
-from ..edits import Remove
+from ..edits import Remove, Warn
 from ..model import Domain
+from ..profiles import CpuMode
+
+# modes a domain migrates with between hosts whose CPUs differ: libvirt expands host-model to a
+# named model at start, and a named model (custom) is the same on every host that has it
+MIGRATABLE = ("host-model", "custom")
+MIGRATION = ("cpu mode {mode} becomes host-passthrough: live migration then needs hosts with identical "
+             "CPUs (and microcode); a profile with cpu_mode = \"keep\" ([cpu] mode) keeps {mode}")
 
 
 def run(ctx, dom):
-    if ctx.profile.cpu_mode != "host":
+    if ctx.profile.cpu_mode == CpuMode.KEEP:
         return []
     if ctx.kvm:
         mode = Domain.CPU_MODE_HOST_PASSTHROUGH
@@ -16,6 +23,9 @@ def run(ctx, dom):
     edits = [Domain.cpu_mode.edit(dom, mode, why)]
     cpu = dom.find("cpu")
     if cpu is not None:
+        was = dom.cpu_mode or ("custom" if cpu.find("model") is not None else None)
+        if ctx.kvm and was in MIGRATABLE:
+            edits.append(Warn(MIGRATION.format(mode=was)))
         edits.append(Domain.cpu_match.edit(dom, None, f"'match' applies to custom models only, not {mode}"))
         for child in ("model", "vendor"):
             el = cpu.find(child)

@@ -12,11 +12,13 @@ def _hugepages(ctx, dom, new) -> tuple[list[str], list]:
     that give memory devices the page size is wrong for their own (passes/_pages.py)."""
     pl = ctx.placement
     kept = [n for el in new.findall("hugepages") for n in comments(el)]
+    old_pages = new.find("hugepages") is not None
     for el in new.findall("hugepages"):
         new.remove(el)
     size = pl.hugepage_kib
     if not size:
-        return [], []
+        had = old_pages and pl.hugepage_gone
+        return ([f"hugepages removed: {pl.hugepage_gone}"] if had else []), []
     cells = frozenset(c.id for c in pl.cells)
     edits, normal, why = _pages.devices(ctx.host, dom, size, cells)
     if cells and cells <= normal:
@@ -55,10 +57,34 @@ def _backing(ctx, dom):
         if wanted and new.find(flag) is None:
             insert(new, E(flag))
             reasons.append(why)
-    gone = "hugepages removed: the chosen nodes cannot back this memory"
+    gone = "hugepages removed: " + (pl.hugepage_gone or "the chosen nodes cannot back this memory")
+    edits += _hard_limit(dom, new)
     if len(new) == 0:
         return edits if old is None else [Remove(old, "; ".join(reasons) or gone)] + edits
     return [Put(dom.node, new, "; ".join(reasons) or gone)] + edits
+
+
+# QEMU's own memory beside the guest's, as libvirt counts it for a domain whose memory must be locked
+# (qemuDomainGetMemLockLimitBytes: the guest's memory plus 1 GiB, for VFIO's MMIO space and QEMU)
+QEMU_OVERHEAD_KIB = 1024 * 1024
+
+
+def _hard_limit(dom, backing) -> list:
+    """``<locked/>`` with no ``<memtune><hard_limit>``: libvirt then lifts the memlock limit
+    altogether (unlimited), and a runaway QEMU can lock all of the host's memory. Write the limit
+    libvirt's docs ask for: the domain's largest memory plus QEMU's own."""
+    if backing.find("locked") is None or dom.find("memtune/hard_limit") is not None:
+        return []
+    top = max(dom.memory_kib, dom.max_memory_kib or 0)
+    limit = top + QEMU_OVERHEAD_KIB
+    why = (f"locked memory needs a hard limit, or libvirt lifts the memlock limit altogether: the guest's "
+           f"{top} KiB plus {QEMU_OVERHEAD_KIB} KiB for QEMU itself (libvirt's own allowance for locked "
+           "VFIO memory); raise it for large video memory or many devices")
+    memtune = dom.find("memtune")
+    el = E("hard_limit", {"unit": KIB}, text=str(limit))
+    if memtune is None:
+        return [Put(dom.node, E("memtune", None, el), why)]
+    return [Put(memtune, el, why)]
 
 
 def run(ctx, dom):

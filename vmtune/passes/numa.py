@@ -59,13 +59,21 @@ def _resized(old_cells, pl, mapping: dict[int, int]) -> list[str]:
     return out
 
 
+PREFERRED = "preferred"
+
+
 def node(ctx, dom):
+    """One node's shared CPUs (throughput): memory preferred there. Its normal pages (no hugetlbfs
+    pool backs them) are not bound ``strict``: a strict domain whose node runs out of memory is
+    OOM-killed while other nodes have free memory; ``preferred`` takes the pages from another node
+    then. A domain's own hugepages come from the pool, as they would under strict."""
     pl = ctx.placement
     target = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": STRICT, "nodeset": target}))
+    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": PREFERRED, "nodeset": target}))
     for cell in dom.cells:
-        new.append(E("memnode", {"cellid": cell.id, "mode": STRICT, "nodeset": target}))
-    return [Put(dom.node, new, f"keep memory on node {target}, where the vCPUs run")]
+        new.append(E("memnode", {"cellid": cell.id, "mode": PREFERRED, "nodeset": target}))
+    return [Put(dom.node, new, f"keep memory on node {target}, where the vCPUs run; 'preferred', not 'strict': "
+                "when the node runs out, normal pages come from another node instead of the guest being OOM-killed")]
 
 
 def clamp(ctx, dom):

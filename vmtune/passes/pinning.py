@@ -1,13 +1,24 @@
-"""<vcpu> and <cputune>: dedicated pins, or a cpuset that keeps floating vCPUs off others' cores."""
+"""<vcpu> and <cputune>: dedicated pins, or a cpuset that keeps floating vCPUs off others' cores.
+
+Real-time threads (``fifo``/``rr`` in ``<vcpusched>``, ``<emulatorsched>``, ``<iothreadsched>``)
+never float and never crowd the host: under a dedicated profile a real-time vCPU has its CPU, and a
+real-time emulator or iothread gets a CPU of its own (placement ``rt``); the domain's own real-time
+subset is kept as it is, and the profile's scheduler goes to ``realtime_vcpus`` only where the
+domain has none. Under the other profiles, which give no thread a CPU of its own, the real-time
+policy goes, with a warning. The hand's ``<emulatorpin>`` and ``<iothreadpin>`` stay where they
+avoid the dedicated CPUs (vmtune/intent.py).
+"""
 
 from lxml import etree
 
-from .. import cpuset, xmltext
-from ..edits import E, Put, Remove, clone, insert
+from .. import cpuset, housekeeping, intent, xmltext
+from ..edits import E, Put, Remove, Warn, clone, insert
 from ..model import Domain
+from ..placement import taken_cores
 from ..profiles import Pinning
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
+SCHEDS = ("vcpusched", "emulatorsched", "iothreadsched")
 
 
 def _clamp(cpus: frozenset[int], allowed: frozenset[int]) -> frozenset[int]:
@@ -42,31 +53,119 @@ def _put_cputune(dom, new, reason):
     return [Put(dom.node, new, reason)]
 
 
+def _show(el) -> str:
+    return "<" + el.tag + "".join(f" {k}='{v}'" for k, v in el.attrib.items()) + ">"
+
+
+def _realtime(el) -> bool:
+    return isinstance(el.tag, str) and el.tag in SCHEDS and el.get("scheduler") in intent.REALTIME
+
+
+def _helper_pins(ctx, dom, held: frozenset[int]) -> tuple[frozenset[int], dict[int, frozenset[int]], list]:
+    """The emulator's pin and each iothread's: a real-time one on its CPU of its own, the hand's
+    where it avoids ``held`` (the dedicated cores), else the placement's housekeeping CPUs (an
+    iothread on those of its guest cell's node); and the warnings of what gave way."""
+    pl, wants = ctx.placement, ctx.intent
+    rt = list(pl.rt)
+    warns = []
+    if wants.rt_emulator and rt:
+        emulator = frozenset({rt.pop(0)})
+    elif wants.emulatorpin is not None and not wants.emulatorpin & held:
+        emulator = wants.emulatorpin
+    else:
+        emulator = pl.emulator
+        if wants.emulatorpin is not None and wants.emulatorpin != emulator:
+            warns.append(Warn(f"<emulatorpin cpuset='{cpuset.format(wants.emulatorpin)}'> moved to "
+                              f"{cpuset.format(emulator)}: it ran on the dedicated CPUs "
+                              f"{cpuset.format(wants.emulatorpin & held)}"))
+    hand = dict(wants.iothreadpins)
+    node_of_cell = [c.node for c in pl.cells] or list(pl.nodes)
+    iothreads = {}
+    for i, iothread in enumerate(dom.iothread_ids()):
+        if iothread in wants.rt_iothreads and rt:
+            iothreads[iothread] = frozenset({rt.pop(0)})
+        elif iothread in hand and not hand[iothread] & held:
+            iothreads[iothread] = hand[iothread]
+        else:
+            local = pl.emulator & frozenset(ctx.host.cell(node_of_cell[i % len(node_of_cell)]).cpus)
+            iothreads[iothread] = local or pl.emulator
+            if iothread in hand and hand[iothread] != iothreads[iothread]:
+                warns.append(Warn(f"<iothreadpin iothread='{iothread}' cpuset='{cpuset.format(hand[iothread])}'> "
+                                  f"moved to {cpuset.format(iothreads[iothread])}: it ran on the dedicated CPUs "
+                                  f"{cpuset.format(hand[iothread] & held)}"))
+    return emulator, iothreads, warns
+
+
+def _scheds(ctx, dom, new, emulator_rt: bool, rt_iothreads: frozenset[int]) -> list:
+    """The real-time schedulers: the domain's own kept (their threads have CPUs of their own), the
+    profile's on ``realtime_vcpus`` where the domain has none; those left without a CPU go."""
+    p, wants = ctx.profile, ctx.intent
+    warns = []
+    for el in list(new):
+        if not _realtime(el):
+            continue
+        if el.tag == "emulatorsched" and not emulator_rt:
+            new.remove(el)
+            warns.append(Warn(f"{_show(el)} removed: no CPU of its own was left for a real-time emulator"))
+        elif el.tag == "iothreadsched" and not intent.ids(el.get("iothreads")) <= rt_iothreads:
+            new.remove(el)
+            warns.append(Warn(f"{_show(el)} removed: no CPU of its own was left for a real-time iothread"))
+    if p.cpu_scheduler == "none" or wants.rt_vcpus:
+        return warns
+    vcpus = intent.realtime_mask(p.cpu_realtime_vcpus, dom.vcpus) or frozenset({0})
+    if len(vcpus) == dom.vcpus and dom.vcpus == 1:
+        warns.append(Warn("a domain of one vCPU has no housekeeping vCPU: its only vCPU runs real-time "
+                          f"({p.cpu_scheduler}), and the guest's own kernel threads share it"))
+    insert(new, E("vcpusched", {"vcpus": cpuset.format(vcpus), "scheduler": p.cpu_scheduler,
+                                "priority": p.cpu_priority}))
+    return warns
+
+
 def dedicated(ctx, dom):
-    pl = ctx.placement
-    p = ctx.profile
+    pl, p, wants = ctx.placement, ctx.profile, ctx.intent
     edits = _vcpu(dom, {Domain.vcpu_placement: Domain.VCPU_PLACEMENT_STATIC, Domain.vcpu_cpuset: None},
                   "every vCPU is pinned explicitly: per-vCPU pins replace the domain-wide cpuset")
-    drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" else ())
+    own_rt = bool(wants.rt_vcpus)
+    drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" and not own_rt else ())
     new = _cputune(dom, drop)
     for vcpu, cpu in enumerate(pl.pins):
         insert(new, E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}))
-    insert(new, E("emulatorpin", {"cpuset": cpuset.format(pl.emulator)}))
-    node_of_cell = [c.node for c in pl.cells] or list(pl.nodes)
-    for i, iothread in enumerate(dom.iothread_ids()):
-        node = node_of_cell[i % len(node_of_cell)]
-        local = pl.emulator & frozenset(ctx.host.cell(node).cpus)
-        insert(new, E("iothreadpin", {"iothread": iothread, "cpuset": cpuset.format(local or pl.emulator)}))
-    if p.cpu_scheduler != "none":
-        insert(new, E("vcpusched", {"vcpus": cpuset.format(range(len(pl.pins))),
-                                    "scheduler": p.cpu_scheduler, "priority": p.cpu_priority}))
+    held = taken_cores(ctx.host, frozenset(pl.pins) | ctx.ledger.dedicated) | frozenset(pl.rt)
+    emulator, iothreads, warns = _helper_pins(ctx, dom, held)
+    insert(new, E("emulatorpin", {"cpuset": cpuset.format(emulator)}))
+    for iothread, cpus in iothreads.items():
+        insert(new, E("iothreadpin", {"iothread": iothread, "cpuset": cpuset.format(cpus)}))
+    rt_iothreads = frozenset(i for i, cpus in iothreads.items() if len(cpus) == 1 and next(iter(cpus)) in pl.rt)
+    warns += _scheds(ctx, dom, new, emulator <= frozenset(pl.rt) and bool(pl.rt), rt_iothreads)
     nodes = cpuset.format(pl.nodes)
     if pl.emulator_with_vcpus:
         where = "emulator and iothreads beside them (under TCG the emulator runs the guest's timers)"
     else:
         where = f"emulator and iothreads on the shared CPUs {cpuset.format(pl.emulator)}"
-    reason = f"a host CPU per vCPU on node {nodes}, on cores nobody else runs on; {where}"
-    return edits + _put_cputune(dom, new, reason)
+    whose = "the hand's own pins, kept" if pl.hand else "a host CPU per vCPU"
+    reason = f"{whose} on node {nodes}, on cores nobody else runs on; {where}"
+    if pl.rt:
+        reason += f"; real-time emulator or iothreads on CPUs of their own ({cpuset.format(pl.rt)})"
+    if not pl.emulator_with_vcpus:
+        helpers = [emulator] if emulator != frozenset(pl.rt[:1]) or not wants.rt_emulator else []
+        helpers += [cpus for i, cpus in iothreads.items() if i not in rt_iothreads]
+        loads = dict(ctx.ledger.helpers)
+        for cpu, n in housekeeping.load(helpers).items():
+            loads[cpu] = loads.get(cpu, 0.0) + n
+        crowd = housekeeping.warning(loads, frozenset().union(*helpers) - held if helpers else frozenset())
+        warns += [Warn(crowd)] if crowd else []
+    return edits + _put_cputune(dom, new, reason) + warns
+
+
+def _no_realtime(ctx, new) -> list:
+    """Under a profile that gives no thread a CPU of its own: the real-time schedulers go."""
+    warns = []
+    for el in list(new):
+        if _realtime(el):
+            new.remove(el)
+            warns.append(Warn(f"{_show(el)} removed: the {ctx.profile.name} profile gives its threads no CPU of "
+                              "their own, and a real-time thread on shared CPUs starves the host's work there"))
+    return warns
 
 
 def shared(ctx, dom):
@@ -97,7 +196,8 @@ def shared(ctx, dom):
     old = dom.find("cputune")
     if old is not None:
         new = _cputune(dom, ())
-        changed = False
+        warns = _no_realtime(ctx, new)
+        changed = bool(warns)
         for el in xmltext.elements(new):
             if el.tag in PINS and el.get("cpuset") is not None:
                 pins = cpuset.parse(el.get("cpuset"))
@@ -106,8 +206,17 @@ def shared(ctx, dom):
                     el.set("cpuset", cpuset.format(fixed))
                     changed = True
         if changed:
-            edits.extend(_put_cputune(dom, new, "pins moved off CPUs that are dedicated to other domains or absent"))
+            why = ("real-time schedulers removed (no CPU of their own under this profile)" if warns else "")
+            moved = "pins moved off CPUs that are dedicated to other domains or absent"
+            edits.extend(_put_cputune(dom, new, "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "")
+                                                           if w)))
+            edits.extend(warns)
     return edits
+
+
+def _moved(old, new) -> bool:
+    pins = [(el.tag, el.get("cpuset")) for el in xmltext.elements(old) if el.tag in PINS]
+    return pins != [(el.tag, el.get("cpuset")) for el in xmltext.elements(new) if el.tag in PINS]
 
 
 def run(ctx, dom):

@@ -35,13 +35,33 @@ def shape(host, placement) -> tuple[int, int, int, int]:
     return sockets, dies, per // threads, threads
 
 
+def sharing(host, pins) -> list[tuple[int, ...]]:
+    """The vCPUs that share a physical core (each group in vCPU order, groups by first vCPU)."""
+    by_core: dict[frozenset[int], list[int]] = {}
+    for vcpu, cpu in enumerate(pins):
+        by_core.setdefault(frozenset(host.core_of(cpu)), []).append(vcpu)
+    return sorted(tuple(v) for v in by_core.values() if len(v) > 1)
+
+
+def _said(groups: list[tuple[int, ...]], threads: int) -> str:
+    """How the pins are, in words that are true of them."""
+    if threads == 2:
+        return "vCPU pairs sit on sibling threads"
+    if not groups:
+        return "no two vCPUs share a core"
+    named = ", ".join(" and ".join(str(v) for v in g) for g in groups[:6])
+    more = f" and {len(groups) - 6} more pairs" if len(groups) > 6 else ""
+    return (f"vCPUs {named}{more} share a core (sibling threads), the others have one alone; the guest is told one "
+            "thread per core (threads='2' needs every vCPU pair, 0 and 1, 2 and 3, ..., on siblings)")
+
+
 def run(ctx, dom):
     pl = ctx.placement
     if not pl.dedicated:
         return []
     sockets, dies, cores, threads = shape(ctx.host, pl)
     topo = E("topology", {"sockets": sockets, "dies": dies, "cores": cores, "threads": threads})
-    why = ("as pinned: " + ("vCPU pairs sit on sibling threads" if threads == 2 else "no vCPU pair shares a core")
+    why = ("as pinned: " + _said(sharing(ctx.host, pl.pins), threads)
            + ("; one socket per guest cell" if sockets > 1 else "")
            + ("; one die per host L3 domain, so the guest sees which vCPUs share one" if dies > 1 else ""))
     edits = [put_under(dom, "cpu", topo, why)]
