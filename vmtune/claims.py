@@ -38,6 +38,8 @@ class Ledger:
     dedicated: frozenset[int] = frozenset()
     memory: Mapping[int, int] = field(default_factory=dict)
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    # the claims left out as the domain being placed itself: a warning each (``itself``)
+    itself: tuple[str, ...] = ()
 
 
 def default_page_kib(host: Host) -> int:
@@ -52,7 +54,8 @@ def read(xml: str | bytes, host: Host) -> Claim:
     """What domain ``xml`` holds on ``host`` (cached: planning N domains reads each claim once)."""
     root = xmlsafe.parse(xml, "claimed domain XML")
     if root.tag != "domain":
-        raise InvalidInput(f"a claim must be a <domain>, not <{root.tag}>")
+        name = xmlsafe.source(xml)
+        raise InvalidInput(f"a claim{f' ({name})' if name else ''} must be a <domain>, not <{root.tag}>")
     dom = Domain(root)
     facts.check_counts(dom)
     mem = facts.memory(dom, lambda: default_page_kib(host))
@@ -61,11 +64,16 @@ def read(xml: str | bytes, host: Host) -> Claim:
 
 
 def ledger(claims: Iterable[str | bytes], host: Host, skip_uuid: str | None = None, skip_name: str | None = None) -> Ledger:
-    """Add up ``claims``, leaving out the domain being placed (same uuid or name)."""
+    """Add up ``claims``, leaving out the domain being placed (same uuid or name): a domain does
+    not block itself, and ``Ledger.itself`` says which claim was left out and why."""
     kept: list[Claim] = []
+    itself: list[str] = []
     for xml in claims:
         claim = read(xml, host)
-        if (skip_uuid and claim.uuid == skip_uuid) or (skip_name and claim.name == skip_name):
+        same = ("uuid" if skip_uuid and claim.uuid == skip_uuid else
+                "name" if skip_name and claim.name == skip_name else None)
+        if same:
+            itself.append(_itself(xml, claim, same))
             continue
         kept.append(claim)
     memory: dict[int, int] = defaultdict(int)
@@ -76,4 +84,13 @@ def ledger(claims: Iterable[str | bytes], host: Host, skip_uuid: str | None = No
         for key, count in claim.hugepages.items():
             pages[key] += count
     dedicated = frozenset().union(*(c.dedicated for c in kept)) if kept else frozenset()
-    return Ledger(tuple(kept), dedicated, dict(memory), dict(pages))
+    return Ledger(tuple(kept), dedicated, dict(memory), dict(pages), tuple(itself))
+
+
+def _itself(xml: str | bytes, claim: Claim, same: str) -> str:
+    """The warning for a claim that is the domain being placed."""
+    source = xmlsafe.source(xml)
+    what = f"the claimed domain {source}" if source else "a claimed domain"
+    value = claim.uuid if same == "uuid" else claim.name
+    return (f"{what} is this domain itself (the same {same}, {value}): left out, as a domain does not hold CPUs, "
+            "memory or hugepages against itself")

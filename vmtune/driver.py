@@ -206,6 +206,7 @@ def _prepare(
     prof = profiles.load(name, config.profiles_dir)
     if ledger is None:
         ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
+        warned += ledger.itself
     reserved = host.reserved(config)
     placement = placement_for(prof, host, ledger, reserved, dom, config)
     return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio), tuple(kept), tuple(warned),
