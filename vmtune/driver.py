@@ -214,18 +214,19 @@ def _prepare(
 
 
 def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER) -> tuple[list[Change], list[str]]:
-    """Run ``passes`` in order, each on the tree the previous ones left; apply every edit."""
-    changes: list[Change] = []
+    """Run ``passes`` in order, each on the tree the previous ones left; apply every edit. Each
+    change names its element by its XPath in the tree as they all left it."""
+    done: list[edits_mod.Applied] = []
     warnings: list[str] = list(ctx.placement.warnings)
     for tuning_pass in passes:
         for edit in tuning_pass.run(ctx, Domain(root)):
             if isinstance(edit, Warn):
                 warnings.append(edit.message)
                 continue
-            change = edits_mod.apply(edit)
-            if change is not None:
-                changes.append(change)
-    return changes, warnings
+            applied = edits_mod.applied(edit)
+            if applied is not None:
+                done.append(applied)
+    return edits_mod.settle(done, root), warnings  # each path as it is in the output
 
 
 def tune(
