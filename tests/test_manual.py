@@ -114,7 +114,7 @@ def test_every_subcommand_has_examples_and_each_parses():
     for name, parser in parsers.items():
         text = parser.format_help()
         assert text.rstrip().splitlines()[-2 * len(helptext.EXAMPLES[name]) - 1] == "examples:"
-        for line, _what in helptext.EXAMPLES[name]:
+        for line, _what in helptext.examples(name):
             assert f"  {line}\n" in text
             words = shlex.split(line.split("|")[0])
             assert words[0] == "vmtune" and words[1] == name

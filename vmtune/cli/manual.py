@@ -24,6 +24,8 @@ import re
 import sys
 from dataclasses import fields
 
+from .helptext import SHIPPED
+
 DATE = "2026-11-27"  # the pages' date: changed by hand with what they say, so a build is reproducible
 PAGES = ("man/vmtune.8", "man/vmtune.toml.5", "man/vmtune-profiles.5")
 COMPLETIONS = ("completion/vmtune.bash", "completion/_vmtune")
@@ -39,7 +41,10 @@ FILES = (("/etc/vmtune/vmtune.toml", "the host configuration: vmtune.toml(5)"),
                                            "empty environment; vmtune hook reap and vmtune status read it too"),
          ("/run/vmtune/state.json, baseline.json", "the hook's leases and what the host was before them"),
          ("/var/lib/vmtune/originals", "the XML domains had before vmtune apply, for vmtune revert"),
-         ("vmtune-reap.service, vmtune-reap.timer", "the reaper: vmtune hook reap once a minute"))
+         ("vmtune-reap.service, vmtune-reap.timer", "the reaper: vmtune hook reap once a minute"),
+         (SHIPPED, "the example domains (stock-latency.xml, db-4vcpu.xml, batch-4vcpu.xml), a 2-node host's "
+                   "capabilities (hosts/2node-smt.xml) and the domains of the map example (map/), as the "
+                   "EXAMPLES below use them"))
 SEE_ALSO = r"\fBvmtune.toml\fR(5), \fBvmtune-profiles\fR(5), \fBvirsh\fR(1), \fBlibvirtd\fR(8), \fBtuned-adm\fR(8)"
 
 
@@ -69,11 +74,12 @@ def environment() -> list[tuple[str, str]]:
 
 
 def _examples() -> str:
-    from .helptext import EXAMPLES
+    """Every subcommand's examples, with the files the package installs (helptext.SHIPPED)."""
+    from .helptext import EXAMPLES, SHIPPED, examples
 
     out = []
-    for command, examples in EXAMPLES.items():
-        for line, what in examples:
+    for command in EXAMPLES:
+        for line, what in examples(command, SHIPPED):
             out.append(f".TP\n.B {roff(line)}\n{roff(what)}")
     return "\n".join(out)
 
