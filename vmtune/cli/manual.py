@@ -9,7 +9,8 @@ so that they cannot drift (tests/test_manual.py regenerates them and compares).
 - ``vmtune-profiles(5)``: every profile key from its JSON Schema, with the default of
   ``profiles.Profile``, how ``inherit`` works, and the built-in profiles;
 - bash and zsh completion through shtab: subcommands, options, files, profile names (``vmtune
-  profiles``) and domain names (``virsh list --all --name``, only when libvirt answers within 2 s).
+  profiles``) and domain names (``virsh list --all --name`` at the ``--connect`` URI typed, else
+  libvirt's default, only when libvirt answers within 2 s).
 
 ``python -m vmtune.cli.manual ROOT`` writes ``man/`` and ``completion/`` under ROOT (``--check``:
 exit 1 when one differs). argparse-manpage and shtab are needed only here (the ``test`` extra).
@@ -231,16 +232,61 @@ def profiles_page() -> str:
 BASH_PREAMBLE = r"""
 # profile names: vmtune profiles' first column
 _vmtune_profiles() { compgen -W "$(vmtune profiles 2>/dev/null | awk '{print $1}')" -- "$1"; }
+# the libvirt URI typed before (-c URI, --connect URI, --connect=URI), else libvirt's default
+_vmtune_uri() {
+  local i word uri=${LIBVIRT_DEFAULT_URI:-qemu:///system}
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    word=${COMP_WORDS[i]}
+    case $word in
+      -c|--connect) ((i + 1 < COMP_CWORD)) && uri=${COMP_WORDS[i+1]} ;;
+      --connect=*) uri=${word#--connect=} ;;
+      -c?*) uri=${word#-c} ;;
+    esac
+  done
+  uri=${uri#[\"\']}
+  printf '%s\n' "${uri%[\"\']}"
+}
 # domain names: only when libvirt answers within 2 s (read-only, as --connect's default)
 _vmtune_domains() {
-  compgen -W "$(timeout 2 virsh -r -c "${LIBVIRT_DEFAULT_URI:-qemu:///system}" list --all --name 2>/dev/null)" -- "$1"
+  compgen -W "$(timeout 2 virsh -r -c "$(_vmtune_uri)" list --all --name 2>/dev/null)" -- "$1"
+}
+# bash splits a word at : and = (COMP_WORDBREAKS), so that -c qemu+ssh://h/system would count as
+# three arguments: the words before the one completed are glued back as typed (no blank between)
+_vmtune() {
+  local -a glued=()
+  local i word blank rest=$COMP_LINE current=${COMP_WORDS[COMP_CWORD]}
+  for ((i = 0; i < COMP_CWORD; i++)); do
+    word=${COMP_WORDS[i]}
+    blank=${rest%%[![:space:]]*}
+    rest=${rest#"$blank"}
+    rest=${rest#"$word"}
+    if ((i > 0)) && [[ -z $blank ]]; then
+      glued[${#glued[@]}-1]+=$word
+    else
+      glued+=("$word")
+    fi
+  done
+  local COMP_WORDS=("${glued[@]}" "$current") COMP_CWORD=${#glued[@]}
+  _shtab_vmtune "$@"
 }
 """
 ZSH_PREAMBLE = r"""
 _vmtune_profiles() { local -a p; p=(${(f)"$(vmtune profiles 2>/dev/null | awk '{print $1}')"}); compadd -a p; }
+# the libvirt URI typed before (-c URI, --connect URI, --connect=URI), else libvirt's default
+_vmtune_uri() {
+  local i uri=${LIBVIRT_DEFAULT_URI:-qemu:///system}
+  for (( i = 1; i < CURRENT; i++ )); do
+    case $words[i] in
+      -c|--connect) (( i + 1 < CURRENT )) && uri=${(Q)words[i+1]} ;;
+      --connect=*) uri=${(Q)words[i]#--connect=} ;;
+      -c?*) uri=${(Q)words[i]#-c} ;;
+    esac
+  done
+  print -r -- $uri
+}
 _vmtune_domains() {
   local -a d
-  d=(${(f)"$(timeout 2 virsh -r -c "${LIBVIRT_DEFAULT_URI:-qemu:///system}" list --all --name 2>/dev/null)"})
+  d=(${(f)"$(timeout 2 virsh -r -c "$(_vmtune_uri)" list --all --name 2>/dev/null)"})
   compadd -a d
 }
 """
@@ -275,6 +321,11 @@ def completion(shell: str) -> str:
 
     text = shtab.complete(completing_parser(), shell=shell,
                           preamble={"bash": BASH_PREAMBLE, "zsh": ZSH_PREAMBLE})
+    if shell == "bash":  # bash calls _vmtune (the preamble's), which calls shtab's with the words glued
+        entry = re.compile(r"^(complete .*-F )_shtab_vmtune( vmtune)$", re.M)
+        text, found = entry.subn(r"\1_vmtune\2", text)
+        if found != 1:
+            raise RuntimeError("shtab's bash completion has no one `complete ... -F _shtab_vmtune vmtune`")
     return _clean(text)
 
 
