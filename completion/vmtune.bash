@@ -138,9 +138,42 @@ _shtab_vmtune___version_nargs=0
 
 # profile names: vmtune profiles' first column
 _vmtune_profiles() { compgen -W "$(vmtune profiles 2>/dev/null | awk '{print $1}')" -- "$1"; }
+# the libvirt URI typed before (-c URI, --connect URI, --connect=URI), else libvirt's default
+_vmtune_uri() {
+  local i word uri=${LIBVIRT_DEFAULT_URI:-qemu:///system}
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    word=${COMP_WORDS[i]}
+    case $word in
+      -c|--connect) ((i + 1 < COMP_CWORD)) && uri=${COMP_WORDS[i+1]} ;;
+      --connect=*) uri=${word#--connect=} ;;
+      -c?*) uri=${word#-c} ;;
+    esac
+  done
+  uri=${uri#[\"\']}
+  printf '%s\n' "${uri%[\"\']}"
+}
 # domain names: only when libvirt answers within 2 s (read-only, as --connect's default)
 _vmtune_domains() {
-  compgen -W "$(timeout 2 virsh -r -c "${LIBVIRT_DEFAULT_URI:-qemu:///system}" list --all --name 2>/dev/null)" -- "$1"
+  compgen -W "$(timeout 2 virsh -r -c "$(_vmtune_uri)" list --all --name 2>/dev/null)" -- "$1"
+}
+# bash splits a word at : and = (COMP_WORDBREAKS), so that -c qemu+ssh://h/system would count as
+# three arguments: the words before the one completed are glued back as typed (no blank between)
+_vmtune() {
+  local -a glued=()
+  local i word blank rest=$COMP_LINE current=${COMP_WORDS[COMP_CWORD]}
+  for ((i = 0; i < COMP_CWORD; i++)); do
+    word=${COMP_WORDS[i]}
+    blank=${rest%%[![:space:]]*}
+    rest=${rest#"$blank"}
+    rest=${rest#"$word"}
+    if ((i > 0)) && [[ -z $blank ]]; then
+      glued[${#glued[@]}-1]+=$word
+    else
+      glued+=("$word")
+    fi
+  done
+  local COMP_WORDS=("${glued[@]}" "$current") COMP_CWORD=${#glued[@]}
+  _shtab_vmtune "$@"
 }
 
 # End Custom Preamble
@@ -294,4 +327,4 @@ _shtab_vmtune() {
   return 0
 }
 
-complete -o bashdefault -F _shtab_vmtune vmtune
+complete -o bashdefault -F _vmtune vmtune

@@ -6,7 +6,8 @@ as the kernel lays them out in sysfs and as libvirt's node devices (``virsh node
 ``class/block`` links as relative symlinks (bridges, bonds and device-mapper disks as virtual
 devices with ``brif/``, ``lower_*`` and ``slaves/``); ``nodedev_xmls(tree)`` gives one XML per
 device, parents included (a SCSI disk's chain of scsi, scsi_target and scsi_host devices).
-``expected(tree)`` is what every source must answer: ``(kind, key) -> node or None``.
+``expected(tree)`` is what every source must answer: ``(kind, key) -> node or None``; ``assignable(tree)``
+the PCI devices bound to vfio-pci, as ``Devices.assignable`` must list them (sysfs, libvirt's list).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Pci:
     disks: list[str] = field(default_factory=list)  # sdX (behind SCSI) or nvmeXn1
     mdevs: list[str] = field(default_factory=list)  # UUIDs
     numa_written: str = "node"  # nodedev: "node" writes <numa node=N/>, "omit" leaves it out when N is -1
+    driver: str | None = None  # the host driver it is bound to: vfio-pci (set aside for guests), another, none
 
 
 @dataclass
@@ -49,7 +51,8 @@ def pci_trees(draw, node_ids: tuple[int, ...]) -> Tree:
         bus = 0x10 * (i + 1)
         node = draw(st.sampled_from(list(node_ids) + [-1]))
         dev = Pci(f"0000:{bus:02x}:00.0", node, f"0000:{bus - 1:02x}:01.0" if draw(st.booleans()) else None,
-                  numa_written=draw(st.sampled_from(["node", "omit"])))
+                  numa_written=draw(st.sampled_from(["node", "omit"])),
+                  driver=draw(st.sampled_from(["vfio-pci", "nvidia", None])))
         if draw(st.booleans()):
             dev.nets.append(f"enp{bus}s0")
         if draw(st.booleans()):
@@ -95,6 +98,11 @@ def expected(tree: Tree, virtual: bool = True) -> dict[tuple[str, str], int | No
     return out
 
 
+def assignable(tree: Tree) -> dict[str, int | None]:
+    """The PCI devices bound to vfio-pci: address -> node (None: none)."""
+    return {d.address: (d.node if d.node >= 0 else None) for d in tree.devices if d.driver == "vfio-pci"}
+
+
 # -- sysfs ------------------------------------------------------------------------------------------
 def _write(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -120,6 +128,10 @@ def write_sysfs(tree: Tree, sys_root: str) -> None:
         _write(os.path.join(path, "numa_node"), f"{dev.node}\n")
         _write(os.path.join(path, "vendor"), "0x10de\n")
         _link(os.path.join(sys_root, "bus", "pci", "devices", dev.address), path)
+        if dev.driver:
+            driver = os.path.join(sys_root, "bus", "pci", "drivers", dev.driver)
+            os.makedirs(driver, exist_ok=True)
+            _link(os.path.join(path, "driver"), driver)
         for net in dev.nets:
             _write(os.path.join(path, "net", net, "address"), "52:54:00:00:00:01\n")
             _link(os.path.join(sys_root, "class", "net", net), os.path.join(path, "net", net))
@@ -168,9 +180,9 @@ def nodedev_xmls(tree: Tree) -> list[str]:
         if dev.bridge:
             b_bus, b_rest = dev.bridge.split(":")[1:]
             out.append(_pci_xml(dev.bridge, "computer", int(b_bus, 16), int(b_rest.split(".")[0], 16),
-                                int(b_rest.split(".")[1], 16), dev.node, dev.numa_written))
+                                int(b_rest.split(".")[1], 16), dev.node, dev.numa_written, "pcieport"))
         out.append(_pci_xml(dev.address, parent, int(bus, 16), int(slot, 16), int(function, 16), dev.node,
-                            dev.numa_written))
+                            dev.numa_written, dev.driver))
         name = _pci_name(dev.address)
         for net in dev.nets:
             out.append(f"<device>\n  <name>net_{net}_52_54_00_00_00_01</name>\n  <parent>{name}</parent>\n"
@@ -196,10 +208,12 @@ def nodedev_xmls(tree: Tree) -> list[str]:
     return out
 
 
-def _pci_xml(address: str, parent: str, bus: int, slot: int, function: int, node: int, numa: str) -> str:
+def _pci_xml(address: str, parent: str, bus: int, slot: int, function: int, node: int, numa: str,
+             driver: str | None) -> str:
     numa_el = "" if node < 0 and numa == "omit" else f"    <numa node='{node}'/>\n"
+    driver_el = f"  <driver>\n    <name>{driver}</name>\n  </driver>\n" if driver else ""
     return (f"<device>\n  <name>{_pci_name(address)}</name>\n  <parent>{parent}</parent>\n"
-            f"  <driver>\n    <name>vfio-pci</name>\n  </driver>\n  <capability type='pci'>\n"
+            f"{driver_el}  <capability type='pci'>\n"
             f"    <class>0x030000</class>\n    <domain>0</domain>\n    <bus>{bus}</bus>\n    <slot>{slot}</slot>\n"
             f"    <function>{function}</function>\n    <product id='0x1db6'>GV100GL</product>\n"
             f"    <vendor id='0x10de'>NVIDIA Corporation</vendor>\n{numa_el}  </capability>\n</device>\n")

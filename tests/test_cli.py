@@ -292,6 +292,61 @@ def test_bad_claim_is_exit_1(tmp_path, capsys):
     assert_one_line_error(rc, err, 1, "claimed domain")
 
 
+# a file that is not well-formed, in each place a file is read: (argv with BAD for the file, stdin too)
+NOT_WELL_FORMED = {
+    "rewrite": ["rewrite", "BAD", *H],
+    "untune": ["untune", "BAD"],
+    "host": ["rewrite", DB, "--host", "BAD"],
+    "claim": ["rewrite", DB, *H, "--claim", "BAD"],
+    "nodedev": ["rewrite", DB, *H, "--nodedev", "BAD"],
+    "map-claim": ["map", *H, "--claim", "BAD"],
+    "map-host": ["map", "--host", "BAD", "--claim", DB],
+    "topology": ["topology", "--host", "BAD"],
+}
+
+
+@pytest.mark.parametrize("case", NOT_WELL_FORMED, ids=str)
+def test_a_file_that_is_not_well_formed_is_named_with_its_line_and_column(case, tmp_path, capsys):
+    """The error names the file, and lxml's line and column, never lxml's ``<string>``."""
+    bad = tmp_path / "broken dom.xml"  # a space in the name, too
+    bad.write_text('<domain type="kvm">\n  <name>x</name>\n  <vcpu>2</cpu>\n</domain>\n')
+    argv = [bad if a == "BAD" else a for a in NOT_WELL_FORMED[case]]
+    rc, out, err = run(capsys, *argv)
+    assert_one_line_error(rc, err, 1, f"{bad} is not well-formed: ", "line 3, column 16")
+    assert "<string>" not in err and out == ""
+
+
+def test_a_not_well_formed_stdin_is_named_stdin(monkeypatch, capsys):
+    """``-`` is named ``<stdin>`` in the error."""
+    feed_stdin(monkeypatch, b"<domain type='kvm'>\n<name>x</nam>\n</domain>\n")
+    rc, out, err = run(capsys, "rewrite", "-", *H)
+    assert_one_line_error(rc, err, 1, "domain XML <stdin> is not well-formed: ", "line 2, column")
+    assert "<string>" not in err
+
+
+def test_a_claim_that_is_the_domain_itself_is_said(tmp_path, capsys):
+    """A claim with the domain's own uuid or name is left out (a domain does not block itself),
+    and a warning says so, naming the file; the library gives it in Result.warnings."""
+    same_uuid = tmp_path / "self.xml"
+    same_uuid.write_text(DB.read_text().replace("<name>db</name>", "<name>db-old</name>"))
+    same_name = tmp_path / "same-name.xml"
+    same_name.write_text(DB.read_text().replace("0f1e2d3c-4b5a", "0f1e2d3c-0000"))
+    other = tmp_path / "other.xml"
+    other.write_text(DB.read_text().replace("0f1e2d3c-4b5a", "0f1e2d3c-0000").replace("<name>db</name>",
+                                                                                      "<name>other</name>"))
+    alone = rewrite_json(capsys, DB, *H, "--profile", "latency")
+    for claim, same in ((same_uuid, "uuid"), (same_name, "name")):
+        rc, out, err = run(capsys, "rewrite", DB, *H, "--profile", "latency", "--claim", claim)
+        assert rc == 0, err
+        (said,) = [line for line in err.splitlines() if "itself" in line]
+        assert said.startswith("vmtune: warning: ") and str(claim) in said and f"the same {same}" in said
+        assert rewrite_json(capsys, DB, *H, "--profile", "latency", "--claim", claim)["placement"] == alone["placement"]
+    rc, out, err = run(capsys, "rewrite", DB, *H, "--profile", "latency", "--claim", other)
+    assert rc == 0 and "itself" not in err
+    result = vmtune.rewrite(DB.read_text(), Host.from_capabilities(HOST.read_text()), "latency", [same_uuid.read_text()])
+    assert [w for w in result.warnings if "is this domain itself (the same uuid" in w]
+
+
 def test_missing_explicit_config_is_exit_1(tmp_path, capsys):
     """--config naming a file that does not exist is an invalid input."""
     rc, out, err = run(capsys, "rewrite", DB, *H, "--config", tmp_path / "none.toml")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devtrees import expected, nodedev_xmls, pci_trees, write_sysfs
+from devtrees import assignable, expected, nodedev_xmls, pci_trees, write_sysfs
 from hosttrees import hosts
 from hosttrees import write_sysfs as write_host
 from vmtune import locality, xmlsafe
@@ -83,6 +83,36 @@ def test_this_machines_devices_are_read():
 
 # -- node-device XML -----------------------------------------------------------------------------------
 @pytest.mark.skipif(not LIBVIRT_NODEDEV.is_dir(), reason="libvirt's node-device test data is not in tests/data")
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_sysfs_and_node_devices_list_the_same_assignable_devices(data):
+    """The PCI devices bound to vfio-pci, with their nodes, are the assignable ones from sysfs (its
+    driver link) and from libvirt's node devices (its <driver>), and no other (a bridge, a device on
+    another driver or on none); from --nodedev files, every PCI device given is, with its driver."""
+    host = data.draw(hosts(arches=("x86_64",), max_nodes=3, memory_only=False))
+    tree = data.draw(pci_trees(host.node_ids))
+    want = assignable(tree)
+    with tempfile.TemporaryDirectory() as d:
+        root = write_host(host, d)
+        write_sysfs(tree, root)
+        loaded = Host.from_sysfs(root, arch="x86_64")
+        got = {a.key: a.location.node for a in loaded.devices.assignable() if a.driver == "vfio-pci"}
+        assert got == want and len(loaded.devices.assignable()) == len(want)
+        live = _table(nodedev_xmls(tree), host.node_ids)
+        assert {a.key: a.location.node for a in live.assignable()} == want
+        assert {a.driver for a in live.assignable()} <= {"vfio-pci"}
+        paths = []
+        for i, xml in enumerate(nodedev_xmls(tree)):
+            paths.append(os.path.join(d, f"dev{i}.xml"))
+            Path(paths[-1]).write_text(xml)
+        given_ = nodedev.load(paths, frozenset(host.node_ids))
+        every = {dev.address: dev.driver for dev in tree.devices} | {dev.bridge: "pcieport" for dev in tree.devices
+                                                                       if dev.bridge}
+        assert {a.key: a.driver for a in given_.assignable()} == every
+        chained = loaded.with_devices(given_).devices.assignable()
+        assert {a.key for a in chained} == set(every) and all(a.location.known for a in chained)
+
+
 def test_libvirts_own_node_devices_parse():
     """Every node device of libvirt's own test data (tests/data/libvirt/SOURCES.md) is read; a PCI
     one gives its address, and its node where it has <numa>."""

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from lxml import etree
 
 import vmtune
@@ -10,6 +14,7 @@ from conftest import CORPUS, EXAMPLES
 from test_placement import GIB, domain, make_host
 from vmtune.cli import format as fmt
 from vmtune.config import Config
+from vmtune.edits import Change
 from vmtune.errors import VmtuneError
 
 HOST = make_host(pages={2048: 8192})
@@ -99,3 +104,28 @@ def test_a_resized_guest_cell_says_how_many_kib_moved_and_why():
     (change,) = [c for c in result.changes if c.element == "/domain/cpu/numa"]
     assert "guest cell 0: 1024000 -> 1048576 KiB (+24576 KiB: each cell is whole 2M pages" in change.reason
     assert "guest cell 1: 1073152 -> 1048576 KiB (-24576 KiB" in change.reason
+
+
+WORDS = st.lists(st.text(alphabet="abcdefghij(),;:'/-0123456789×", min_size=1, max_size=30), min_size=1, max_size=60)
+
+
+@given(path_words=st.integers(1, 8), reason=WORDS, value=WORDS)
+def test_a_long_line_is_cut_after_a_whole_word(path_words, reason, value):
+    """A line of --explain longer than LINE ends with " …" after a word that the full line has
+    whole (a space or a comma follows it there), and so does a value cut at VALUE; only a first
+    word longer than the limit is cut inside, with "…"."""
+    element = "/domain/" + "/".join(["devices"] * path_words)
+    change = Change(element, None, " ".join(value), " ".join(reason))
+    result = SimpleNamespace(profile="latency", changes=[change], placement={}, kept=())
+    (line,) = fmt.explain(result)[1:]
+    shown = fmt.short(change.after)
+    full = f"{element}: (none) -> {shown}  # {change.reason}"
+    for cut, whole, most in ((line, full, fmt.LINE), (shown, change.after, fmt.VALUE)):
+        assert len(cut) <= most
+        if cut == whole:
+            continue
+        if cut.endswith(" …"):
+            kept = cut[:-2]
+            assert whole.startswith(kept) and whole[len(kept)] in " ,;:", (cut, whole)
+        else:
+            assert cut.endswith("…") and " " not in whole[:most - 1], (cut, whole)

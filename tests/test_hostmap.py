@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from conftest import CORPUS, EXAMPLES, ROOT
+import devtrees
+from hosttrees import caps_xml, hosts, machines, write_sysfs
 from vmtune import facts
 from vmtune.model import Domain
-from hosttrees import caps_xml, machines, write_sysfs
 from vmtune import cpuset
 from vmtune.cli import main
 from vmtune.driver import rewrite
@@ -634,6 +635,57 @@ def test_cli_map_with_nodedev(capsys, tmp_path):
     assert code == 0, err
     lines = out.splitlines()
     assert lines.index("  0000:3b:00.0 hostdev -> db1") > lines.index("node 1: 16 CPUs, 64 GiB memory")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_every_passthrough_capable_device_is_under_its_node_free_or_with_its_holder(data):
+    """From sysfs, each PCI device bound to vfio-pci is shown once: under its node (on no node, in
+    the host's list), held by the domain that passes it through or free; a device on another
+    driver only where a domain holds it; in the JSON, the terminal and the SVG."""
+    host = data.draw(hosts(arches=("x86_64",), max_nodes=3, memory_only=False))
+    tree = data.draw(devtrees.pci_trees(host.node_ids))
+    held = data.draw(st.sets(st.sampled_from([d.address for d in tree.devices])))
+    xml = ("<domain type='kvm'><name>vm</name><memory unit='MiB'>512</memory><vcpu>1</vcpu><devices>"
+           + "".join(_hostdev(int(a[5:7], 16)) for a in sorted(held)) + "</devices></domain>")
+    with tempfile.TemporaryDirectory() as d:
+        root = write_sysfs(host, d)
+        devtrees.write_sysfs(tree, root)
+        loaded = Host.from_sysfs(root, arch="x86_64")
+        hostmap = build.build(loaded, [(xml, "claim")])
+    out = check_map(hostmap, loaded, [xml])
+    shown = [(dev["key"], node["id"], dev["domain"]) for node in out["nodes"] for dev in node["devices"]]
+    shown += [(dev["key"], None, dev["domain"]) for dev in out["devices"]]
+    nodes = {dev.address: dev.node if dev.node >= 0 else None for dev in tree.devices}
+    want = [(a, nodes[a], "vm") for a in held] + [(a, n, None) for a, n in devtrees.assignable(tree).items()
+                                                  if a not in held]
+    assert sorted(shown, key=str) == sorted(want, key=str)
+    lines = text.render(hostmap)
+    for key, node, holder in want:
+        line = f"  {key} hostdev -> vm" if holder else f"  {key} pci (vfio-pci): free"
+        heading = next(i for i, s in enumerate(lines) if s.startswith(f"node {node}:" if node is not None
+                                                                      else "devices on no node:"))
+        assert line in lines[heading:lines.index("domains:")], (line, lines)
+        assert line.strip() in "".join(check_svg(svg.render(hostmap), hostmap).itertext())
+
+
+def test_a_nodedev_file_given_is_listed_free_with_its_driver(tmp_path, capsys):
+    """``--nodedev`` names a device the user means to pass through: one no domain holds is under
+    its node, free, with the driver its node device gives (a managed GPU is on its own driver
+    while its domain is shut off)."""
+    gpu = tmp_path / "gpu.xml"
+    gpu.write_text(NODEDEV.format(bus=0x0B, numa="<numa node='1'/>").replace(
+        "<parent>computer</parent>", "<parent>computer</parent><driver><name>amdgpu</name></driver>"))
+    code, out, err = run_cli(capsys, "map", "--host", str(EXAMPLES / "hosts" / "2node-smt.xml"), "--nodedev", str(gpu),
+                             "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    VALIDATOR.validate(data)
+    assert [(d["key"], d["domain"], d["index"], d["driver"], d["known"]) for d in data["nodes"][1]["devices"]] == [
+        ("0000:0b:00.0", None, None, "amdgpu", True)]
+    code, out, err = run_cli(capsys, "map", "--host", str(EXAMPLES / "hosts" / "2node-smt.xml"), "--nodedev", str(gpu))
+    lines = out.splitlines()
+    assert lines.index("  0000:0b:00.0 pci (amdgpu): free") > lines.index("node 1: 16 CPUs, 64 GiB memory")
 
 
 def test_l3_domains_in_every_view():

@@ -114,7 +114,7 @@ def test_every_subcommand_has_examples_and_each_parses():
     for name, parser in parsers.items():
         text = parser.format_help()
         assert text.rstrip().splitlines()[-2 * len(helptext.EXAMPLES[name]) - 1] == "examples:"
-        for line, _what in helptext.EXAMPLES[name]:
+        for line, _what in helptext.examples(name):
             assert f"  {line}\n" in text
             words = shlex.split(line.split("|")[0])
             assert words[0] == "vmtune" and words[1] == name
@@ -132,7 +132,7 @@ def test_the_examples_keep_their_lines_and_the_prose_is_still_wrapped():
 BASH = r'''
 source "$1"
 t() { COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}
-      COMPREPLY=(); _shtab_vmtune; echo "${COMPREPLY[*]}"; }
+      COMPREPLY=(); _vmtune; echo "${COMPREPLY[*]}"; }
 t vmtune st
 t vmtune rewrite --prof
 t vmtune rewrite --profile l
@@ -168,6 +168,43 @@ def test_bash_completion_does_not_wait_for_a_libvirt_that_does_not_answer(tmp_pa
     out = _complete(tmp_path, "#!/bin/sh\nexec sleep 20\n")
     assert out[-2:] == ["", ""]
     assert out[:4] == ["status", "--profile", "latency", "reap restore"]
+
+
+# a command line as typed, and its words as bash splits them (COMP_WORDBREAKS: at : and =) -> the URI
+CONNECT = [
+    ("vmtune tag -c test:///default d", ["vmtune", "tag", "-c", "test", ":", "///default", "d"], "test:///default"),
+    ("vmtune apply --connect=qemu+ssh://root@h/system d",
+     ["vmtune", "apply", "--connect", "=", "qemu+ssh", ":", "//root@h/system", "d"], "qemu+ssh://root@h/system"),
+    ("vmtune untag --connect qemu:///session d", ["vmtune", "untag", "--connect", "qemu", ":", "///session", "d"],
+     "qemu:///session"),
+    ("vmtune revert d", ["vmtune", "revert", "d"], "qemu:///system"),
+]
+
+
+@pytest.mark.skipif(not shutil.which("bash"), reason="no bash")
+def test_bash_completion_asks_the_libvirt_of_a_typed_connect(tmp_path):
+    """Domain names come from the URI typed with -c or --connect (as bash splits it into words at
+    : and =), else from LIBVIRT_DEFAULT_URI, else qemu:///system: the stub virsh records its URI."""
+    log = tmp_path / "virsh.log"
+    script = ['source "$1"',
+              'c() { COMP_LINE=$1; COMP_POINT=${#1}; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($#-1)); '
+              'COMPREPLY=(); _vmtune; echo "${COMPREPLY[*]}"; }']
+    for line, words, _uri in CONNECT:
+        script.append(" ".join(shlex.quote(w) for w in ["c", line, *words]))
+    script.append("LIBVIRT_DEFAULT_URI=test:///env c 'vmtune tag d' vmtune tag d")
+    virsh = f"#!/bin/sh\necho \"$*\" >> {log}\ncase \"$*\" in *'list --all --name'*) printf 'db1\\ndb2\\n';; esac\n"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "virsh").write_text(virsh)
+    (bindir / "virsh").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "LIBVIRT_DEFAULT_URI"}
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    done = subprocess.run(["bash", "-c", "\n".join(script), "bash", str(ROOT / "completion/vmtune.bash")], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["db1 db2"] * (len(CONNECT) + 1)
+    asked = [line.split(" ")[2] for line in log.read_text().splitlines()]
+    assert asked == [uri for *_, uri in CONNECT] + ["test:///env"]
 
 
 def test_every_option_in_docs_cli_synopsis_is_one_its_command_takes():

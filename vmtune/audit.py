@@ -205,20 +205,21 @@ class _Dom:
 
 
 def _domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
-    root = xmlsafe.parse(xml, f"domain XML #{index + 1}")
+    where = f"domain XML {xmlsafe.source(xml) or f'#{index + 1}'}"  # its file, else its place
+    root = xmlsafe.parse(xml, where)
     if root.tag == "domstatus":
         inner = root.find("domain")
         if inner is None:
-            raise InvalidInput(f"domain XML #{index + 1}: <domstatus> without a <domain>")
+            raise InvalidInput(f"{where}: <domstatus> without a <domain>")
         root = inner
     if root.tag != "domain":
-        raise InvalidInput(f"domain XML #{index + 1}: expected a <domain>, got <{root.tag}>")
+        raise InvalidInput(f"{where}: expected a <domain>, got <{root.tag}>")
     text = etree.tostring(root, encoding="unicode")
     dom = Domain(root)
     try:
         facts.check_counts(dom)
     except InvalidInput as exc:
-        raise InvalidInput(f"domain XML #{index + 1}: {exc}") from None
+        raise InvalidInput(f"{where}: {exc}") from None
     return text, dom
 
 

@@ -43,6 +43,8 @@ class Ledger:
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)
     helpers: Mapping[int, float] = field(default_factory=dict)  # CPU -> emulator and iothreads there
     preferred: Mapping[int, int] = field(default_factory=dict)  # node -> KiB preferred there, not bound
+    # the claims left out as the domain being placed itself: a warning each (``itself``)
+    itself: tuple[str, ...] = ()
 
 
 def default_page_kib(host: Host) -> int:
@@ -57,7 +59,8 @@ def read(xml: str | bytes, host: Host) -> Claim:
     """What domain ``xml`` holds on ``host`` (cached: planning N domains reads each claim once)."""
     root = xmlsafe.parse(xml, "claimed domain XML")
     if root.tag != "domain":
-        raise InvalidInput(f"a claim must be a <domain>, not <{root.tag}>")
+        name = xmlsafe.source(xml)
+        raise InvalidInput(f"a claim{f' ({name})' if name else ''} must be a <domain>, not <{root.tag}>")
     dom = Domain(root)
     facts.check_counts(dom)
     mem = facts.memory(dom, lambda: default_page_kib(host))
@@ -67,11 +70,16 @@ def read(xml: str | bytes, host: Host) -> Claim:
 
 
 def ledger(claims: Iterable[str | bytes], host: Host, skip_uuid: str | None = None, skip_name: str | None = None) -> Ledger:
-    """Add up ``claims``, leaving out the domain being placed (same uuid or name)."""
+    """Add up ``claims``, leaving out the domain being placed (same uuid or name): a domain does
+    not block itself, and ``Ledger.itself`` says which claim was left out and why."""
     kept: list[Claim] = []
+    itself: list[str] = []
     for xml in claims:
         claim = read(xml, host)
-        if (skip_uuid and claim.uuid == skip_uuid) or (skip_name and claim.name == skip_name):
+        same = ("uuid" if skip_uuid and claim.uuid == skip_uuid else
+                "name" if skip_name and claim.name == skip_name else None)
+        if same:
+            itself.append(_itself(xml, claim, same))
             continue
         kept.append(claim)
     memory: dict[int, int] = defaultdict(int)
@@ -87,4 +95,13 @@ def ledger(claims: Iterable[str | bytes], host: Host, skip_uuid: str | None = No
         for node, kib in claim.preferred.items():
             preferred[node] += kib
     helpers = housekeeping.load(pin for c in kept for pin in c.helpers)
-    return Ledger(tuple(kept), dedicated, dict(memory), dict(pages), helpers, dict(preferred))
+    return Ledger(tuple(kept), dedicated, dict(memory), dict(pages), helpers, dict(preferred), tuple(itself))
+
+
+def _itself(xml: str | bytes, claim: Claim, same: str) -> str:
+    """The warning for a claim that is the domain being placed."""
+    source = xmlsafe.source(xml)
+    what = f"the claimed domain {source}" if source else "a claimed domain"
+    value = claim.uuid if same == "uuid" else claim.name
+    return (f"{what} is this domain itself (the same {same}, {value}): left out, as a domain does not hold CPUs, "
+            "memory or hugepages against itself")

@@ -244,6 +244,7 @@ def _prepare(
         host = host.with_efficiency(config.efficiency_cpus)
     if ledger is None:
         ledger = claims_mod.ledger(claims, host, skip_uuid=dom.uuid, skip_name=dom.name)
+        warned += ledger.itself
     reserved = host.reserved(config)
     wants = intent_mod.read(Domain(root), host, hand=start_over)
     placement = placement_for(prof, host, ledger, reserved, dom, config, wants)
@@ -252,18 +253,19 @@ def _prepare(
 
 
 def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER) -> tuple[list[Change], list[str]]:
-    """Run ``passes`` in order, each on the tree the previous ones left; apply every edit."""
-    changes: list[Change] = []
+    """Run ``passes`` in order, each on the tree the previous ones left; apply every edit. Each
+    change names its element by its XPath in the tree as they all left it."""
+    done: list[edits_mod.Applied] = []
     warnings: list[str] = list(ctx.placement.warnings)
     for tuning_pass in passes:
         for edit in tuning_pass.run(ctx, Domain(root)):
             if isinstance(edit, Warn):
                 warnings.append(edit.message)
                 continue
-            change = edits_mod.apply(edit)
-            if change is not None:
-                changes.append(change)
-    return changes, warnings
+            applied = edits_mod.applied(edit)
+            if applied is not None:
+                done.append(applied)
+    return edits_mod.settle(done, root), warnings  # each path as it is in the output
 
 
 def tune(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from copy import deepcopy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 from lxml import etree
@@ -222,6 +222,36 @@ def _path(el: etree._Element) -> str:
 
 def apply(edit: Edit) -> Change | None:
     """Apply one edit; return the Change it made, or None when it changed nothing."""
+    done = applied(edit)
+    return done.change if done is not None else None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A Change and the element it touched (None: an element it removed), for ``settle``."""
+
+    change: Change
+    node: etree._Element | None
+    attr: str | None = None
+
+
+def settle(done: list[Applied], root: etree._Element) -> list[Change]:
+    """The changes, each naming its element by its XPath in ``root`` as the edits left it: a path
+    taken when an edit was applied goes stale when a later edit adds a sibling of its tag (the one
+    ``timer`` is then ``timer[1]``, and ``timer`` names both) or removes one before it. An element
+    no longer in ``root`` (removed, or replaced whole) keeps the path it had."""
+    out = []
+    for d in done:
+        if d.node is None or d.node.getroottree().getroot() is not root:
+            out.append(d.change)
+            continue
+        where = _path(d.node) + (f"/@{d.attr}" if d.attr else "")
+        out.append(d.change if where == d.change.element else replace(d.change, element=where))
+    return out
+
+
+def applied(edit: Edit) -> Applied | None:
+    """``apply``, with the element the Change is about (``settle``)."""
     if isinstance(edit, Set):
         elem_path, attr = split_path(edit.path)
         node = _walk(edit.anchor, elem_path, create=edit.value is not None)
@@ -235,12 +265,12 @@ def apply(edit: Edit) -> Change | None:
                 del node.attrib[attr]
             else:
                 node.set(attr, edit.value)
-            return Change(f"{_path(node)}/@{attr}", before, edit.value, edit.reason)
+            return Applied(Change(f"{_path(node)}/@{attr}", before, edit.value, edit.reason), node, attr)
         before = xmltext.text(node).strip() or None
         if before == edit.value:
             return None
         xmltext.set_text(node, edit.value)  # the whole value: text after a comment too
-        return Change(_path(node), before, edit.value, edit.reason)
+        return Applied(Change(_path(node), before, edit.value, edit.reason), node)
     if isinstance(edit, Put):
         old = edit.parent.find(edit.element.tag)
         before = show(old)
@@ -252,12 +282,12 @@ def apply(edit: Edit) -> Change | None:
             edit.parent.remove(old)
         else:
             insert(edit.parent, edit.element)
-        return Change(_path(edit.element), before, after, edit.reason)
+        return Applied(Change(_path(edit.element), before, after, edit.reason), edit.element)
     if isinstance(edit, Remove):
         parent = edit.element.getparent()
         if parent is None:
             return None
         where, before = _path(edit.element), show(edit.element)
         parent.remove(edit.element)
-        return Change(where, before, None, edit.reason)
+        return Applied(Change(where, before, None, edit.reason), None)
     return None

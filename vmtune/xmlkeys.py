@@ -145,12 +145,48 @@ def find(root, path: list):
 
 
 def where_of(path: list, name: str | None = None, prefix: list | None = None) -> str:
+    """A path of keys as the XPath a user reads (and can give to ``xmllint --xpath``): each step
+    its tag, the key's values as a predicate and, after the first of that key, its 1-based place
+    among them (``/domain/devices/disk[source/@file='/b.img'][2]``, ``/domain/clock/timer[@name='hpet']``)."""
     steps = []
     for ident in [*(prefix or []), *path]:
-        local = local_name(ident[0]) or ident[0]
-        vals = [v for v in ident[1:-1] if v]
-        steps.append(local + (f"[{','.join(vals)}]" if vals else "") + (f"[{ident[-1] + 1}]" if ident[-1] else ""))
+        tests = _tests(ident)
+        steps.append(_node_test(ident[0]) + (f"[{' and '.join(tests)}]" if tests else "")
+                     + (f"[{ident[-1] + 1}]" if ident[-1] else ""))
     return "/domain/" + "/".join(steps) + (f"/@{name}" if name else "")
+
+
+def _node_test(tag: str) -> str:
+    if tag in ("#comment", "#pi"):
+        return "comment()" if tag == "#comment" else "processing-instruction()"
+    local = local_name(tag)
+    return f"*[local-name()={_quote(local)}]" if tag[:1] == "{" else local
+
+
+def _tests(ident: tuple) -> list[str]:
+    """The key of ``ident`` (but its ordinal) as XPath tests: a value it has, or that it has none
+    (a disk without a source, a NIC without a MAC: the ordinal counts among those)."""
+    tag, vals = ident[0], ident[1:-1]
+    local = local_name(tag)
+    if tag == "#comment":
+        return [f".={_quote(vals[0])}"]
+    if tag == "#pi" or tag[:1] == "{":
+        return []
+    if local == "disk":
+        return [f"source/@{v.partition('=')[0]}={_quote(v.partition('=')[2])}" for v in vals] or [
+            "not(" + " or ".join(f"source/@{a}[.!='']" for a in SOURCE_ATTRS) + ")"]
+    if local == "interface":
+        return [f"mac/@address={_quote(vals[0])}" if vals[0] else "not(mac/@address[.!=''])"]
+    return [f"@{a}={_quote(v)}" if v else f"not(@{a}[.!=''])" for a, v in zip(KEYS.get(local, ()), vals)]
+
+
+def _quote(value: str) -> str:
+    """An XPath string literal of ``value`` (XPath 1.0 has no escapes: the other quote, or concat)."""
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    return "concat(" + ", \"'\", ".join(f"'{part}'" for part in value.split("'")) + ")"
 
 
 def other_node(xml: str):

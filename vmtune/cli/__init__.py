@@ -32,8 +32,8 @@ from . import doctor, helptext, hostmap, live, offline, status
 # docs/cli.md's table is made from it too (python -m vmtune.cli.manual).
 EXIT_CODES = (
     (0, "done"),
-    (1, "invalid input: malformed XML, an unknown profile, a foreign arch, a Xen or LXC domain, a configuration "
-        "that does not fit the host, a domain libvirt does not know or refuses, a hook state that cannot be read "
+    (1, "invalid input: malformed XML (the error names the file, its line and column), an unknown profile, a "
+        "foreign arch, a Xen or LXC domain, a configuration that does not fit the host, a domain libvirt does not know or refuses, a hook state that cannot be read "
         "(`vmtune: error: ...` on stderr, one line); `plan`: a problem found; `doctor`: a check FAILs"),
     (2, "usage: one line too, naming the command and its `--help`; an option the command would ignore is one "
         "(`map --connect` with `--host` or `--claim`, `hook reap --unit-dir`), and so is `doctor "

@@ -106,7 +106,14 @@ def changed(before: str, after: str) -> tuple[str, str]:
 
 
 def _cut(value: str, most: int = 24) -> str:
-    return value if len(value) <= most else value[:most - 1] + "…"
+    """``value`` whole when it fits in ``most`` characters; else its words that fit, whole, and
+    " …" (a first word longer than ``most``, a path say, is cut inside it, with "…")."""
+    if len(value) <= most:
+        return value
+    head = value[:most - 1]  # room for the "…"
+    space = value.rfind(" ", 0, most - 1)  # the words before it are whole, and " …" fits after them
+    words = head[:space].rstrip(" ,;:") if space > 0 else ""
+    return f"{words} …" if words else head + "…"
 
 
 def topology(host, reserved: frozenset[int]) -> list[str]:

@@ -1,14 +1,22 @@
 """What every subcommand's ``--help`` ends with: one or two examples (``EXAMPLES``), and the
 formatter that keeps their lines as written while it wraps the prose (``Formatter``). The man page
-(vmtune/cli/manual.py) shows the same examples."""
+(vmtune/cli/manual.py) shows the same examples.
+
+An example that uses a file of ``examples/`` names it ``{examples}/FILE``: ``--help`` fills in the
+checkout's ``examples/`` when vmtune runs from a checkout, else ``SHIPPED``, where the Debian package
+installs them (debian/vmtune.examples); the man page, which only the package installs, ``SHIPPED``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import textwrap
 
+SHIPPED = "/usr/share/doc/vmtune/examples"
+
 EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
-    "rewrite": (("vmtune rewrite examples/stock-latency.xml --explain", "what would change for this host, and why"),
+    "rewrite": (("vmtune rewrite {examples}/stock-latency.xml --explain", "what would change for this host, and why"),
                 ("vmtune rewrite dom.xml --profile latency -i", "tune dom.xml in place with the latency profile")),
     "untune": (("vmtune untune dom.xml --diff", "what vmtune changed in dom.xml, put back"),),
     "topology": (("vmtune topology", "this machine's NUMA nodes, their CPUs and the reserved CPUs"),
@@ -32,9 +40,21 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+def examples_dir() -> str:
+    """The checkout's ``examples/`` when vmtune runs from a checkout, else ``SHIPPED``."""
+    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+    return checkout if os.path.isdir(checkout) else SHIPPED
+
+
+def examples(command: str, where: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The command's examples (line, what it does), their files in ``where`` (else ``examples_dir()``)."""
+    where = where or examples_dir()
+    return tuple((line.replace("{examples}", where), what) for line, what in EXAMPLES[command])
+
+
 def epilog(command: str) -> str:
     """``examples:`` and the command's examples, one per line with what it does."""
-    return "examples:\n" + "".join(f"  {line}\n      {what}\n" for line, what in EXAMPLES[command])
+    return "examples:\n" + "".join(f"  {line}\n      {what}\n" for line, what in examples(command))
 
 
 class Formatter(argparse.HelpFormatter):

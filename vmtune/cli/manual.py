@@ -9,7 +9,8 @@ so that they cannot drift (tests/test_manual.py regenerates them and compares).
 - ``vmtune-profiles(5)``: every profile key from its JSON Schema, with the default of
   ``profiles.Profile``, how ``inherit`` works, and the built-in profiles;
 - bash and zsh completion through shtab: subcommands, options, files, profile names (``vmtune
-  profiles``) and domain names (``virsh list --all --name``, only when libvirt answers within 2 s).
+  profiles``) and domain names (``virsh list --all --name`` at the ``--connect`` URI typed, else
+  libvirt's default, only when libvirt answers within 2 s).
 
 ``python -m vmtune.cli.manual ROOT`` writes ``man/`` and ``completion/`` under ROOT (``--check``:
 exit 1 when one differs). argparse-manpage and shtab are needed only here (the ``test`` extra).
@@ -23,6 +24,8 @@ import os
 import re
 import sys
 from dataclasses import fields
+
+from .helptext import SHIPPED
 
 DATE = "2026-11-27"  # the pages' date: changed by hand with what they say, so a build is reproducible
 PAGES = ("man/vmtune.8", "man/vmtune.toml.5", "man/vmtune-profiles.5")
@@ -39,7 +42,10 @@ FILES = (("/etc/vmtune/vmtune.toml", "the host configuration: vmtune.toml(5)"),
                                            "empty environment; vmtune hook reap and vmtune status read it too"),
          ("/run/vmtune/state.json, baseline.json", "the hook's leases and what the host was before them"),
          ("/var/lib/vmtune/originals", "the XML domains had before vmtune apply, for vmtune revert"),
-         ("vmtune-reap.service, vmtune-reap.timer", "the reaper: vmtune hook reap once a minute"))
+         ("vmtune-reap.service, vmtune-reap.timer", "the reaper: vmtune hook reap once a minute"),
+         (SHIPPED, "the example domains (stock-latency.xml, db-4vcpu.xml, batch-4vcpu.xml), a 2-node host's "
+                   "capabilities (hosts/2node-smt.xml) and the domains of the map example (map/), as the "
+                   "EXAMPLES below use them"))
 SEE_ALSO = r"\fBvmtune.toml\fR(5), \fBvmtune-profiles\fR(5), \fBvirsh\fR(1), \fBlibvirtd\fR(8), \fBtuned-adm\fR(8)"
 
 
@@ -69,11 +75,12 @@ def environment() -> list[tuple[str, str]]:
 
 
 def _examples() -> str:
-    from .helptext import EXAMPLES
+    """Every subcommand's examples, with the files the package installs (helptext.SHIPPED)."""
+    from .helptext import EXAMPLES, SHIPPED, examples
 
     out = []
-    for command, examples in EXAMPLES.items():
-        for line, what in examples:
+    for command in EXAMPLES:
+        for line, what in examples(command, SHIPPED):
             out.append(f".TP\n.B {roff(line)}\n{roff(what)}")
     return "\n".join(out)
 
@@ -225,16 +232,61 @@ def profiles_page() -> str:
 BASH_PREAMBLE = r"""
 # profile names: vmtune profiles' first column
 _vmtune_profiles() { compgen -W "$(vmtune profiles 2>/dev/null | awk '{print $1}')" -- "$1"; }
+# the libvirt URI typed before (-c URI, --connect URI, --connect=URI), else libvirt's default
+_vmtune_uri() {
+  local i word uri=${LIBVIRT_DEFAULT_URI:-qemu:///system}
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    word=${COMP_WORDS[i]}
+    case $word in
+      -c|--connect) ((i + 1 < COMP_CWORD)) && uri=${COMP_WORDS[i+1]} ;;
+      --connect=*) uri=${word#--connect=} ;;
+      -c?*) uri=${word#-c} ;;
+    esac
+  done
+  uri=${uri#[\"\']}
+  printf '%s\n' "${uri%[\"\']}"
+}
 # domain names: only when libvirt answers within 2 s (read-only, as --connect's default)
 _vmtune_domains() {
-  compgen -W "$(timeout 2 virsh -r -c "${LIBVIRT_DEFAULT_URI:-qemu:///system}" list --all --name 2>/dev/null)" -- "$1"
+  compgen -W "$(timeout 2 virsh -r -c "$(_vmtune_uri)" list --all --name 2>/dev/null)" -- "$1"
+}
+# bash splits a word at : and = (COMP_WORDBREAKS), so that -c qemu+ssh://h/system would count as
+# three arguments: the words before the one completed are glued back as typed (no blank between)
+_vmtune() {
+  local -a glued=()
+  local i word blank rest=$COMP_LINE current=${COMP_WORDS[COMP_CWORD]}
+  for ((i = 0; i < COMP_CWORD; i++)); do
+    word=${COMP_WORDS[i]}
+    blank=${rest%%[![:space:]]*}
+    rest=${rest#"$blank"}
+    rest=${rest#"$word"}
+    if ((i > 0)) && [[ -z $blank ]]; then
+      glued[${#glued[@]}-1]+=$word
+    else
+      glued+=("$word")
+    fi
+  done
+  local COMP_WORDS=("${glued[@]}" "$current") COMP_CWORD=${#glued[@]}
+  _shtab_vmtune "$@"
 }
 """
 ZSH_PREAMBLE = r"""
 _vmtune_profiles() { local -a p; p=(${(f)"$(vmtune profiles 2>/dev/null | awk '{print $1}')"}); compadd -a p; }
+# the libvirt URI typed before (-c URI, --connect URI, --connect=URI), else libvirt's default
+_vmtune_uri() {
+  local i uri=${LIBVIRT_DEFAULT_URI:-qemu:///system}
+  for (( i = 1; i < CURRENT; i++ )); do
+    case $words[i] in
+      -c|--connect) (( i + 1 < CURRENT )) && uri=${(Q)words[i+1]} ;;
+      --connect=*) uri=${(Q)words[i]#--connect=} ;;
+      -c?*) uri=${(Q)words[i]#-c} ;;
+    esac
+  done
+  print -r -- $uri
+}
 _vmtune_domains() {
   local -a d
-  d=(${(f)"$(timeout 2 virsh -r -c "${LIBVIRT_DEFAULT_URI:-qemu:///system}" list --all --name 2>/dev/null)"})
+  d=(${(f)"$(timeout 2 virsh -r -c "$(_vmtune_uri)" list --all --name 2>/dev/null)"})
   compadd -a d
 }
 """
@@ -269,6 +321,11 @@ def completion(shell: str) -> str:
 
     text = shtab.complete(completing_parser(), shell=shell,
                           preamble={"bash": BASH_PREAMBLE, "zsh": ZSH_PREAMBLE})
+    if shell == "bash":  # bash calls _vmtune (the preamble's), which calls shtab's with the words glued
+        entry = re.compile(r"^(complete .*-F )_shtab_vmtune( vmtune)$", re.M)
+        text, found = entry.subn(r"\1_vmtune\2", text)
+        if found != 1:
+            raise RuntimeError("shtab's bash completion has no one `complete ... -F _shtab_vmtune vmtune`")
     return _clean(text)
 
 

@@ -80,7 +80,9 @@ def load(xml: str | bytes) -> dict:
     """The fields of the Host that capabilities XML describes; InvalidInput when it is not that."""
     root = xmlsafe.parse(xml, "capabilities XML")
     if root.tag != "capabilities":
-        raise InvalidInput(f"not libvirt capabilities XML: the root element is <{root.tag}>")
+        name = xmlsafe.source(xml)
+        raise InvalidInput(f"not libvirt capabilities XML{f' ({name})' if name else ''}: the root element is "
+                           f"<{root.tag}>")
     host = root.find("host")
     topology = host.find("topology") if host is not None else None
     if topology is None:

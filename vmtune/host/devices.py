@@ -13,6 +13,12 @@ the same answers for the same machine (tests/test_devices.py checks it):
                    devices, live
     Chain          the first source that knows the device
 
+``assignable()`` lists the PCI devices a domain can be given (passthrough-capable, for ``vmtune
+map``): those bound to ``vfio-pci`` now (sysfs's ``bus/pci/devices/ADDR/driver``, a node device's
+``<driver><name>``), and every PCI device of the ``--nodedev`` files, which the user names on
+purpose (a managed hostdev is on its host driver while its domain is shut off). Not every device
+with an IOMMU group: on a host with the IOMMU on that is every bridge, controller and NIC.
+
 Keys: a PCI address ``dddd:bb:ss.f`` (lower case hex), an mdev UUID, a disk's device path or name
 (``/dev/sda``; a symlink such as ``/dev/disk/by-id/...`` is followed where it exists), a NIC's name.
 """
@@ -49,6 +55,17 @@ class Location:
 
 
 UNKNOWN = Location(False)
+VFIO = "vfio-pci"  # the host driver of a PCI device set aside for guests
+
+
+@dataclass(frozen=True)
+class Assignable:
+    """A passthrough-capable PCI device (``Devices.assignable``): its address, where it hangs, and
+    the host driver it is bound to now (None: not known)."""
+
+    key: str
+    location: Location
+    driver: str | None = None
 
 
 def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
@@ -81,6 +98,10 @@ class Devices:
     def locate(self, kind: str, key: str) -> Location:
         return UNKNOWN
 
+    def assignable(self) -> tuple[Assignable, ...]:
+        """The PCI devices a domain can be given, by address (the module's docstring says which)."""
+        return ()
+
     def check(self) -> None:
         """InvalidInput when the source names a node the host lacks (sources read ahead check it
         as they load)."""
@@ -105,12 +126,25 @@ class Chain(Devices):
                 return found
         return UNKNOWN
 
+    def assignable(self) -> tuple[Assignable, ...]:
+        """Every source's, each where the chain finds it, with the first driver a source knows."""
+        drivers: dict[str, str | None] = {}
+        for source in self.sources:
+            for dev in source.assignable():
+                drivers[dev.key] = drivers.get(dev.key) or dev.driver
+        return tuple(Assignable(key, self.locate(PCI, key), drivers[key]) for key in sorted(drivers))
+
 
 class Table(Devices):
-    """Devices listed ahead: (kind, key) -> Location; disks by their kernel name."""
+    """Devices listed ahead: (kind, key) -> Location; disks by their kernel name; and the PCI
+    devices among them that a domain can be given (address -> driver, None when not known)."""
 
-    def __init__(self, entries: Mapping[tuple[str, str], Location]):
+    def __init__(self, entries: Mapping[tuple[str, str], Location], assignable: Mapping[str, str | None] | None = None):
         self.entries = dict(entries)
+        self.drivers = dict(assignable or {})
+
+    def assignable(self) -> tuple[Assignable, ...]:
+        return tuple(Assignable(key, self.locate(PCI, key), self.drivers[key]) for key in sorted(self.drivers))
 
     def locate(self, kind: str, key: str) -> Location:
         if kind == BLOCK:
@@ -199,13 +233,23 @@ class SysfsDevices(Devices):
         """InvalidInput when a PCI device's ``numa_node`` names a node the host lacks (or is no
         number): the commands read every device once, so a broken tree is refused whatever the
         domains use."""
-        folder = os.path.join(self.root, "bus", "pci", "devices")
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            return
-        for name in names:
+        for name in self._pci_names():
             self.locate(PCI, name)
+
+    def assignable(self) -> tuple[Assignable, ...]:
+        """The PCI devices bound to vfio-pci (``bus/pci/devices/ADDR/driver``)."""
+        out = []
+        for name in self._pci_names():
+            driver = os.path.join(self.root, "bus", "pci", "devices", name, "driver")
+            if os.path.basename(os.path.realpath(driver)) == VFIO and os.path.islink(driver):
+                out.append(Assignable(name, self.locate(PCI, name), VFIO))
+        return tuple(out)
+
+    def _pci_names(self) -> list[str]:
+        try:
+            return sorted(os.listdir(os.path.join(self.root, "bus", "pci", "devices")))
+        except OSError:
+            return []
 
 
 def _parents(path: str, top: str) -> list[str]:

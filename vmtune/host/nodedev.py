@@ -4,7 +4,9 @@ as a devices Table (host/devices.py).
 A PCI device's node is its ``<numa node='N'/>`` (none, or -1: no node). A NIC
 (``<capability type='net'>``), a disk (``<capability type='storage'>``, its ``<block>``) and a
 mediated device (``<capability type='mdev'>``) hang off the nearest PCI device up their
-``<parent>`` chain, as far as the devices given name it.
+``<parent>`` chain, as far as the devices given name it. A PCI device's ``<driver><name>`` is the
+host driver it is bound to now: the Table lists the PCI devices a domain can be given
+(``Devices.assignable``): every one of the ``--nodedev`` files, those on vfio-pci of libvirt's list.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 
 from .. import xmlsafe, xmltext
 from ..errors import InvalidInput
-from .devices import BLOCK, MDEV, NET, PCI, PCI_FIELDS, PCI_LIMITS, Location, Table, block_name, check_node, pci_address
+from .devices import (BLOCK, MDEV, NET, PCI, PCI_FIELDS, PCI_LIMITS, VFIO, Location, Table, block_name, check_node,
+                      pci_address)
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class NodeDevice:
     keys: tuple[tuple[str, str], ...]  # (kind, key) it answers to
     pci: str | None = None  # its PCI address, for a PCI device
     node: int | None = None  # its own <numa node>, for a PCI device
+    driver: str | None = None  # the host driver it is bound to (<driver><name>), when given
 
 
 def _text(el) -> str:
@@ -48,6 +52,7 @@ def parse(xml: str | bytes, where: str) -> NodeDevice:
     if not name:
         raise InvalidInput(f"{where}: a node device without a <name>")
     parent = _text(root.find("parent")).strip() or None
+    driver = _text(root.find("driver/name")).strip() or None
     keys: list[tuple[str, str]] = []
     pci = node = None
     for cap in root.findall("capability"):
@@ -77,7 +82,7 @@ def parse(xml: str | bytes, where: str) -> NodeDevice:
             uuid = _text(cap.find("uuid")).strip() or _mdev_uuid(name)
             if uuid:
                 keys.append((MDEV, uuid.lower()))
-    return NodeDevice(name, parent, tuple(keys), pci, node)
+    return NodeDevice(name, parent, tuple(keys), pci, node, driver)
 
 
 def _mdev_uuid(name: str) -> str:
@@ -87,9 +92,10 @@ def _mdev_uuid(name: str) -> str:
     return "-".join(parts) if [len(p) for p in parts] == [8, 4, 4, 4, 12] else ""
 
 
-def table(devices: list[NodeDevice], nodes: frozenset[int] | None = None) -> Table:
+def table(devices: list[NodeDevice], nodes: frozenset[int] | None = None, every_pci: bool = False) -> Table:
     """The Table of ``devices``: each one's node is its own (a PCI device's) or its nearest PCI
-    parent's among ``devices``; a node the host lacks (``nodes``) is InvalidInput."""
+    parent's among ``devices``; a node the host lacks (``nodes``) is InvalidInput. Its assignable
+    devices: those bound to vfio-pci, or with ``every_pci`` every PCI device (``--nodedev``)."""
     by_name = {d.name: d for d in devices}
     entries: dict[tuple[str, str], Location] = {}
     for dev in devices:
@@ -104,9 +110,11 @@ def table(devices: list[NodeDevice], nodes: frozenset[int] | None = None) -> Tab
             found = Location(True, None)
         for key in dev.keys:
             entries[key] = found
-    return Table(entries)
+    assignable = {d.pci: d.driver for d in devices if d.pci and (every_pci or d.driver == VFIO)}
+    return Table(entries, assignable)
 
 
 def load(paths: list[str], nodes: frozenset[int] | None = None) -> Table:
-    """``--nodedev FILE`` (repeatable): the Table of those files."""
-    return table([parse(xmlsafe.read(path, "node device XML"), path) for path in paths], nodes)
+    """``--nodedev FILE`` (repeatable): the Table of those files, every PCI device among them
+    assignable (the user names it)."""
+    return table([parse(xmlsafe.read(path, "node device XML"), path) for path in paths], nodes, every_pci=True)

@@ -23,8 +23,9 @@ it has no pin of its own; a thread with neither floats over the host and is pinn
 
 Each CPU carries its L3 domain and core kind as the host has them (``Host.l3_of``, ``Cpu.kind``);
 each node its L3 domains (``MapNode.groups``: its cores by L3, the order the views draw) and the
-passthrough devices that hang off it (devices.py, ``locality.locate``); the map the devices of no
-node, or that the host does not know.
+passthrough devices that hang off it, held by a domain (devices.py, ``locality.locate``) or free
+(passthrough-capable: ``Devices.assignable``); the map the devices of no node, or that the host
+does not know.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class MapNode:
     bound_kib: int  # normal memory the domains bind here strictly
     pages: tuple[PagePool, ...] = ()
     caches: tuple[MapL3, ...] = ()  # its L3 domains, by id
-    devices: tuple[MapDevice, ...] = ()  # the passthrough devices that hang off it
+    devices: tuple[MapDevice, ...] = ()  # the passthrough devices that hang off it, held or free
 
     def groups(self) -> tuple[Group, ...]:
         """Its cores by L3 domain (a core's first thread's), the domains in the order of their

@@ -7,7 +7,8 @@ out. An isolated CPU has a thick dashed blue border, a CPU with an overlap or a 
 tooltip in a browser) naming what holds it and every thread pinned there, its L3 domain and kind.
 On a host with L3 domains a node's cores are grouped in a blue box per L3 domain (its ``<title>``:
 its id, size and CPUs; ``id="nodeN-l3-ID"``), cores of no known L3 in a dashed one; an efficiency
-core's box is tan. Under the cores, the passthrough devices that hang off the node, a line each;
+core's box is tan. Under the cores, the passthrough devices that hang off the node (held by a
+domain, or free), a line each;
 after the nodes, those on no node or that the host does not know. No script, no external
 reference (the patterns are in ``<defs>``), generic font families only.
 """

@@ -5,13 +5,15 @@
       L3 0: 16 MiB, CPUs 0-3,16-19
         [ 0 host       16 host     ] [ 1 web:v0     17 free     ] ...
       0000:3b:00.0 hostdev -> db
+      0000:3c:00.0 pci (vfio-pci): free
 
 A CPU's cell is its id, a mark (``!`` an overlap or a float that ``vmtune plan`` reports, else ``*``
 isolated now, else a space) and its label (``HostMap.label``); an efficiency core is in ``( )``
 instead of ``[ ]``. On a host with L3 domains a node's cores are grouped by L3, each group under
 its line and indented; without, they follow the node's lines. Then the PCI devices and mdevs that
-domains pass through and that hang off the node, a line each with the domain that holds it; the
-ones on no node or that the host does not know follow the nodes. Cores are packed into lines of at
+domains pass through and that hang off the node, a line each with the domain that holds it, and
+the passthrough-capable PCI devices that no domain holds, free (devices.py); the ones on no node or
+that the host does not know follow the nodes. Cores are packed into lines of at
 most ``width`` columns (80): every host of up to 64 CPUs fits, a core whose threads do not fit on
 one line (SMT8) is split over several. With ``color``, a domain's CPUs take its colour, reserved,
 free and offline ones are dim, marks are bold; the text is the same.
@@ -124,7 +126,10 @@ def _cores(node: MapNode, cells: _Cells, width: int) -> list[str]:
 
 
 def device(hostmap: HostMap, dev: MapDevice) -> str:
-    """``0000:3b:00.0 hostdev -> db`` (both views)."""
+    """``0000:3b:00.0 hostdev -> db``; a device no domain holds ``0000:0b:00.0 pci (vfio-pci): free``
+    (both views)."""
+    if dev.free:
+        return f"{dev.key} {dev.how}{f' ({escape(dev.driver)})' if dev.driver else ''}: free"
     return f"{dev.key} {dev.how} -> {escape(hostmap.domains[dev.domain].name)}"
 
 
