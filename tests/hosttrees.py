@@ -323,3 +323,17 @@ def machines(
 def hosts(**kwargs) -> st.SearchStrategy[Host]:
     """Hosts only (see ``machines`` for the arguments); offline CPUs are then just id gaps."""
     return machines(**kwargs).map(lambda m: m[0])
+
+
+def x3d(pages: int = 0) -> Host:
+    """A Ryzen 9 7950X3D as sysfs shows it: one node, 16 cores of two threads (CPU n and n+16 are
+    siblings), CCD 0 (cores 0-7) with the 96 MiB 3D V-cache L3, CCD 1 with 32 MiB."""
+    cpus = {}
+    for core in range(16):
+        siblings = frozenset({core, core + 16})
+        for t in siblings:
+            cpus[t] = Cpu(t, 0, 0, 0, core, siblings, 0 if core < 8 else 1)
+    caches = (L3(0, frozenset(c for c in cpus if cpus[c].l3 == 0), 96 * 1024),
+              L3(1, frozenset(c for c in cpus if cpus[c].l3 == 1), 32 * 1024))
+    cell = Cell(0, tuple(sorted(cpus)), 64 * 1024 * 1024, {2048: pages, 1048576: 0}, {0: 10})
+    return Host("x86_64", (cell,), cpus, frozenset(), "AMD", caches=caches)

@@ -5,8 +5,9 @@ A dedicated domain's vCPUs have cores of their own; its emulator and iothreads r
 housekeeping CPUs (the reserved ones: ``reserved_cpus``, else the first core of each node), beside
 the host's own work. Every such thread counts 1, split evenly over the CPUs of its pin (a thread
 pinned to 4 CPUs counts a quarter on each). The placement pins a domain's emulator and iothreads
-to the housekeeping CPUs nearest its vCPUs: those in its L3 domains, else on its nodes, else any;
+to the housekeeping CPUs nearest its vCPUs: those in its L3 domains, else on its nodes, else all;
 a nearer set whose CPUs would carry more than ``LIMIT`` such threads each gives way to a wider one.
+(Where the domain's nodes have no housekeeping CPU, the nodes' free CPUs take them, as before.)
 Where even that cannot keep the count at ``LIMIT``, the rewrite warns and ``vmtune plan`` reports
 a ``housekeeping`` problem: the host needs more housekeeping CPUs (``reserved_cpus``).
 
@@ -58,29 +59,33 @@ def warning(loads: Mapping[int, float], cpus: frozenset[int]) -> str | None:
 def choose(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes, pins: frozenset[int],
            loads: Mapping[int, float], threads: int) -> frozenset[int]:
     """The CPUs for the emulator and iothreads (``threads`` of them) of a domain whose vCPUs take
-    ``pins`` on ``nodes``: the housekeeping CPUs of its L3 domains, of its nodes, then any; one that
-    would carry more than ``LIMIT`` threads a CPU gives way to the next. On a hybrid host, the
-    efficiency cores of a choice where it has any."""
+    ``pins`` on ``nodes``: the housekeeping CPUs of its L3 domains, of its nodes, or all of them,
+    the nearest that stays within ``LIMIT`` threads a CPU (else the least loaded). Where its nodes
+    have no housekeeping CPU, their free CPUs (as before housekeeping was counted), else any. On a
+    hybrid host, the efficiency cores of a choice where it has any."""
     local = frozenset(c for x in nodes for c in host.cell(x).cpus)
     l3s = {host.l3_of(c) for c in pins} - {None}
     near = frozenset(c for c in host.cpus if host.l3_of(c) in l3s) if l3s else frozenset()
-    elsewhere = blocked - reserved
     everywhere = frozenset(host.cpus)
-    levels = (reserved & near, reserved & local, local - elsewhere - pins, reserved & everywhere,
-              everywhere - elsewhere - pins)
-    found = []
-    for level in levels:
-        choice = level - pins
-        if not choice:
-            continue
-        small = frozenset(c for c in choice if host.efficient(c))
-        choice = small or choice
-        found.append(choice)
-        if max(loads.get(c, 0.0) + threads / len(choice) for c in choice) <= LIMIT:
-            return choice
-    if not found:
-        raise DoesNotFit("no CPU is left for the emulator and iothreads outside the dedicated vCPUs")
-    return min(found, key=lambda s: (max(loads.get(c, 0.0) + threads / len(s) for c in s), -len(s)))
+    elsewhere = blocked - reserved
+
+    def kind(choice: frozenset[int]) -> frozenset[int]:
+        return frozenset(c for c in choice if host.efficient(c)) or choice
+
+    def most(choice: frozenset[int]) -> float:
+        return max(loads.get(c, 0.0) + threads / len(choice) for c in choice)
+
+    if (reserved & local) - pins:
+        found = list(dict.fromkeys(kind(s - pins) for s in (reserved & near, reserved & local, reserved & everywhere)
+                                   if s - pins))
+        for choice in found:
+            if most(choice) <= LIMIT:
+                return choice
+        return min(found, key=lambda s: (most(s), found.index(s)))
+    for level in (local - elsewhere - pins, reserved & everywhere - pins, everywhere - elsewhere - pins):
+        if level:
+            return kind(level)
+    raise DoesNotFit("no CPU is left for the emulator and iothreads outside the dedicated vCPUs")
 
 
 def rt_cpus(host: Host, blocked: frozenset[int], nodes, pins: tuple[int, ...], count: int) -> tuple[int, ...]:

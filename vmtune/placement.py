@@ -21,7 +21,7 @@ A host without cache information, core kinds or devices is placed exactly as bef
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import combinations
 
@@ -153,7 +153,15 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
         best = _search(host, ledger, req, free, first=req.within or frozenset(), fewest=req.within is None)
     if best is None:
         raise _why_not(host, reserved, ledger, req, free)
-    return _build(host, reserved, blocked, ledger, req, *best)
+    placed = _build(host, reserved, blocked, ledger, req, *best)
+    if req.active is not None and len(placed.nodes) > 1:  # would the enabled vCPUs alone fit on fewer?
+        fewer = _search(host, ledger, replace(req, vcpus=req.active, within=None), free)
+        if fewer is not None and len(fewer[0]) < len(placed.nodes):
+            placed = replace(placed, warnings=placed.warnings + (
+                f"the domain spans nodes {cpuset.format(placed.nodes)} for its {req.vcpus} vCPUs"
+                + placenotes.placeholders(req) + f"; its {req.active} enabled vCPUs alone would fit on "
+                f"{len(fewer[0])} node{'s' if len(fewer[0]) > 1 else ''}",))
+    return placed
 
 
 def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int] | None = None,
@@ -262,8 +270,6 @@ def _score(host: Host, groups, sizes, nodes, shares, smt: str, prefer: frozenset
 def _why_not(host, reserved, ledger, req, free) -> DoesNotFit:
     """Why ``req`` fits nowhere: its device's node, the performance cores, memory, or CPUs (and the
     disabled placeholder vCPUs, when the enabled ones alone would fit)."""
-    from dataclasses import replace
-
     if req.locality == DeviceLocality.REQUIRED and any(a.passthrough for a in req.anchors):
         try:
             dedicated(host, reserved, ledger, replace(req, locality=DeviceLocality.IGNORE))
