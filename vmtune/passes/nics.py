@@ -26,6 +26,7 @@ def run(ctx, dom):
             if not ctx.kvm:
                 why += " (libvirt uses it only for type='kvm'; under TCG packets stay in QEMU)"
             edits.append(Interface.driver_name.edit(nic, Interface.DRIVER_NAME_VHOST, why))
-            why = f"multiqueue: one queue per vCPU (up to {p.devices_max_queues}) spreads packets over vCPUs"
-            edits.append(Interface.queues.edit(nic, queues if queues > 1 else None, why))
+            if nic.queues is None and queues > 1:  # the user's own count stays
+                why = f"multiqueue: one queue per vCPU (up to {p.devices_max_queues}) spreads packets over vCPUs"
+                edits.append(Interface.queues.edit(nic, queues, why))
     return edits

@@ -144,6 +144,10 @@ def dedicated(ctx, dom):
         where = f"emulator and iothreads on the shared CPUs {cpuset.format(pl.emulator)}"
     whose = "the hand's own pins, kept" if pl.hand else "a host CPU per vCPU"
     reason = f"{whose} on node {nodes}, on cores nobody else runs on; {where}"
+    kept = ([f"<emulatorpin> {cpuset.format(emulator)}"] if emulator == wants.emulatorpin else []) + \
+        [f"<iothreadpin iothread='{i}'> {cpuset.format(c)}" for i, c in wants.iothreadpins if iothreads.get(i) == c]
+    if kept:
+        reason += f"; the hand's own pins kept, off the dedicated CPUs: {', '.join(kept)}"
     if pl.rt:
         reason += f"; real-time emulator or iothreads on CPUs of their own ({cpuset.format(pl.rt)})"
     if not pl.emulator_with_vcpus:
