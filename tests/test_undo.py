@@ -303,3 +303,29 @@ def test_the_record_survives_libvirt_and_untunes_from_there(profile, tmp_path):
     assert record(done.stdout) == record(result.xml)
     back = vmtune.untune(done.stdout)
     assert back.changed and libvirt_reads(back.xml) == libvirt_reads(STOCK)
+
+
+def test_a_note_that_the_hand_wins_is_true_of_the_output():
+    """A hand change since the last rewrite that this rewrite sets again is not reported "kept":
+    its note says the profile set it again, and why; a note ending ": kept" holds in the output."""
+    import re
+
+    from lxml import etree
+
+    host = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
+    tuned = vmtune.rewrite((EXAMPLES / "db-4vcpu.xml").read_bytes(), host, "latency").xml
+    edits = [('cache="none"', 'cache="writeback"'), ('io="native"', 'io="threads"')]
+    for old, new in edits:
+        hand = tuned.replace(old, new, 1).replace(old.replace('"', "'"), new.replace('"', "'"), 1)
+        assert hand != tuned, old
+        again = vmtune.rewrite(hand, host, "latency")
+        root = etree.fromstring(again.xml.encode())
+        assert again.kept, old
+        for note in again.kept:
+            path, _, rest = note.partition(": ")
+            m = re.match(r"'(.*)' by hand \(vmtune wrote '.*'\): kept$", rest)
+            if m and "/@" in path:
+                elem, _, attr = path.rpartition("/@")
+                assert root.xpath(elem)[0].get(attr) == m.group(1), note
+            if "set again by this profile" in rest:
+                assert not rest.endswith(": kept")

@@ -293,6 +293,7 @@ def tune(
         if given is not None:  # tuned before: the changes from the input as given
             retune.keep_assigned(given, root)
             changes = retune.against(given, root, changes)
+            kept = retune.truthful(kept, root, changes)
         undo.write(root, undo.diff(base, root))
     return Tuned(root, ctx, tuple(changes), tuple(warned) + tuple(warnings), kept)
 

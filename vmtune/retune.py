@@ -102,3 +102,31 @@ def keep_assigned(given, output) -> None:
             from .edits import clone, insert
 
             insert(disk, clone(old.find("address")))
+
+
+def _nodes(root, path: str):
+    """The element (and attribute name) an XPath of a note or a change names, else None."""
+    elem, _, attr = path.rpartition("/@") if "/@" in path else (path, "", "")
+    try:
+        found = root.getroottree().xpath(elem, namespaces={"vmtune": NS})
+    except etree.XPathError:
+        return None
+    return (found[0], attr or None) if len(found) == 1 and xmltext.is_element(found[0]) else None
+
+
+def truthful(kept, root, changes) -> tuple[str, ...]:
+    """The notes of what the hand changed since vmtune's last rewrite ("...: kept"), each still
+    true of the output ``root``: where a pass set the value again, the note says so and why."""
+    touched = {}
+    for change in changes:
+        at = _nodes(root, change.element)
+        if at is not None:
+            touched[at] = change.reason
+    out = []
+    for note in kept:
+        path, sep, rest = note.partition(": ")
+        at = _nodes(root, path) if sep and rest.endswith(": kept") else None
+        if at is not None and at in touched:
+            note = f"{path}: {rest[: -len(': kept')]}: set again by this profile: {touched[at]}"
+        out.append(note)
+    return tuple(out)
