@@ -9,7 +9,8 @@ over the nodes as the vCPUs are; each part is one QEMU backend, rounded up to wh
 - **Hugepages the domain has** (its own ``<hugepages>``): kept, with the page size it names, even
   when the pool is short now (``Fit.short``): VFIO users allocate pages in a prepare hook, and
   vmtune's hook tops the pool up at start. They go only where they can never fit: a page size the
-  host does not have, or a part larger than its node's memory (``Fit.gone`` says which).
+  host does not have, or a part larger than its node's memory (``Fit.gone`` says which). A host
+  that names no page sizes, or not its nodes' memory, cannot say that: they stay.
 - **Normal pages**: each part must fit in its node's free normal memory (its memory less the
   hugepage pool less what other domains bind there strictly), when that is known.
 """
@@ -23,6 +24,7 @@ from .claims import Ledger
 from .host import Host
 
 MIB = 1024
+DEFAULT_PAGE_KIB = 2048  # the default hugepage size where the host names none (x86's)
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,8 @@ def _page_choice(fits: dict[int, tuple[list[int], int]], memory_kib: int) -> tup
 def _kept(host: Host, nodes: tuple[int, ...], shares: list[int], req) -> Fit | None:
     """The domain's own hugepages when no size backs it now: its page size, unless it can never fit."""
     have = sizes(host)
-    size = req.page_kib or (have[0] if have else None)
-    if size is None or size not in have:
+    size = req.page_kib or (have[0] if have else DEFAULT_PAGE_KIB)
+    if have and size not in have:  # a host that lists no page sizes (capabilities without <pages>) cannot tell
         named = units.page(req.page_kib) if req.page_kib else "huge"
         return Fit(None, [], gone=f"the domain's <hugepages> asks for {named} pages, which this host does not have")
     parts = _split_memory(req.memory_kib, shares, size)
