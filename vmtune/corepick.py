@@ -99,24 +99,27 @@ def pick(groups: list[list[tuple[int, ...]]], count: int, smt: str, sizes: list[
 
 
 def _pick_first(groups, count: int, smt: str, first: frozenset[int]) -> list[tuple[int, list[int]]]:
-    """The threads of ``first`` before any other, from the groups that hold most of them; then the
-    rest of those cores (not under ``isolate``: one vCPU per core), then other cores."""
-    def split(group):
-        mine = [tuple(t for t in c if t in first) for c in group if first.intersection(c)]
-        rest = [tuple(t for t in c if t not in first) for c in group if first.intersection(c)]
-        other = [c for c in group if not first.intersection(c)]
-        return mine + ([] if smt == "isolate" else [r for r in rest if r]) + other
+    """The threads of ``first`` before any other (under ``isolate``, one a core), from the groups
+    that hold most of them; then the rest of those cores (not under ``isolate``) and other cores,
+    group by group in the same order."""
+    def mine(core) -> bool:
+        return bool(first.intersection(core))
 
-    held = [capacity([c for c in g if first.intersection(c)], smt) for g in groups]
+    held = [capacity([c for c in g if mine(c)], smt) for g in groups]
     order = sorted(range(len(groups)), key=lambda i: (-held[i], i))
-    out = []
+    chosen: dict[int, list[int]] = {}
     left = count
+    for i in order:
+        units = [tuple(t for t in c if t in first) for c in groups[i] if mine(c)]
+        got = take(units, min(left, capacity(units, smt)), smt)
+        chosen[i] = got
+        left -= len(got)
     for i in order:
         if left <= 0:
             break
-        units = split(groups[i])
+        rest = [] if smt == "isolate" else [tuple(t for t in c if t not in first) for c in groups[i] if mine(c)]
+        units = [u for u in rest if u] + [c for c in groups[i] if not mine(c)]
         got = take(units, min(left, capacity(units, smt)), smt)
-        if got:
-            out.append((i, got))
-            left -= len(got)
-    return sorted(out)
+        chosen[i] = chosen[i] + got
+        left -= len(got)
+    return sorted((i, got) for i, got in chosen.items() if got)

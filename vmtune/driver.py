@@ -150,6 +150,7 @@ def _place(profile, host, ledger, reserved, dom, config, spread, near, wants) ->
             devices=tuple((dev.target_node or 0, dev.size_kib, dev.granule_kib) for dev in dom.memory_devices
                           if dev.model in MemoryDevice.RAM_MODELS and dev.pagesize_kib is None and dev.size_kib),
             within=wants.within, prefer=wants.prefer, hand_pins=wants.pins, within_what=wants.what,
+            hand_helpers=wants.helper_cpus, hand_said="the hand's" if wants.hand else "the domain's",
             pages_kept=wants.pages and profile.memory_hugepages, page_kib=wants.page_kib,
             topped_up=profile.host_tuning and config.hook.hugepages == "top-up",
             rt_threads=rt, helpers=1 + max(dom.iothreads, len(dom.listed_iothread_ids())) - rt,

@@ -43,6 +43,18 @@ class Intent:
     page_kib: int | None = None  # the one page size it names (None: none, or several)
     emulatorpin: frozenset[int] | None = None  # the hand's <emulatorpin>
     iothreadpins: tuple[tuple[int, frozenset[int]], ...] = ()  # the hand's <iothreadpin>s
+    hand: bool = True  # read as the user gave it (False: a tuned domain's, whose vCPU pins are vmtune's)
+
+    @property
+    def helper_cpus(self) -> frozenset[int]:
+        """The CPUs the hand gave the emulator and iothreads (not the real-time ones, whose CPUs
+        are their own): the placement leaves them to them where the vCPUs fit elsewhere."""
+        if not self.hand:
+            return frozenset()
+        pins = [c for i, c in self.iothreadpins if i not in self.rt_iothreads]
+        if self.emulatorpin is not None and not self.rt_emulator:
+            pins.append(self.emulatorpin)
+        return frozenset().union(*pins)
 
     @property
     def rt_threads(self) -> int:
@@ -144,14 +156,16 @@ def _helpers(dom: Domain, host: Host) -> tuple[frozenset[int] | None, tuple[tupl
 
 def read(dom: Domain, host: Host, hand: bool = True) -> Intent:
     """The user's own choices in ``dom`` (as given, before the passes) on ``host``. Without
-    ``hand``, the pins are not read (a tuned domain's, which are vmtune's: the hook's re-pin)."""
+    ``hand`` (a tuned domain's pins, which are vmtune's: the hook's re-pin), the cpuset and pins
+    bound nothing, and pins of one CPU per vCPU stay only where they still hold; emulator and
+    iothread pins off the dedicated CPUs stay either way."""
     rt_vcpus, rt_emulator, rt_iothreads = _realtime(dom)
     pages, page_kib = _pages(dom)
-    if not hand:
-        return Intent(rt_vcpus=rt_vcpus, rt_emulator=rt_emulator, rt_iothreads=rt_iothreads, pages=pages,
-                      page_kib=page_kib)
-    within, prefer, pins, what = _cpus(dom, host)
     emulatorpin, iothreadpins = _helpers(dom, host)
+    within, prefer, pins, what = _cpus(dom, host)
+    if not hand:  # a tuned domain's pins stay where they still hold, and bound nothing
+        return Intent(pins=pins, rt_vcpus=rt_vcpus, rt_emulator=rt_emulator, rt_iothreads=rt_iothreads, pages=pages,
+                      page_kib=page_kib, emulatorpin=emulatorpin, iothreadpins=iothreadpins, hand=False)
     return Intent(within, prefer, pins, what, rt_vcpus, rt_emulator, rt_iothreads, pages, page_kib,
                   emulatorpin, iothreadpins)
 

@@ -64,6 +64,8 @@ class Request:
     within: frozenset[int] | None = None
     prefer: frozenset[int] = frozenset()
     hand_pins: tuple[int, ...] = ()
+    hand_helpers: frozenset[int] = frozenset()  # the CPUs of the hand's emulator and iothread pins
+    hand_said: str = "the hand's"  # whose pins ``hand_pins`` are, as warnings name them
     within_what: str = ""
     pages_kept: bool = False  # the domain has <hugepages> of its own: kept when short now
     page_kib: int | None = None  # the page size it names (None: vmtune's choice)
@@ -148,7 +150,15 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
     hand = _hand(host, ledger, req, blocked)
     if hand is not None:
         return _build(host, reserved, blocked, ledger, req, *hand, hand=True)
-    best = _search(host, ledger, req, free, only=req.within) if req.within is not None else None
+    best = None
+    if req.hand_helpers:  # the CPUs the hand gave the emulator and iothreads stay theirs where the vCPUs fit elsewhere
+        spare = taken_cores(host, req.hand_helpers)
+        avoid = {n: [c for c in cs if not spare.intersection(c)] for n, cs in free.items()}
+        best = _search(host, ledger, req, avoid, only=req.within) if req.within is not None else None
+        if best is None:
+            best = _search(host, ledger, req, avoid, first=req.within or frozenset(), fewest=req.within is None)
+    if best is None and req.within is not None:
+        best = _search(host, ledger, req, free, only=req.within)
     if best is None:
         best = _search(host, ledger, req, free, first=req.within or frozenset(), fewest=req.within is None)
     if best is None:
@@ -228,20 +238,27 @@ def _hand(host: Host, ledger: Ledger, req: Request, blocked: frozenset[int]):
 
 
 def _hand_not(host: Host, req: Request, blocked: frozenset[int]) -> str:
-    """Why the profile cannot live with the hand's pins ("" when it can, memory aside)."""
+    """Why the profile cannot live with the hand's pins ("" when it can, memory aside): pins over
+    several nodes give way too (the fewest nodes come first)."""
     pins = req.hand_pins
     if any(c not in host.cpus for c in pins):
         return "they name CPUs this host does not have"
     taken = blocked.intersection(pins)
     if taken:
+        own = req.hand_helpers - frozenset(pins)
+        hint = (f"; a reserved_cpus of the CPUs you keep for the host (your emulator's and iothreads' "
+                f"{cpuset.format(own)}?) keeps these pins") if own else ""
         return f"{'CPUs' if len(taken) > 1 else 'CPU'} {cpuset.format(taken)} {'are' if len(taken) > 1 else 'is'} " \
-               "kept for the host (reserved_cpus) or held by another domain"
+               f"kept for the host (reserved_cpus) or held by another domain{hint}"
     if req.smt == "isolate" and len({host.core_of(c) for c in pins}) < len(pins):
         return "two vCPUs share a core, and the profile puts one vCPU per core (smt = \"isolate\")"
     if host.hybrid and req.kinds == CpuKinds.PERFORMANCE and any(host.efficient(c) for c in pins):
         return "they take efficiency cores, and the profile takes performance cores only (cpu_kinds)"
     if req.within is not None and not set(pins) <= req.within:
         return f"they leave {req.within_what}"
+    nodes = {host.cpus[c].node for c in pins}
+    if len(nodes) > 1:
+        return f"they span nodes {cpuset.format(nodes)}, and the profile puts a domain on the fewest nodes that hold it"
     return ""
 
 

@@ -92,7 +92,7 @@ def outside(host: Host, req, pins, reserved: frozenset[int], ledger) -> list[str
 
 def hand_replaced(req, why: str) -> str:
     """The warning when the hand's own pins (one CPU per vCPU) give way to the placement's."""
-    return f"the hand's <vcpupin>s (CPUs {cpuset.format(req.hand_pins)}) are replaced: {why}"
+    return f"{req.hand_said} <vcpupin>s (CPUs {cpuset.format(req.hand_pins)}) are replaced: {why}"
 
 
 def rt_short(req, rt) -> list[str]:

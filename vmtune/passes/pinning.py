@@ -138,16 +138,24 @@ def dedicated(ctx, dom):
     rt_iothreads = frozenset(i for i, cpus in iothreads.items() if len(cpus) == 1 and next(iter(cpus)) in pl.rt)
     warns += _scheds(ctx, dom, new, emulator <= frozenset(pl.rt) and bool(pl.rt), rt_iothreads)
     nodes = cpuset.format(pl.nodes)
+    hand_emulator = emulator == wants.emulatorpin
+    hand_io = {i for i, c in wants.iothreadpins if iothreads.get(i) == c}
+    placed = (["emulator"] if not hand_emulator and emulator == pl.emulator else []) + \
+        (["iothreads"] if any(i not in hand_io and i not in rt_iothreads for i in iothreads) else [])
     if pl.emulator_with_vcpus:
         where = "emulator and iothreads beside them (under TCG the emulator runs the guest's timers)"
+    elif placed:
+        where = f"{' and '.join(placed)} on the shared CPUs {cpuset.format(pl.emulator)}"
     else:
-        where = f"emulator and iothreads on the shared CPUs {cpuset.format(pl.emulator)}"
-    whose = "the hand's own pins, kept" if pl.hand else "a host CPU per vCPU"
-    reason = f"{whose} on node {nodes}, on cores nobody else runs on; {where}"
-    kept = ([f"<emulatorpin> {cpuset.format(emulator)}"] if emulator == wants.emulatorpin else []) + \
-        [f"<iothreadpin iothread='{i}'> {cpuset.format(c)}" for i, c in wants.iothreadpins if iothreads.get(i) == c]
+        where = ""
+    whose = ("the hand's own pins, kept" if wants.hand else "its pins as they were, kept") if pl.hand else \
+        "a host CPU per vCPU"
+    reason = f"{whose} on node {nodes}, on cores nobody else runs on" + (f"; {where}" if where else "")
+    kept = ([f"<emulatorpin> {cpuset.format(emulator)}"] if hand_emulator else []) + \
+        [f"<iothreadpin iothread='{i}'> {cpuset.format(c)}" for i, c in wants.iothreadpins if i in hand_io]
     if kept:
-        reason += f"; the hand's own pins kept, off the dedicated CPUs: {', '.join(kept)}"
+        whose = "the hand's" if wants.hand else "its"
+        reason += f"; {whose} own pins kept, off the dedicated CPUs: {', '.join(kept)}"
     if pl.rt:
         reason += f"; real-time emulator or iothreads on CPUs of their own ({cpuset.format(pl.rt)})"
     if not pl.emulator_with_vcpus:
