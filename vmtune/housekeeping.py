@@ -65,7 +65,7 @@ def choose(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes,
     hybrid host, the efficiency cores of a choice where it has any."""
     local = frozenset(c for x in nodes for c in host.cell(x).cpus)
     l3s = {host.l3_of(c) for c in pins} - {None}
-    near = frozenset(c for c in host.cpus if host.l3_of(c) in l3s) if l3s else frozenset()
+    near = frozenset().union(*(host.cache(i).cpus for i in l3s)) if l3s and host.caches else frozenset()
     everywhere = frozenset(host.cpus)
     elsewhere = blocked - reserved
 

@@ -79,15 +79,17 @@ def ids(text: str | None, count: int | None = None) -> frozenset[int]:
 
 def _realtime(dom: Domain) -> tuple[frozenset[int], bool, frozenset[int]]:
     vcpus: set[int] = set()
-    for el in dom.iter("cputune/vcpusched"):
-        if el.get("scheduler") in REALTIME:
-            vcpus |= ids(el.get("vcpus"), dom.vcpus)
-    emulator = any(el.get("scheduler") in REALTIME for el in dom.iter("cputune/emulatorsched"))
-    known = set(dom.iothread_ids())
+    emulator = False
     iothreads: set[int] = set()
-    for el in dom.iter("cputune/iothreadsched"):
-        if el.get("scheduler") in REALTIME:
-            iothreads |= ids(el.get("iothreads")) & known
+    for el in dom.iter("cputune/*[@scheduler]"):
+        if el.get("scheduler") not in REALTIME:
+            continue
+        if el.tag == "vcpusched":
+            vcpus |= ids(el.get("vcpus"), dom.vcpus)
+        elif el.tag == "emulatorsched":
+            emulator = True
+        elif el.tag == "iothreadsched":
+            iothreads |= ids(el.get("iothreads")) & set(dom.iothread_ids())
     return frozenset(vcpus), emulator, frozenset(iothreads)
 
 
@@ -141,9 +143,10 @@ def _helpers(dom: Domain, host: Host) -> tuple[frozenset[int] | None, tuple[tupl
     online = frozenset(host.cpus)
     pin = dom.find("cputune/emulatorpin")
     emulator = ids(pin.get("cpuset")) if pin is not None else frozenset()
-    known = set(dom.iothread_ids())
     pins = []
-    for el in dom.iter("cputune/iothreadpin"):
+    found = dom.node.findall("cputune/iothreadpin")
+    known = set(dom.iothread_ids()) if found else set()
+    for el in found:
         try:
             ident = int(el.get("iothread") or "")
         except ValueError:
@@ -159,8 +162,14 @@ def read(dom: Domain, host: Host, hand: bool = True) -> Intent:
     ``hand`` (a tuned domain's pins, which are vmtune's: the hook's re-pin), the cpuset and pins
     bound nothing, and pins of one CPU per vCPU stay only where they still hold; emulator and
     iothread pins off the dedicated CPUs stay either way."""
-    rt_vcpus, rt_emulator, rt_iothreads = _realtime(dom)
     pages, page_kib = _pages(dom)
+    if dom.find("cputune") is None:  # most domains: no pins, no schedulers
+        within = dom.vcpu_cpuset if hand and dom.vcpu_placement != Domain.VCPU_PLACEMENT_AUTO else None
+        if not within or not within & frozenset(host.cpus):
+            return Intent(pages=pages, page_kib=page_kib, hand=hand)
+        what = f"<vcpu cpuset='{cpuset.format(within)}'>"
+        return Intent(within & frozenset(host.cpus), what=what, pages=pages, page_kib=page_kib)
+    rt_vcpus, rt_emulator, rt_iothreads = _realtime(dom)
     emulatorpin, iothreadpins = _helpers(dom, host)
     within, prefer, pins, what = _cpus(dom, host)
     if not hand:  # a tuned domain's pins stay where they still hold, and bound nothing

@@ -397,6 +397,8 @@ def _runs(host: Host, pins: list[int], start: int) -> list[tuple[int | None, tup
 def _paired(host: Host, took: list[int]) -> list[int]:
     """``took`` (one node's threads) with the threads of each core together, whole pairs before
     lone threads within each L3 domain: the guest's threads='2' needs pairs 0 and 1, 2 and 3, ..."""
+    if all(len(host.core_of(c)) <= 1 for c in took[:1]) or _whole_pairs(host, took):
+        return took  # no sibling threads, or the pairs are whole already (corepick takes a core's threads together)
     out: list[int] = []
     for _, run in _runs(host, took, 0):
         cpus = [took[i] for i in run]
@@ -406,6 +408,24 @@ def _paired(host: Host, took: list[int]) -> list[int]:
         out += [c for core in cores.values() if len(core) > 1 for c in core]
         out += [c for core in cores.values() if len(core) == 1 for c in core]
     return out
+
+
+def _whole_pairs(host: Host, took: list[int]) -> bool:
+    """Whether each core's threads in ``took`` are next to each other, the cores taken whole first."""
+    seen: set[int] = set()
+    lone = False
+    i = 0
+    while i < len(took):
+        core = host.core_of(took[i])
+        n = 1
+        while i + n < len(took) and took[i + n] in core:
+            n += 1
+        if core & seen or (lone and n > 1):
+            return False
+        lone = lone or n == 1
+        seen |= core
+        i += n
+    return True
 
 
 def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, hand: bool = False) -> Placement:
