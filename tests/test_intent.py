@@ -228,3 +228,23 @@ def test_disabled_placeholder_vcpus_are_named_when_they_decide_the_fit():
         raise AssertionError("40 dedicated vCPUs fit on a host of 28 free CPUs")
     one = vmtune.rewrite(xml.format(n=4), host, "latency")
     assert not any("placeholders" in w for w in one.warnings)
+
+
+def test_placeholders_are_named_only_where_they_decide_the_fit():
+    """Over the real-world hosts, a published VM with <vcpu current='20'>26</vcpu>: where 26 do not
+    fit, the placeholders are named exactly when the 20 enabled vCPUs would fit in the free room."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent / "data" / "realworld"
+    xml = next((data / "domains").glob("*placeholder*.xml")).read_bytes()
+    seen = set()
+    for path in sorted((data / "hosts").glob("*.xml")):
+        host = vmtune.Host.from_capabilities(path.read_bytes())
+        try:
+            vmtune.rewrite(xml, host, "latency")
+        except DoesNotFit as exc:
+            free = int(re.search(r"(\d+) free (?:CPUs|cores)", str(exc)).group(1))
+            named = "disabled placeholders" in str(exc)
+            assert named == (20 <= free), str(exc)
+            seen.add(named)
+    assert seen == {True, False}

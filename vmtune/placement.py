@@ -308,7 +308,7 @@ def _why_not(host, reserved, ledger, req, free) -> DoesNotFit:
         if every >= n > total:
             return DoesNotFit(f"{n} dedicated vCPUs do not fit on the performance cores: {total} free "
                               f"performance {unit} are left ({every} with the efficiency cores; the profile's "
-                              "cpu_kinds = \"any\" allows them)" + placenotes.placeholders(req))
+                              "cpu_kinds = \"any\" allows them)" + placenotes.placeholders(req, total))
     if total >= n:
         return DoesNotFit(
             f"{n} dedicated vCPUs fit ({total} free {unit}) but {req.memory_kib} KiB of memory does not: "
@@ -316,7 +316,7 @@ def _why_not(host, reserved, ledger, req, free) -> DoesNotFit:
         )
     return DoesNotFit(
         f"{n} dedicated vCPUs do not fit: {total} free {unit} outside the reserved set "
-        f"({cpuset.format(reserved) or 'none'}) and other domains' dedicated CPUs" + placenotes.placeholders(req)
+        f"({cpuset.format(reserved) or 'none'}) and other domains' dedicated CPUs" + placenotes.placeholders(req, total)
     )
 
 

@@ -103,9 +103,10 @@ def rt_short(req, rt) -> list[str]:
             "nodes: their real-time scheduler is removed"]
 
 
-def placeholders(req) -> str:
-    """Words for a message whose fit the disabled placeholder vCPUs decide."""
-    if req.active is None or req.active >= req.vcpus:
+def placeholders(req, room: int | None = None) -> str:
+    """Words for a message whose fit the disabled placeholder vCPUs decide (with ``room``: only
+    when the enabled vCPUs alone would fit in it)."""
+    if req.active is None or req.active >= req.vcpus or room is not None and req.active > room:
         return ""
     return (f"; {req.vcpus - req.active} of the {req.vcpus} vCPUs are disabled placeholders (<vcpu current='"
             f"{req.active}'> or enabled='no'), which still need a CPU each to be enabled later")
