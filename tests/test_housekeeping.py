@@ -85,3 +85,19 @@ def test_the_emulator_goes_to_the_nearest_housekeeping_cpus(xml, host):
         assert emulator == near
     elif local:
         assert emulator == local
+
+
+def test_iothreads_the_hand_spread_over_cores_stay_spread():
+    """Nine iothreads pinned by hand over three cores (not the reserved one) stay where they are,
+    and the vCPUs take other cores; the emulator's hand pin stays too."""
+    pins = "".join(f"<iothreadpin iothread='{i + 1}' cpuset='{c},{c + 16}'/>" for i, c in enumerate([5, 6, 7] * 3))
+    xml = ("<domain type='kvm'><name>io</name><memory unit='GiB'>4</memory><vcpu>4</vcpu><iothreads>9</iothreads>"
+           f"<cputune><emulatorpin cpuset='5,21'/>{pins}</cputune><os><type arch='x86_64'>hvm</type></os></domain>")
+    result = vmtune.rewrite(xml, HOST, "latency")
+    root = etree.fromstring(result.xml.encode())
+    kept = {e.get("iothread"): e.get("cpuset") for e in root.iterfind("cputune/iothreadpin")}
+    assert kept == {str(i + 1): f"{c},{c + 16}" for i, c in enumerate([5, 6, 7] * 3)}
+    assert root.find("cputune/emulatorpin").get("cpuset") == "5,21"
+    vcpus = {int(e.get("cpuset")) for e in root.iterfind("cputune/vcpupin")}
+    assert not vcpus & {5, 6, 7, 21, 22, 23}
+    assert not any("moved to" in w for w in result.warnings)
