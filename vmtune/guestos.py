@@ -225,10 +225,12 @@ def windows_signals(dom) -> tuple[list[str], list[str]]:
 
 def read(dom) -> GuestOS:
     """The guest OS of ``dom`` (a model.Domain), from the strongest evidence it has."""
-    strong, weak = windows_signals(dom)
     found = from_id(dom.os_id or "")
+    if found is not None and found.windows:
+        return found
+    strong, weak = windows_signals(dom)
     if found is not None:
-        return found if found.windows else replace(found, outranked=tuple(strong + weak))
+        return replace(found, outranked=tuple(strong + weak))
     if dom.find("os/kernel") is not None:
         kernel = GuestOS(Family.LINUX, ("direct kernel boot (<os><kernel>)",), Strength.STRONG, "Linux", True)
         return replace(kernel, outranked=tuple(strong + weak))
