@@ -28,13 +28,66 @@ def _nic(i: int, kind: str, model: str) -> str:
     return f"<interface type='{kind}'><mac address='{mac}'/>{source}<model type='{model}'/></interface>"
 
 
+LIBOSINFO = "http://libosinfo.org/xmlns/libvirt/domain/1.0"
+# libosinfo ids of each kind: Windows, Linux, a BSD, one that names no OS, a vendor vmtune does not know
+OS_IDS = ("http://microsoft.com/win/10", "http://microsoft.com/win/2k22", "http://fedoraproject.org/fedora/40",
+          "http://archlinux.org/archlinux/rolling", "http://freebsd.org/freebsd/14.0", "http://libosinfo.org/unknown",
+          "http://example.org/someos/1")
+# signs of Windows (vmtune/guestos.py): strong ones, then weak ones
+STRONG_SIGNS = ("hyperv", "vendor_id", "localtime", "hypervclock")
+WEAK_SIGNS = ("kvm_hidden", "hypervisor_off", "tpm", "board_smbios")
+
+
 @st.composite
-def domains(draw, max_vcpus: int = 8, virt_types=("kvm", "qemu"), windows: bool | None = None) -> str:
-    """A domain XML of the kind users have: emulated or virtio devices, maybe pins, cells, tags."""
+def guest_evidence(draw) -> dict:
+    """What a domain says of its guest OS, as fragments of its XML: maybe a libosinfo id, signs of
+    Windows (strong and weak, any mix), maybe a direct kernel boot whose <cmdline> names a root disk."""
+    os_id = draw(st.sampled_from((None,) * 4 + OS_IDS))
+    signs = set(draw(st.lists(st.sampled_from(STRONG_SIGNS + WEAK_SIGNS), unique=True, max_size=4)))
+    kernel = not draw(st.integers(0, 5))
+    hyperv = "hyperv" in signs or "vendor_id" in signs
+    features = ("<hyperv mode='custom'><relaxed state='on'/>"
+                + ("<vendor_id state='on' value='whatever'/>" if "vendor_id" in signs else "") + "</hyperv>"
+                if hyperv else "")
+    features += "<kvm><hidden state='on'/></kvm>" if "kvm_hidden" in signs else ""
+    root = draw(st.sampled_from(["sda", "hda", "vda", "sdb"]))
+    # the family docs/config.md's rules give: an id decides (libosinfo.org/unknown names no OS), then a
+    # direct kernel boot, then one strong sign of Windows or two weak ones
+    if os_id and "libosinfo.org/unknown" not in os_id:
+        family = ("windows" if "microsoft.com/win" in os_id else
+                  "linux" if "fedora" in os_id or "archlinux" in os_id else "other")
+    elif kernel:
+        family = "linux"
+    elif signs & set(STRONG_SIGNS) or len(signs & set(WEAK_SIGNS)) >= 2:
+        family = "windows"
+    else:
+        family = "unknown"
+    return {
+        "family": family,
+        "kvm_hidden": bool(signs & {"kvm_hidden", "hypervisor_off"}),
+        "root": root if kernel else None,
+        "metadata": f"<libosinfo:libosinfo xmlns:libosinfo='{LIBOSINFO}'><libosinfo:os id='{os_id}'/></libosinfo:libosinfo>"
+                    if os_id else "",
+        "os": f"<kernel>/boot/vmlinuz</kernel><cmdline>console=ttyS0 root=/dev/{root}1 ro</cmdline>" if kernel else "",
+        "sysinfo": "<sysinfo type='smbios'><bios><entry name='vendor'>American Megatrends Inc.</entry></bios></sysinfo>"
+                   if "board_smbios" in signs else "",
+        "smbios": "<smbios mode='sysinfo'/>" if "board_smbios" in signs else "",
+        "features": features,
+        "cpu": "<feature policy='disable' name='hypervisor'/>" if "hypervisor_off" in signs else "",
+        "offset": "localtime" if "localtime" in signs else "utc",
+        "timers": "<timer name='hypervclock' present='yes'/>" if "hypervclock" in signs else "",
+        "devices": "<tpm model='tpm-crb'><backend type='emulator' version='2.0'/></tpm>" if "tpm" in signs else "",
+    }
+
+
+@st.composite
+def domains(draw, max_vcpus: int = 8, virt_types=("kvm", "qemu"), guest: dict | None = None) -> str:
+    """A domain XML of the kind users have: emulated or virtio devices, maybe pins, cells, tags, and
+    what it says of its guest OS (``guest``, else drawn from ``guest_evidence``)."""
     vcpus = draw(st.integers(1, max_vcpus))
     mib = draw(st.sampled_from([256, 512, 1000, 1024, 2048, 4096, 3072]))
     virt = draw(st.sampled_from(virt_types))
-    is_windows = draw(st.booleans()) if windows is None else windows
+    guest = guest or draw(guest_evidence())
     disks = draw(st.lists(st.tuples(st.sampled_from(BUSES), st.sampled_from(["disk", "disk", "cdrom"]), st.booleans()), max_size=4))
     nics = draw(st.lists(st.tuples(st.sampled_from(NIC_TYPES), st.sampled_from(NIC_MODELS)), max_size=3))
     pins = draw(st.booleans())
@@ -49,6 +102,7 @@ def domains(draw, max_vcpus: int = 8, virt_types=("kvm", "qemu"), windows: bool 
         meta += "<app:info xmlns:app='https://example.com/app'>keep me</app:info>"
     if tag:
         meta += f"<vmtune:tune xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='{tag}'/>"
+    meta += guest["metadata"]
     if meta:
         parts.append(f"<metadata>{meta}</metadata>")
     parts.append(f"<memory unit='MiB'>{mib}</memory><currentMemory unit='MiB'>{mib}</currentMemory>")
@@ -56,10 +110,11 @@ def domains(draw, max_vcpus: int = 8, virt_types=("kvm", "qemu"), windows: bool 
     parts.append(f"<vcpu placement='static'{cpuset_attr}>{vcpus}</vcpu>")
     if pins:
         parts.append("<cputune>" + "".join(f"<vcpupin vcpu='{v}' cpuset='{v % 3}'/>" for v in range(vcpus)) + "</cputune>")
-    parts.append("<os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>")
-    features = "<acpi/><apic/>" + ("<hyperv mode='custom'><relaxed state='on'/></hyperv>" if is_windows else "")
-    parts.append(f"<features>{features}</features>")
-    cpu = "<cpu mode='custom' match='exact'><model fallback='allow'>qemu64</model>"
+    parts.append(guest["sysinfo"])
+    boot = guest["os"] or "<boot dev='hd'/>"
+    parts.append(f"<os><type arch='x86_64' machine='pc'>hvm</type>{boot}{guest['smbios']}</os>")
+    parts.append(f"<features><acpi/><apic/>{guest['features']}</features>")
+    cpu = f"<cpu mode='custom' match='exact'><model fallback='allow'>qemu64</model>{guest['cpu']}"
     if cells:
         per = vcpus // cells
         kib = mib * 1024 // cells
@@ -67,13 +122,14 @@ def domains(draw, max_vcpus: int = 8, virt_types=("kvm", "qemu"), windows: bool 
             f"<cell id='{c}' cpus='{c * per}-{(c + 1) * per - 1 if c < cells - 1 else vcpus - 1}' memory='{kib}' unit='KiB'/>"
             for c in range(cells)) + "</numa>"
     parts.append(cpu + "</cpu>")
-    parts.append("<clock offset='utc'><timer name='rtc' tickpolicy='catchup'/></clock>")
+    parts.append(f"<clock offset='{guest['offset']}'><timer name='rtc' tickpolicy='catchup'/>{guest['timers']}</clock>")
     parts.append("<devices><emulator>/usr/bin/qemu-system-x86_64</emulator>")
     parts += [_disk(i, bus, device, addr) for i, (bus, device, addr) in enumerate(disks)]
     if any(bus == "scsi" for bus, _, _ in disks):
         parts.append("<controller type='scsi' index='0' model='lsilogic'/>")
     parts += [_nic(i, kind, model) for i, (kind, model) in enumerate(nics)]
     parts.append("<serial type='pty'><target port='0'/></serial><console type='pty'><target type='serial' port='0'/></console>")
+    parts.append(guest["devices"])
     if balloon:
         parts.append("<memballoon model='virtio'/>")
     parts.append("</devices></domain>")

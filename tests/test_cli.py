@@ -403,9 +403,11 @@ def test_profile_defaults_to_the_tag_then_balanced(capsys):
 
 
 def test_json_has_the_documented_shape_and_matches_plain_output(capsys):
-    """--json has exactly profile, changes[element,before,after,reason], placement, warnings, xml."""
+    """--json has exactly profile, changes[element,before,after,reason], placement, warnings, kept,
+    guest_os, xml."""
     data = rewrite_json(capsys, DB, *H, "--profile", "latency")
-    assert set(data) == {"profile", "changes", "placement", "warnings", "kept", "xml"}
+    assert set(data) == {"profile", "changes", "placement", "warnings", "kept", "guest_os", "xml"}
+    assert data["guest_os"]["family"] == "unknown" and data["guest_os"]["strength"] == "none"
     assert data["profile"] == "latency"
     assert data["changes"] and all(set(c) == {"element", "before", "after", "reason"} for c in data["changes"])
     assert all(c["reason"] and c["element"].startswith("/domain") for c in data["changes"])
@@ -429,8 +431,9 @@ def test_explain_prints_one_line_and_reason_per_change(capsys):
     changes = rewrite_json(capsys, DB, *H, "--profile", "latency")["changes"]
     rc, out, err = run(capsys, "rewrite", DB, *H, "--profile", "latency", "--explain")
     assert rc == 0, err
-    lines = [line for line in out.splitlines() if not line.startswith("placement: ")]
+    lines = [line for line in out.splitlines() if not line.startswith(("placement: ", "guest OS: "))]
     assert lines[0] == f"profile latency: {len(changes)} change(s)"
+    assert out.splitlines()[1] == "guest OS: unknown (no libosinfo id, no sign of Windows)"
     assert len(lines) == 1 + len(changes)
     for line, change in zip(lines[1:], changes):
         assert line.startswith(f"{change['element']}: ") and len(line) <= 200

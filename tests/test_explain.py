@@ -18,6 +18,8 @@ from vmtune.edits import Change
 from vmtune.errors import VmtuneError
 
 HOST = make_host(pages={2048: 8192})
+LINUX = ("<metadata><libosinfo:libosinfo xmlns:libosinfo='http://libosinfo.org/xmlns/libvirt/domain/1.0'>"
+         "<libosinfo:os id='http://fedoraproject.org/fedora/40'/></libosinfo:libosinfo></metadata>")
 
 
 def _bus(result) -> str:
@@ -27,7 +29,7 @@ def _bus(result) -> str:
 # -- the boot disk -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("profile", ["latency", "throughput", "balanced"])
 def test_a_linux_boot_disk_moves_with_a_warning_that_says_what_the_guest_needs(profile):
-    result = vmtune.rewrite(domain(), HOST, profile)
+    result = vmtune.rewrite(domain(extra=LINUX), HOST, profile)
     assert _bus(result) == "virtio"
     (warning,) = [w for w in result.warnings if "boot disk" in w]
     assert "boot disk sda moves from sata to virtio" in warning
@@ -41,7 +43,7 @@ def test_a_linux_boot_disk_moves_with_a_warning_that_says_what_the_guest_needs(p
 
 def test_boot_disk_keep_leaves_the_boot_disk_and_moves_the_others(tmp_path):
     (tmp_path / "keepboot.toml").write_text('inherit = "latency"\nboot_disk = "keep"\n')
-    two = domain().replace("</devices>", "<disk type='file' device='disk'><source file='/y.img'/>"
+    two = domain(extra=LINUX).replace("</devices>", "<disk type='file' device='disk'><source file='/y.img'/>"
                                          "<target dev='sdb' bus='sata'/></disk></devices>")
     result = vmtune.rewrite(two, HOST, "keepboot", config=Config(profiles_dir=str(tmp_path)))
     buses = [t.get("bus") for t in etree.fromstring(result.xml.encode()).iterfind("devices/disk/target")]

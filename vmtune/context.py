@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .claims import Ledger
 from .config import Config
+from .guestos import GuestOS
 from .host import Host
 from .intent import NONE, Intent
 from .placement import Placement
@@ -25,6 +26,9 @@ class PassContext:
     # (the hook's re-pin of a tuned domain)
     intent: Intent = NONE
     config: Config | None = None
+    # the guest OS, read once from the domain as the user gave it (vmtune/guestos.py); None: the
+    # passes read it from the domain they are given
+    guest: GuestOS | None = None
 
     __hash__ = object.__hash__
 

@@ -18,6 +18,7 @@ from .profiles import DeviceLocality, Pinning
 from .context import PassContext
 from .edits import Change, Warn
 from .errors import InvalidInput, Unsupported
+from .guestos import GuestOS
 from .host import Host
 from .model import Domain, MemoryDevice
 from .passes import ORDER
@@ -44,6 +45,7 @@ class Result:
     placement: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()  # what the hand changed since vmtune's last rewrite, and stays (vmtune/undo.py)
+    guest_os: GuestOS | None = None  # the guest OS as vmtune read it, with its evidence (vmtune/guestos.py)
 
     def to_dict(self) -> dict:
         return {
@@ -52,6 +54,7 @@ class Result:
             "placement": self.placement,
             "warnings": list(self.warnings),
             "kept": list(self.kept),
+            "guest_os": self.guest_os.to_dict() if self.guest_os else None,
             "xml": self.xml,
         }
 
@@ -249,7 +252,8 @@ def _prepare(
     reserved = host.reserved(config)
     wants = intent_mod.read(Domain(root), host, hand=start_over)
     placement = placement_for(prof, host, ledger, reserved, dom, config, wants)
-    return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio, wants, config),
+    guest = Domain(root).guest_os  # as the user gave it, before any pass
+    return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio, wants, config, guest),
             tuple(kept), tuple(warned), given)
 
 
@@ -315,7 +319,7 @@ def rewrite(
     """
     done = tune(xml, host, profile, claims, force_virtio=force_virtio, config=config, record=True)
     return Result(serialize(done.root), done.ctx.profile.name, done.changes, done.ctx.placement.to_dict(),
-                  done.warnings, done.kept)
+                  done.warnings, done.kept, done.ctx.guest)
 
 
 def untune(xml: str | bytes) -> Untuned:

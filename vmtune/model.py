@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from lxml import etree
 
-from . import cpuset, units, xmltext
+from . import cpuset, guestos, units, xmltext
 from .edits import Set, split_path
 
 NS = "https://vmtune.dev/xmlns/1"
@@ -162,6 +162,8 @@ class Disk(View):
     TYPE_FILE = "file"
     TYPE_VHOSTUSER = "vhostuser"
     TYPE_NVME = "nvme"
+    TYPE_NETWORK = "network"
+    PROTOCOL_RBD = "rbd"
     DEVICE_DISK = "disk"
     BUS_VIRTIO = "virtio"
     BUS_SCSI = "scsi"
@@ -184,6 +186,7 @@ class Disk(View):
     io = Prop("driver/@io")
     iothread = Prop("driver/@iothread", INT)
     boot_order = Prop("boot/@order", INT)
+    source_protocol = Prop("source/@protocol")
     address_type = Prop("address/@type")
     controller = Prop("address/@controller", INT)
 
@@ -308,6 +311,7 @@ class Domain(View):
     timer_present = Keyed("clock/timer[@name='{}']/@present", YES_NO)
     kvm_hint_dedicated = Prop("features/kvm/hint-dedicated/@state", ON_OFF)
     kvm_poll_control = Prop("features/kvm/poll-control/@state", ON_OFF)
+    os_cmdline = Prop("os/cmdline")
     pmu = Prop("features/pmu/@state", ON_OFF)
     hyperv_mode = Prop("features/hyperv/@mode")
     hyperv_state = Keyed("features/hyperv/{}/@state", ON_OFF)
@@ -400,6 +404,10 @@ class Domain(View):
         return None if el is None else el.get("id")
 
     @property
+    def guest_os(self) -> guestos.GuestOS:
+        """The guest OS from the strongest evidence the domain has (vmtune/guestos.py)."""
+        return guestos.read(self)
+
+    @property
     def is_windows(self) -> bool:
-        os_id = (self.os_id or "").lower()
-        return self.node.find("features/hyperv") is not None or "microsoft.com/win" in os_id
+        return self.guest_os.windows

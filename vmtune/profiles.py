@@ -33,8 +33,10 @@ KvmClock = choice("KvmClock", "keep", "on", module=__name__)
 CpuKinds = choice("CpuKinds", "performance", "any", module=__name__)
 # what a passthrough device's NUMA node means for the placement
 DeviceLocality = choice("DeviceLocality", "required", "preferred", "ignore", module=__name__)
-# whether a guest's boot disk moves to virtio with the others (Windows keeps it unless --force-virtio)
-BootDisk = choice("BootDisk", "virtio", "keep", module=__name__)
+# whether a guest's boot disk moves to virtio with the others: auto, for a guest known to have virtio
+# drivers of its own (Linux, the BSDs); virtio, for every guest but Windows (unknown ones too); keep.
+# Windows keeps it unless --force-virtio (vmtune/guestos.py, passes/disks.py).
+BootDisk = choice("BootDisk", "auto", "virtio", "keep", module=__name__)
 ENUMS = {e.__name__: e for e in (CpuMode, Pinning, SmtPolicy, Scheduler, Pmu, Balloon, DiskCache, DiskIo, Hpet,
                                  KvmClock, CpuKinds, DeviceLocality, BootDisk)}
 
@@ -59,7 +61,7 @@ class Profile:
     cpu_kvm_poll_control: bool = False
     cpu_kinds: CpuKinds = CpuKinds.ANY
     device_locality: DeviceLocality = DeviceLocality.PREFERRED
-    boot_disk: BootDisk = BootDisk.VIRTIO
+    boot_disk: BootDisk = BootDisk.AUTO
     memory_hugepages: bool = False
     memory_nosharepages: bool = False
     memory_locked: bool = False

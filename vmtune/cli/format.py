@@ -22,6 +22,8 @@ def explain(result) -> list[str]:
     value (an element by its key fields: ``short``, ``changed``), and the reason; no line longer
     than LINE (``--json`` has every value and reason whole)."""
     lines = [f"profile {result.profile}: {len(result.changes)} change(s)"]
+    guest = getattr(result, "guest_os", None)
+    lines += [_fit(f"guest OS: {guest.describe()}")] if guest is not None else []
     lines += [_fit(f"placement: {why}") for why in result.placement.get("why", ())]
     lines += [_fit(f"kept by hand: {note}") for note in getattr(result, "kept", ())]
     for c in result.changes:

@@ -51,7 +51,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("--live", action="store_true",
                     help="also move running domains' vCPUs, emulator and iothreads onto the new pins now")
     ap.add_argument("--dry-run", action="store_true", help="print the diff per domain; define nothing")
-    ap.add_argument("--force-virtio", action="store_true", help="move Windows guests' boot disk and NICs to virtio too")
+    ap.add_argument("--force-virtio", action="store_true",
+                    help="the guest has virtio drivers: its disks and NICs move to virtio whatever its OS "
+                         "(Windows, unknown), the boot disk too unless boot_disk = 'keep'")
     _common(ap)
     ap.set_defaults(usage_error=ap.error)
 

@@ -96,7 +96,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="another domain on this host whose CPUs, memory and hugepages are taken (repeatable)")
     _add_show_args(rw, explain=True)
     rw.add_argument("--force-virtio", action="store_true",
-                    help="move Windows guests' boot disk and NICs to virtio too")
+                    help="the guest has virtio drivers: its disks and NICs move to virtio whatever its OS "
+                         "(Windows, unknown), the boot disk too unless boot_disk = 'keep'")
 
     un = sub.add_parser("untune", help="give back a domain XML as it was before vmtune",
                         description="Put back what vmtune's rewrites changed in a domain XML (by the record it "

@@ -1,22 +1,24 @@
-"""Timers: no HPET, kvm-clock on, hypervclock for Windows."""
+"""Timers: no HPET, kvm-clock on (not for Windows, nor where KVM is hidden), hypervclock for Windows."""
 
+from .. import guestos
 from ..model import Domain
 
 
 def run(ctx, dom):
     p = ctx.profile
+    guest = guestos.of(ctx, dom)
     wants = []
     if p.guest_hpet == "off":
         wants.append((Domain.TIMER_HPET, False, "the emulated HPET is slow to read and trap-heavy"))
-    if p.guest_kvmclock == "on" and ctx.kvm:
+    if p.guest_kvmclock == "on" and ctx.kvm and not guest.windows and guestos.kvm_hidden(dom) is None:
         wants.append((Domain.TIMER_KVMCLOCK, True, "kvm-clock is the paravirtual clocksource"))
-    if dom.is_windows and p.guest_hyperv and ctx.kvm:
+    if guest.windows and p.guest_hyperv and ctx.kvm:
         wants.append((Domain.TIMER_HYPERVCLOCK, True, "Hyper-V reference time for Windows guests"))
     if not wants:
         return []
     edits = []
     if dom.find("clock") is None:
-        offset = Domain.CLOCK_LOCALTIME if dom.is_windows else Domain.CLOCK_UTC
+        offset = Domain.CLOCK_LOCALTIME if guest.windows else Domain.CLOCK_UTC
         edits.append(Domain.clock_offset.edit(dom, offset, "a clock element is needed for timers"))
     for name, present, why in wants:
         edits.append(Domain.timer_present.at(name).edit(dom, present, why))

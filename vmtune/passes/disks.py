@@ -1,5 +1,23 @@
-"""Disks: virtio-blk with vdX names, cache='none' io='native'; emptied SCSI controllers go."""
+"""Disks: virtio-blk with vdX names, cache='none' io='native'; emptied SCSI controllers go.
 
+Which disks move depends on the guest (vmtune/guestos.py), for a disk on a bus the guest has no
+driver for vanishes from it, and a boot disk that does cannot boot:
+
+- the boot disk moves under ``boot_disk = "auto"`` (the default) when the guest is known to have
+  virtio drivers of its own (Linux, the BSDs), under ``"virtio"`` for any guest but one known to
+  lack them (Windows, DOS), and under ``--force-virtio`` for every guest; ``"keep"`` keeps it;
+- the other disks move unless the guest is known to lack virtio drivers; then only with
+  ``--force-virtio``, or when a virtio-blk disk in the domain says the guest has the driver;
+- a disk that a direct kernel boot's ``<cmdline>`` names by ``root=/dev/sdX`` keeps its bus: its
+  name would change under the kernel's feet.
+
+Every disk that moves, and every one that stays against the profile, is named in a warning.
+"""
+
+import re
+from dataclasses import dataclass
+
+from .. import guestos
 from ..edits import Remove, Warn
 from ..errors import Unsupported
 from ..model import Controller, Disk
@@ -22,6 +40,8 @@ BOOT_MOVE = ("boot disk {dev} moves from {bus} to virtio: the guest must have vi
              "keeps it on {bus}")
 # Disk types whose <driver> cache and io vmtune leaves alone.
 NO_DRIVER_TYPES = (Disk.TYPE_VHOSTUSER, Disk.TYPE_NVME)
+# root=/dev/sda1, root=/dev/hdb: the disk a direct kernel boot's command line names
+CMDLINE_ROOT = re.compile(r"(?:^|\s)root=/dev/((?:sd|hd|xvd)[a-z]+)\d*(?=\s|$)")
 
 
 def _letters(i: int) -> str:
@@ -41,24 +61,93 @@ def boot_disk(dom) -> Disk | None:
     return disks[0] if disks else None
 
 
-def kept_boot_disk(ctx, dom) -> Disk | None:
-    """The boot disk that keeps its bus: a Windows guest's (unless --force-virtio), or any guest's
-    under ``boot_disk = "keep"``."""
-    if (dom.is_windows and not ctx.force_virtio) or ctx.profile.boot_disk == BootDisk.KEEP:
-        return boot_disk(dom)
-    return None
+def virtio_disk(dom) -> Disk | None:
+    """A virtio-blk disk the domain has already: the guest has the virtio-blk driver."""
+    return next((d for d in dom.disks if d.effective_device == Disk.DEVICE_DISK and d.bus == Disk.BUS_VIRTIO), None)
 
 
-def moving(ctx, dom) -> list[Disk]:
-    """The disks this pass moves to virtio."""
-    if not ctx.profile.devices_virtio:
-        return []
-    keep = kept_boot_disk(ctx, dom)
-    return [
-        d for d in dom.disks
-        if d.effective_device == Disk.DEVICE_DISK and d.bus in Disk.REMAP_BUSES
-        and (keep is None or d.node is not keep.node)
-    ]
+def cmdline_root(dom) -> str | None:
+    """The disk (``sda``) that a direct kernel boot's ``<cmdline>`` names as its root, if any."""
+    found = CMDLINE_ROOT.search(dom.os_cmdline or "") if dom.find("os/kernel") is not None else None
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class Moves:
+    """The disks this pass moves to virtio, and the warnings that name what moves and what stays."""
+
+    disks: tuple[Disk, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _boot_moves(ctx, guest) -> bool:
+    boot = ctx.profile.boot_disk
+    if boot == BootDisk.KEEP:
+        return False
+    if ctx.force_virtio or guest.virtio is True:
+        return True
+    return guest.virtio is None and boot == BootDisk.VIRTIO
+
+
+def plan(ctx, dom) -> Moves:
+    """Which disks move to virtio and why the others stay (the module docstring says the rules)."""
+    emulated = [d for d in dom.disks if d.effective_device == Disk.DEVICE_DISK and d.bus in Disk.REMAP_BUSES]
+    if not ctx.profile.devices_virtio or not emulated:
+        return Moves()
+    guest = guestos.of(ctx, dom)
+    boot = boot_disk(dom)
+    known = virtio_disk(dom)
+    others_move = ctx.force_virtio or guest.virtio is not False or known is not None
+    root = cmdline_root(dom)
+    moves, stays, warnings = [], [], []
+    for disk in emulated:
+        is_boot = boot is not None and disk.node is boot.node
+        if root and disk.dev == root:
+            warnings.append(f"<cmdline> says root=/dev/{root}: disk {root} stays on {disk.bus}, for on virtio the guest "
+                            "names it /dev/vdX and the kernel would not find its root; root=UUID=... or LABEL=... in "
+                            "<cmdline> lets it move")
+        elif is_boot and not _boot_moves(ctx, guest):
+            if ctx.profile.boot_disk == BootDisk.KEEP:
+                continue  # the profile's own choice
+            if guest.virtio is not False:
+                warnings.append(f"guest OS {guest.describe()}: boot disk {disk.dev} stays on {disk.bus}, for a guest "
+                                "without virtio-blk in its boot image cannot boot from virtio; boot_disk = \"virtio\" in "
+                                "a profile, or --force-virtio, moves it, and a libosinfo id in <metadata> "
+                                "(virt-install --osinfo) tells vmtune the OS")
+            elif known is not None and others_move:
+                warnings.append(f"{guest.name} guest ({guest.source}): boot disk {disk.dev} stays on {disk.bus}: "
+                                f"its virtio disk {known.dev} shows the virtio-blk driver is installed, but the guest "
+                                "boots from virtio only where that driver starts at boot (else INACCESSIBLE_BOOT_DEVICE); "
+                                "--force-virtio moves it")
+            else:
+                stays.append(f"{disk.dev} ({disk.bus}, the boot disk)")
+        elif not is_boot and not others_move:
+            stays.append(f"{disk.dev} ({disk.bus})")
+        else:
+            moves.append(disk)
+    if stays:
+        many = len(stays) > 1
+        warnings.append(f"{guest.name} guest ({guest.source}): disk{'s' if many else ''} {', '.join(stays)} "
+                        f"keep{'' if many else 's'} {'their buses' if many else 'its bus'}: the guest may lack virtio "
+                        "drivers, and a disk whose bus has no driver vanishes from it (a boot disk: "
+                        f"INACCESSIBLE_BOOT_DEVICE); install them{' (virtio-win)' if guest.windows else ''} "
+                        "and use --force-virtio")
+    return Moves(tuple(moves), tuple(warnings))
+
+
+def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]]) -> str:
+    """The warning that names each disk but the boot disk that moves (the boot disk has its own)."""
+    guest = guestos.of(ctx, dom)
+    many = len(moved) > 1
+    head = (f"disk{'s' if many else ''} {', '.join(f'{old} ({bus} -> {new})' for old, bus, new in moved)} "
+            f"move{'' if many else 's'} to virtio: ")
+    if guest.virtio is False:
+        known = virtio_disk(dom)
+        return head + ("--force-virtio says the guest has virtio drivers" if ctx.force_virtio or known is None else
+                       f"the guest has the virtio-blk driver (its virtio disk {known.dev} says so)")
+    them = "them" if many else "it"
+    return head + (f"the guest names {them} anew; mount {them} by UUID or LABEL, not by "
+                   f"{'their old /dev names' if many else '/dev/' + moved[0][0]}")
 
 
 def _scsi_users(dom, moved: set) -> dict[int, int]:
@@ -76,16 +165,15 @@ def _scsi_users(dom, moved: set) -> dict[int, int]:
 
 def run(ctx, dom):
     edits = []
-    move = moving(ctx, dom)
+    moves = plan(ctx, dom)
+    move = list(moves.disks)
     boot = boot_disk(dom)
-    if dom.is_windows and not ctx.force_virtio and ctx.profile.devices_virtio:
-        if boot is not None and boot.bus in Disk.REMAP_BUSES:
-            edits.append(Warn(f"Windows guest: boot disk {boot.dev} stays on {boot.bus} (the guest may lack "
-                              "virtio drivers); install them and use --force-virtio"))
-    elif boot is not None and any(d.node is boot.node for d in move):
+    edits += [Warn(w) for w in moves.warnings]
+    if boot is not None and any(d.node is boot.node for d in move):
         edits.append(Warn(BOOT_MOVE.format(dev=boot.dev or "?", bus=boot.bus)))
     used = {d.dev for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.dev}
     names = (f"vd{_letters(i)}" for i in range(VIRTIO_NAMES))
+    moved = []
     for disk in move:
         name = next((n for n in names if n not in used), None)
         if name is None:
@@ -95,6 +183,8 @@ def run(ctx, dom):
         why = f"{disk.bus} is emulated; virtio-blk is the paravirtual disk"
         if boot is not None and disk.node is boot.node:
             why = f"the boot disk too: {why} (the warning says what the guest needs)"
+        else:
+            moved.append((disk.dev or "?", disk.bus, name))
         edits.append(Disk.bus.edit(disk, Disk.BUS_VIRTIO, why))
         edits.append(Disk.dev.edit(disk, name, f"virtio disks are named vdX ({disk.dev} -> {name})"))
         for prop in EMULATED_ONLY_ATTRS:
@@ -106,6 +196,8 @@ def run(ctx, dom):
         addr = disk.node.find("address")
         if addr is not None:
             edits.append(Remove(addr, f"the {disk.bus} address does not apply on virtio; libvirt assigns a PCI slot"))
+    if moved:
+        edits.append(Warn(_moved_warning(ctx, dom, moved)))
     edits.extend(_driver(ctx, dom))
     scsi = [ctl for ctl in dom.controllers if ctl.type == Controller.TYPE_SCSI]
     if not scsi or not move:
@@ -119,6 +211,12 @@ def run(ctx, dom):
     return edits
 
 
+def _rbd(disk: Disk) -> bool:
+    """A Ceph RBD disk: its cache mode is librbd's own cache (writeback, as Nova sets it on purpose),
+    not the host's page cache, and it stays as it is."""
+    return disk.type == Disk.TYPE_NETWORK and disk.source_protocol == Disk.PROTOCOL_RBD
+
+
 def _driver(ctx, dom):
     """cache and io on every disk QEMU serves; a driver that gets either is named qemu's."""
     p = ctx.profile
@@ -127,7 +225,7 @@ def _driver(ctx, dom):
         if disk.effective_device != Disk.DEVICE_DISK or disk.type in NO_DRIVER_TYPES:
             continue
         driver = []
-        if p.devices_disk_cache != "keep":
+        if p.devices_disk_cache != "keep" and not _rbd(disk):
             driver.append(Disk.cache.edit(disk, p.devices_disk_cache, "cache='none' bypasses the host page cache: "
                                           "no double caching, no host flush stalls"))
         cache = p.devices_disk_cache if p.devices_disk_cache != "keep" else disk.cache

@@ -1,5 +1,12 @@
-"""<features>: KVM hints (dedicated, haltpoll), PMU, Hyper-V enlightenments for Windows."""
+"""<features>: KVM hints (dedicated, haltpoll), PMU, Hyper-V enlightenments for Windows.
 
+A KVM hint reaches only a guest that reads KVM's CPUID leaves: none for a Windows guest (it reads
+Hyper-V's), and none where the domain hides KVM (QEMU then exposes no KVM leaf). poll-control is
+written only beside hint-dedicated: Linux's cpuidle-haltpoll, which uses it, loads only with that
+hint (KVM_HINTS_REALTIME).
+"""
+
+from .. import guestos
 from ..model import Domain
 
 SPINLOCK_RETRIES = 8191  # what virt-install writes; libvirt takes 4095 and more
@@ -15,17 +22,22 @@ HYPERV_TCG = ("relaxed", "vapic", "spinlocks", "frequencies")
 
 def run(ctx, dom):
     p = ctx.profile
+    guest = guestos.of(ctx, dom)
     edits = []
-    if ctx.kvm and p.cpu_kvm_hint_dedicated and ctx.placement.dedicated:
+    hints = ctx.kvm and not guest.windows and guestos.kvm_hidden(dom) is None
+    dedicated = dom.kvm_hint_dedicated is True
+    if hints and p.cpu_kvm_hint_dedicated and ctx.placement.dedicated:
         edits.append(Domain.kvm_hint_dedicated.edit(
             dom, True, "tell the guest its vCPUs own their CPUs (no pv spinlocks, idle polling allowed)"))
-    if ctx.kvm and p.cpu_kvm_poll_control:
+        dedicated = True
+    if hints and p.cpu_kvm_poll_control and dedicated:
         edits.append(Domain.kvm_poll_control.edit(
-            dom, True, "guest haltpoll: poll briefly before halting, the in-guest answer to wake-up latency"))
+            dom, True, "guest haltpoll: poll briefly before halting, the in-guest answer to wake-up latency "
+                       "(with hint-dedicated, which it needs)"))
     if p.cpu_pmu == "off":
         edits.append(Domain.pmu.edit(dom, False, "no virtual PMU: fewer exits, no NMI interference"))
     hyperv = dom.find("features/hyperv")
-    if dom.is_windows and p.guest_hyperv and dom.hyperv_mode != Domain.HYPERV_PASSTHROUGH:
+    if guest.windows and p.guest_hyperv and dom.hyperv_mode != Domain.HYPERV_PASSTHROUGH:
         for name, extra in HYPERV:
             if not ctx.kvm and name not in HYPERV_TCG:
                 continue

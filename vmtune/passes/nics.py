@@ -1,5 +1,6 @@
 """NICs: virtio-net with vhost and one queue per vCPU (at most max_queues)."""
 
+from .. import guestos
 from ..edits import Warn
 from ..model import Interface
 
@@ -9,13 +10,14 @@ def run(ctx, dom):
     if not p.devices_virtio:
         return []
     edits = []
+    guest = guestos.of(ctx, dom)
     queues = min(dom.vcpus, p.devices_max_queues)
     for nic in dom.interfaces:
         if nic.type not in Interface.TUNED_TYPES:
             continue
-        if dom.is_windows and not ctx.force_virtio:
+        if guest.virtio is False and not ctx.force_virtio:
             if not (nic.model or "").startswith(Interface.MODEL_VIRTIO):
-                edits.append(Warn(f"Windows guest: NIC {nic.mac or ''} keeps model {nic.model or 'default'} "
+                edits.append(Warn(f"{guest.name} guest: NIC {nic.mac or ''} keeps model {nic.model or 'default'} "
                                   "(the guest may lack virtio drivers); use --force-virtio"))
                 continue
         if not (nic.model or "").startswith(Interface.MODEL_VIRTIO):

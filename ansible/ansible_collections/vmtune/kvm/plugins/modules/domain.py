@@ -46,7 +46,7 @@ options:
     type: bool
     default: false
   force_virtio:
-    description: Move a Windows guest's boot disk and NICs to virtio too (C(--force-virtio)).
+    description: Move every disk and NIC to virtio, the boot disk too, whatever the guest OS (C(--force-virtio)).
     type: bool
     default: false
   connect:
