@@ -407,7 +407,7 @@ def test_json_has_the_documented_shape_and_matches_plain_output(capsys):
     guest_os, xml."""
     data = rewrite_json(capsys, DB, *H, "--profile", "latency")
     assert set(data) == {"profile", "changes", "placement", "warnings", "kept", "guest_os", "xml"}
-    assert data["guest_os"]["family"] == "unknown" and data["guest_os"]["strength"] == "none"
+    assert data["guest_os"]["family"] == "linux" and data["guest_os"]["evidence"]
     assert data["profile"] == "latency"
     assert data["changes"] and all(set(c) == {"element", "before", "after", "reason"} for c in data["changes"])
     assert all(c["reason"] and c["element"].startswith("/domain") for c in data["changes"])
@@ -433,7 +433,7 @@ def test_explain_prints_one_line_and_reason_per_change(capsys):
     assert rc == 0, err
     lines = [line for line in out.splitlines() if not line.startswith(("placement: ", "guest OS: "))]
     assert lines[0] == f"profile latency: {len(changes)} change(s)"
-    assert out.splitlines()[1] == "guest OS: unknown (no libosinfo id, no sign of Windows)"
+    assert out.splitlines()[1] == "guest OS: Linux, from libosinfo id http://debian.org/debian/12"
     assert len(lines) == 1 + len(changes)
     for line, change in zip(lines[1:], changes):
         assert line.startswith(f"{change['element']}: ") and len(line) <= 200

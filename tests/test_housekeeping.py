@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import assume, given
+from hypothesis import HealthCheck, assume, given, settings
 from lxml import etree
 
 import vmtune
@@ -65,6 +65,7 @@ def test_more_housekeeping_cpus_take_the_load():
 x86 = hosts(arches=("x86_64",), max_nodes=3, hybrid=False, isolated=False)
 
 
+@settings(suppress_health_check=[HealthCheck.filter_too_much])
 @given(domains(max_vcpus=4, virt_types=("kvm",)), x86)
 def test_the_emulator_goes_to_the_nearest_housekeeping_cpus(xml, host):
     """A latency domain alone on a host: its emulator is pinned to the reserved CPUs of its L3

@@ -48,7 +48,8 @@ def test_rewrite_with_nodedev_explains_its_place(capsys, files):
     rc, out, err = run(capsys, "rewrite", files / "dom.xml", "--host", AMD, "--nodedev", files / "gpu1.xml", "--explain")
     assert rc == 0 and err == ""
     lines = out.splitlines()
-    assert lines[1].startswith("placement: L3: 1 of the host's 8 L3 domains: L3 ")
+    assert lines[1].startswith("guest OS: ")
+    assert lines[2].startswith("placement: L3: 1 of the host's 8 L3 domains: L3 ")
     assert 'placement: device: hostdev 0000:3b:00.0 on node 1: on its node (device_locality = "required")' in lines
     rc, out, _ = run(capsys, "rewrite", files / "dom.xml", "--host", AMD, "--nodedev", files / "gpu1.xml", "--json")
     placement = json.loads(out)["placement"]

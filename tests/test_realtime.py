@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
@@ -75,7 +75,7 @@ def _realtime(root) -> set[str]:
 x86 = hosts(arches=("x86_64",), max_nodes=3)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, suppress_health_check=[HealthCheck.filter_too_much])
 @given(rt_domains(), x86, st.sampled_from(PROFILES))
 def test_no_real_time_thread_floats_or_crowds_the_host(xml, host, profile):
     """Each real-time thread has one CPU, shared with no other thread of the domain and not a
@@ -104,7 +104,8 @@ def test_no_real_time_thread_floats_or_crowds_the_host(xml, host, profile):
         assert {t for t in rt if t.startswith("vcpu")} == own  # the domain's own subset, kept
 
 
-@given(domains(max_vcpus=6, virt_types=("kvm",)), x86)
+@settings(suppress_health_check=[HealthCheck.filter_too_much])
+@given(domains(max_vcpus=4, virt_types=("kvm",)), hosts(arches=("x86_64",), max_nodes=2, max_cores=6, isolated=False))
 def test_the_realtime_profile_leaves_vcpu_0_to_the_guest(xml, host):
     """A domain with no real-time <vcpusched> of its own gets FIFO on every vCPU but 0 (on its
     only vCPU when it has one, with a warning)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
@@ -107,7 +107,7 @@ def check(reason: str, root, host, result) -> None:
         assert int(m.group(1)) == len(pins)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, suppress_health_check=[HealthCheck.filter_too_much])
 @given(domains(max_vcpus=8), st.one_of(hosts(arches=("x86_64",), max_nodes=3, max_cores=5),
                                        hosts(arches=("x86_64",), max_nodes=2, max_cores=6, uneven_l3=True)),
        st.sampled_from(PROFILES))

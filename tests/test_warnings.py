@@ -4,7 +4,7 @@ that regenerates the domain, a hybrid host whose core kinds its description does
 from __future__ import annotations
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import vmtune
@@ -69,6 +69,7 @@ def test_other_metadata_is_no_manager():
     assert not any(w.startswith("managed by") for w in vmtune.rewrite(xml, HOST, "latency").warnings)
 
 
+@settings(suppress_health_check=[HealthCheck.filter_too_much])
 @given(domains(max_vcpus=4, virt_types=("kvm",)),
        hosts(arches=("x86_64",), hybrid=True, max_cores=4, isolated=False, offline=False), st.sampled_from(("latency", "balanced")))
 def test_a_hybrid_host_without_core_kinds_is_said(xml, host, profile):
