@@ -99,6 +99,11 @@ def check(reason: str, root, host, result) -> None:
         assert root.find(f"devices/disk/target[@dev='{m.group(2)}']").get("bus") == "virtio"
     if "the emulated HPET" in reason:
         assert root.find("clock/timer[@name='hpet']").get("present") == "no"
+    if reason.startswith("guest haltpoll"):
+        assert root.find("features/kvm/hint-dedicated").get("state") == "on"
+        assert root.find("features/kvm/hidden[@state='on']") is None
+    if "Windows uses the paravirtual path" in reason:
+        assert result.guest_os is None or result.guest_os.windows
     if "tell the guest its vCPUs own their CPUs" in reason:
         assert pins and all(len(cpuset.parse(e.get("cpuset"))) == 1 for e in root.iterfind("cputune/vcpupin"))
     if m := re.match(r"L3: (\d+) of the host's (\d+) L3 domains", reason):
