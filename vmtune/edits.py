@@ -188,7 +188,7 @@ def _after_all(parent: etree._Element, order: tuple[str, ...], rank: int) -> boo
 _STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
 
 
-def _walk(anchor: etree._Element, elem_path: str, create: bool) -> etree._Element | None:
+def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> etree._Element | None:
     """Follow ``a/b[@name='x']/c`` below ``anchor``, creating missing steps when ``create``."""
     node = anchor
     for step in [s for s in elem_path.split("/") if s and s != "."]:
@@ -203,6 +203,8 @@ def _walk(anchor: etree._Element, elem_path: str, create: bool) -> etree._Elemen
             nxt = etree.Element(tag)
             if attr:
                 nxt.set(attr, value)
+            if watch is not None:
+                watch.touch(node, True)
             insert(node, nxt)
         node = nxt
     return node
@@ -219,17 +221,21 @@ def _path(el: etree._Element) -> str:
     return el.getroottree().getpath(el)
 
 
-def apply(edit: Edit) -> Change | None:
-    """Apply one edit; return the Change it made, or None when it changed nothing."""
+def apply(edit: Edit, watch=None) -> Change | None:
+    """Apply one edit; return the Change it made, or None when it changed nothing. ``watch`` (a
+    markup.Source) is told of each node before it changes (``touch``), so that the domain's text
+    keeps every byte of what did not."""
     if isinstance(edit, Set):
         elem_path, attr = split_path(edit.path)
-        node = _walk(edit.anchor, elem_path, create=edit.value is not None)
+        node = _walk(edit.anchor, elem_path, edit.value is not None, watch)
         if node is None:
             return None
         if attr:
             before = node.get(attr)
             if before == edit.value:
                 return None
+            if watch is not None:
+                watch.touch(node)
             if edit.value is None:
                 del node.attrib[attr]
             else:
@@ -238,6 +244,8 @@ def apply(edit: Edit) -> Change | None:
         before = xmltext.text(node).strip() or None
         if before == edit.value:
             return None
+        if watch is not None:
+            watch.touch(node)
         xmltext.set_text(node, edit.value)  # the whole value: text after a comment too
         return Change(_path(node), before, edit.value, edit.reason)
     if isinstance(edit, Put):
@@ -246,6 +254,8 @@ def apply(edit: Edit) -> Change | None:
         after = show(edit.element)
         if before == after:
             return None
+        if watch is not None:
+            watch.touch(edit.parent, True)
         if old is not None:
             old.addprevious(edit.element)
             edit.parent.remove(old)
@@ -257,6 +267,8 @@ def apply(edit: Edit) -> Change | None:
         if parent is None:
             return None
         where, before = _path(edit.element), show(edit.element)
+        if watch is not None:
+            watch.touch(parent, True)
         parent.remove(edit.element)
         return Change(where, before, None, edit.reason)
     return None
