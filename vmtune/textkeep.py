@@ -1,18 +1,18 @@
 """A changed domain written back into the text it was parsed from: every byte vmtune did not
 change stays as it was (quotes, attribute order, comments, whitespace, character references).
 
-``write(source, after)`` walks ``after`` (the tree the passes changed) beside the tree of
-``source`` as it was parsed and the markup of its text (vmtune/markup.py). A node written alike is
-copied from the text: a node that never changes (``Source.freeze``) by identity, any other by
-comparing it with its copy as given. An element of the same tag whose attributes or children
-changed keeps its start tag (the attributes it still has, with their quotes, in place; a changed
-one in its own quotes; a new one in the document's), its end tag, the whitespace before each child
-that stays, and its children paired with the old ones (the same node, else the same key,
-``xmlkeys.ident_of``). A new node is written by lxml, laid out as its siblings are (or at its
-parent's indentation and the document's step) and in the document's quote style: ``virsh
-dumpxml`` writes single quotes, virt-manager double ones. ``raw`` gives the text of nodes put back
-from vmtune's record (``untune``), written as they were. Where the markup does not line up with the
-tree, the document is written whole by lxml (``serialize``), as before.
+``write(source, after)`` walks ``after`` (the tree the passes changed) beside the markup of
+``source``'s text (vmtune/markup.py). A node nothing touched (``Source.touch``; ``untune``
+compares the nodes it froze with their copies) is copied from the text. A unit vmtune changed,
+given as libvirt lays it out, is written whole, laid out the same way (``Style.laid``). Any other
+element of the same tag keeps its start tag (vmtune/starttag.py: the attributes it still has,
+with their quotes, in place; a changed one in its own quotes; a new one in the document's), its
+end tag, the whitespace before each child that stays, and its children paired with the old ones
+(the same node, else the same key, ``xmlkeys.ident_of``). A new node is written in the
+document's style (vmtune/style.py), laid out as its siblings are, after what ends the line
+before the next child as given. ``raw`` gives the text of nodes put back from vmtune's record
+(``untune``), written as they were given. Where the markup does not line up with the tree, the
+document is written whole by lxml (``serialize``), as before.
 """
 
 from __future__ import annotations
