@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import strategies as st
 
 BUSES = ("ide", "sata", "scsi", "virtio", "usb")
@@ -246,3 +248,59 @@ def thread_domains(draw) -> str:
         pins += f"<iothreadpin iothread='{ident}' cpuset='{draw(cpus) or ''}'/>"
     return (f"<domain type='kvm'><name>threads</name><memory unit='MiB'>1024</memory>{vcpu}{threads}"
             f"{f'<cputune>{pins}</cputune>' if pins else ''}<os><type arch='x86_64'>hvm</type></os></domain>")
+
+
+# -- domains laid out as people and tools write them (issue 32, item 4) ---------------------------------
+STEPS = ("  ", "    ", "\t", " ", "   ")
+
+
+@st.composite
+def laid_out(draw, xml: str) -> str:
+    """``xml`` (one line, single quotes, no quote in a value) as a file: ``virsh dumpxml``'s way
+    (single quotes, two spaces), virt-manager's (double quotes), or odd (another indentation step,
+    blank lines, runs of spaces between attributes or attributes on lines of their own, a space
+    before ``/>``, trailing spaces, CRLF line ends, an XML declaration and a comment before the
+    root), or left on one line."""
+    from lxml import etree
+
+    root = etree.fromstring(xml)
+    quote = draw(st.sampled_from(["'", '"']))
+    if draw(st.integers(0, 5)):
+        etree.indent(root, space=draw(st.sampled_from(STEPS)))
+    text = etree.tostring(root, encoding="unicode")
+    if quote == "'":
+        text = text.replace('"', "'")
+    if draw(st.booleans()):  # odd
+        rnd = draw(st.randoms(use_true_random=False))
+        text = re.sub(r"(?<=['\"]) (?=[\w:]+=)", lambda m: " " * rnd.randint(1, 3), text)
+        text = re.sub(r"(?<=['\"])/>", lambda m: " />" if rnd.random() < 0.5 else "/>", text)
+        text = re.sub(r">\n", lambda m: ">" + " " * rnd.randint(0, 2) + "\n" * rnd.choice((1, 1, 1, 2)), text)
+        if rnd.random() < 0.2:  # attributes on lines of their own
+            text = re.sub(r"(?<=['\"]) +(?=[\w:]+=)", lambda m: "\n" + " " * rnd.randint(2, 8), text)
+        if rnd.random() < 0.3:
+            text = f"<?xml version={quote}1.0{quote} encoding={quote}UTF-8{quote}?>\n<!-- a file -->\n" + text
+        if rnd.random() < 0.2:
+            text = text.replace("\n", "\r\n")
+    return text + draw(st.sampled_from(["\n", "", "\n\n"]))
+
+
+# tuned elements as a hand leaves them empty: whitespace only (libxml2 keeps it where nothing else is)
+BLANKS = ((r"<cpu [^>]*>.*?</cpu>", "<cpu mode='custom' match='exact'>\n    </cpu>"),
+          (r"<clock [^>]*>.*?</clock>", "<clock offset='utc'>\n  </clock>"),
+          (r"<features>.*?</features>", "<features>\n  </features>"),
+          (r"<devices>.*?</devices>", "<devices>\n  </devices>"))
+
+
+@st.composite
+def blank_domains(draw) -> str:
+    """A domain some of whose tuned elements hold whitespace only (``<cpu>\\n  </cpu>``), with a
+    ``<cputune>`` or ``<memoryBacking>`` of whitespace only maybe."""
+    xml = draw(domains())
+    for found, blank in BLANKS:
+        if draw(st.booleans()):
+            xml = re.sub(found, blank, xml, count=1, flags=re.S)
+    if draw(st.booleans()) and "<cputune>" not in xml:
+        xml = xml.replace("</vcpu>", "</vcpu><cputune>\n  </cputune>", 1)
+    if draw(st.booleans()):
+        xml = xml.replace("<vcpu ", "<memoryBacking>\n</memoryBacking><vcpu ", 1)
+    return xml

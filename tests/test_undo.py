@@ -30,11 +30,6 @@ HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read
 STOCK = (EXAMPLES / "stock-latency.xml").read_text()
 
 
-def plain(xml: str) -> str:
-    """A domain as vmtune writes one it did not change: the same serialization."""
-    return driver.serialize(etree.fromstring(xml.encode()))
-
-
 def record(xml: str) -> dict:
     found = re.search(r"<vmtune:undo version=\"1\">(.*?)</vmtune:undo>", xml, re.S)
     assert found, "no record"
@@ -57,7 +52,7 @@ def test_retuning_is_tuning_the_original(xml, host, a, b):
     first = tuned(xml, host, a)
     if first is None:
         return
-    assert vmtune.untune(first.xml).xml == plain(xml)
+    assert vmtune.untune(first.xml).xml == xml  # byte for byte
     again = vmtune.rewrite(first.xml, host, a)
     assert again.xml == first.xml and again.changes == ()
     direct = tuned(xml, host, b)
@@ -80,7 +75,7 @@ def test_every_corpus_domain_and_pair_of_profiles():
             except VmtuneError:
                 continue
             sizes.append(len(re.search(r"<vmtune:undo.*?</vmtune:undo>", first.xml, re.S).group(0)))
-            assert vmtune.untune(first.xml).xml == plain(xml), (path.name, a)
+            assert vmtune.untune(first.xml).xml == xml, (path.name, a)  # byte for byte
             for b in PROFILES:
                 try:
                     direct = vmtune.rewrite(xml, HOST, b)
@@ -89,7 +84,8 @@ def test_every_corpus_domain_and_pair_of_profiles():
                 pairs += 1
                 assert vmtune.rewrite(first.xml, HOST, b).xml == direct.xml, (path.name, a, b)
     assert pairs > 300
-    assert statistics.median(sizes) < 4096 and max(sizes) < 32768, (statistics.median(sizes), max(sizes))
+    # each unit as it was is kept as its text was given (its layout too: untune gives those bytes back)
+    assert statistics.median(sizes) < 4096 and max(sizes) < 36864, (statistics.median(sizes), max(sizes))
 
 
 def test_the_record_is_valid_and_small_and_only_what_was_touched():
@@ -272,15 +268,15 @@ def test_untune_on_the_command_line(tmp_path, capsys):
 
     (tmp_path / "t.xml").write_text(vmtune.rewrite(STOCK, HOST, "latency").xml)
     assert main(["untune", str(tmp_path / "t.xml"), "-o", str(tmp_path / "u.xml")]) == 0
-    assert (tmp_path / "u.xml").read_text() == plain(STOCK)
+    assert (tmp_path / "u.xml").read_text() == STOCK
     assert main(["untune", str(tmp_path / "t.xml"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["changed"] is True and data["xml"] == plain(STOCK) and data["kept"] == []
+    assert data["changed"] is True and data["xml"] == STOCK and data["kept"] == []
     assert main(["untune", str(tmp_path / "t.xml"), "--diff"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"--- {tmp_path / 't.xml'}\n+++ {tmp_path / 't.xml'} (before vmtune)\n")
     assert main(["untune", str(tmp_path / "t.xml"), "-i"]) == 0
-    assert (tmp_path / "t.xml").read_text() == plain(STOCK)
+    assert (tmp_path / "t.xml").read_text() == STOCK
 
 
 # -- libvirt keeps it -----------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The driver: parse, place, run the passes in order, apply their edits, serialize."""
+"""The driver: parse, place, run the passes in order, apply their edits, write the domain back
+(every byte they did not change kept: vmtune/textkeep.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from . import claims as claims_mod
 from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
-from . import cpuset, facts, locality, managers, profiles, retune, undo, validate, xmlsafe, xmltext
+from . import cpuset, facts, locality, managers, markup, profiles, retune, textkeep, undo, validate, xmlsafe
 from . import intent as intent_mod
 from .profiles import DeviceLocality, Pinning
 from .context import PassContext
@@ -22,6 +23,7 @@ from .guestos import GuestOS
 from .host import Host
 from .model import Domain, MemoryDevice
 from .passes import ORDER
+from .style import serialize
 
 VIRT_TYPES = ("kvm", "qemu")
 # For a host known only from sysfs (no libvirt <guest> entries): host arch -> the domain arches
@@ -166,20 +168,6 @@ def _place(profile, host, ledger, reserved, dom, config, spread, near, wants) ->
     return placement_mod.shared(host, ledger, req, one_node=True)
 
 
-def serialize(root: etree._Element) -> str:
-    """The whole document (comments around the root included), indented two spaces like libvirt
-    (text values, comments inside them included, stay as they are)."""
-    xmltext.indent(root)
-    before = list(root.itersiblings(preceding=True))[::-1]
-    after = list(root.itersiblings())
-    parts = []
-    for node in before + [root] + after:
-        tail, node.tail = node.tail, None
-        parts.append(etree.tostring(node, encoding="unicode"))
-        node.tail = tail
-    return "\n".join(parts) + "\n"
-
-
 @dataclass(frozen=True)
 class Tuned:
     """A domain placed and tuned: its tree, what placed it, and what the passes did."""
@@ -189,6 +177,13 @@ class Tuned:
     changes: tuple[Change, ...]
     warnings: tuple[str, ...]
     kept: tuple[str, ...] = ()
+    source: markup.Source | None = None  # the text the passes started from (``record``)
+
+    def text(self) -> str:
+        """The tuned domain: its source text with what the passes changed written in, else whole."""
+        if self.source is None:
+            return serialize(self.root)
+        return textkeep.write(self.source, self.root)
 
 
 # An older vmtune's rewrite (no record) shows in these: it cannot be told from the user's own
@@ -224,22 +219,34 @@ def _prepare(
     force_virtio: bool = False,
     config: config_mod.Config | None = None,
     start_over: bool = False,
-) -> tuple[etree._Element, PassContext, tuple[str, ...], tuple[str, ...], etree._Element | None]:
+) -> tuple[etree._Element, PassContext, tuple[str, ...], tuple[str, ...], etree._Element | None,
+           markup.Source | None]:
     """``prepare``; with ``start_over``, first put back what vmtune's last rewrite changed (its
     record, vmtune/undo.py), and also return what the hand changed since and stays, the warnings
-    of that step, and the domain as given when it had a record (else None)."""
+    of that step, the domain as given when it had a record (else None), and the text and tree the
+    passes start from (the domain as it was before vmtune, written as ``untune`` writes it)."""
     config = config or config_mod.Config()
     root = xmlsafe.parse(xml, "domain XML")
-    given = copy.deepcopy(root) if start_over and undo.recorded(root) else None
     dom = Domain(root)
     virt = check_domain(dom, host)
     name = profile or dom.tagged_profile or profiles.DEFAULT
-    kept: list[str] = []
+    kept: tuple[str, ...] = ()
     warned: list[str] = []
+    given = source = None
     if start_over:
-        had, kept = undo.take_back(root)
-        if not had and dom.tag is not None and any(root.find(p) is not None for p in OLD_TUNING):
+        text = markup.text_of(xml)
+        if undo.recorded(root) and text is None:
+            given = copy.deepcopy(root)
+            kept = tuple(undo.take_back(root)[1])
+        elif undo.recorded(root):
+            given = copy.deepcopy(root)
+            back = _untuned(root, text)
+            root = xmlsafe.parse(back.xml, "domain XML")
+            text, dom, kept = back.xml, Domain(root), back.kept
+        elif dom.tag is not None and any(root.find(p) is not None for p in OLD_TUNING):
             warned.append(OLD_WARNING)
+        if text is not None:
+            source = markup.Source(text, root)  # told of each node before it changes
     managed = managers.warning(dom)
     if managed:
         warned.append(managed)
@@ -254,12 +261,13 @@ def _prepare(
     placement = placement_for(prof, host, ledger, reserved, dom, config, wants)
     guest = Domain(root).guest_os  # as the user gave it, before any pass
     return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio, wants, config, guest),
-            tuple(kept), tuple(warned), given)
+            tuple(kept), tuple(warned), given, source)
 
 
-def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER) -> tuple[list[Change], list[str]]:
-    """Run ``passes`` in order, each on the tree the previous ones left; apply every edit. Each
-    change names its element by its XPath in the tree as they all left it."""
+def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER, watch=None) -> tuple[list[Change], list[str]]:
+    """Run ``passes`` in order, each on the tree the previous ones left; apply every edit (``watch``:
+    a markup.Source told of each node before it changes). Each change names its element by its
+    XPath in the tree as they all left it."""
     done: list[edits_mod.Applied] = []
     warnings: list[str] = list(ctx.placement.warnings)
     for tuning_pass in passes:
@@ -267,7 +275,7 @@ def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER) -> tuple[li
             if isinstance(edit, Warn):
                 warnings.append(edit.message)
                 continue
-            applied = edits_mod.applied(edit)
+            applied = edits_mod.applied(edit, watch)
             if applied is not None:
                 done.append(applied)
     return edits_mod.settle(done, root), warnings  # each path as it is in the output
@@ -290,17 +298,17 @@ def tune(
     placement passes, with a ledger from its leases). ``record``: start from the domain as it was
     before vmtune (its record), and record this tuning in it (``rewrite``'s way; the re-pin changes
     only pins, byte for byte). Raises as ``rewrite`` does."""
-    root, ctx, kept, warned, given = _prepare(xml, host, profile, claims, ledger=ledger, force_virtio=force_virtio,
-                                              config=config, start_over=record)
-    base = undo.snapshot(root) if record else None
-    changes, warnings = run_passes(root, ctx, passes)
+    root, ctx, kept, warned, given, source = _prepare(xml, host, profile, claims, ledger=ledger,
+                                                      force_virtio=force_virtio, config=config, start_over=record)
+    base = undo.snapshot(root, source) if record else None
+    changes, warnings = run_passes(root, ctx, passes, source)
     if base is not None:
         if given is not None:  # tuned before: the changes from the input as given
-            retune.keep_assigned(given, root)
+            retune.keep_assigned(given, root, source)
             changes = retune.against(given, root, changes)
             kept = retune.truthful(kept, root, changes)
-        undo.write(root, undo.diff(base, root))
-    return Tuned(root, ctx, tuple(changes), tuple(warned) + tuple(warnings), kept)
+        undo.write(root, undo.diff(base, root), source)
+    return Tuned(root, ctx, tuple(changes), tuple(warned) + tuple(warnings), kept, source)
 
 
 def rewrite(
@@ -318,17 +326,29 @@ def rewrite(
     for input vmtune cannot tune and DoesNotFit when the domain cannot be placed.
     """
     done = tune(xml, host, profile, claims, force_virtio=force_virtio, config=config, record=True)
-    return Result(serialize(done.root), done.ctx.profile.name, done.changes, done.ctx.placement.to_dict(),
+    return Result(done.text(), done.ctx.profile.name, done.changes, done.ctx.placement.to_dict(),
                   done.warnings, done.kept, done.ctx.guest)
 
 
 def untune(xml: str | bytes) -> Untuned:
     """Domain ``xml`` as it was before vmtune's rewrites, with what the hand changed since kept
-    (vmtune/undo.py). A domain vmtune never tuned (no record) comes back as it was given."""
+    (vmtune/undo.py), every other byte as given. A domain vmtune never tuned (no record) comes back
+    as it was given."""
     root = xmlsafe.parse(xml, "domain XML")
     if root.tag != "domain":
         raise InvalidInput(f"expected a libvirt <domain>, got <{root.tag}>")
-    had, kept = undo.take_back(root)
-    if not had:
-        return Untuned(xml if isinstance(xml, str) else xml.decode("utf-8"), False)
-    return Untuned(serialize(root), True, tuple(kept))
+    text = markup.text_of(xml)
+    if not undo.recorded(root):
+        return Untuned(text if text is not None else xml.decode("utf-8", "replace"), False)
+    return _untuned(root, text)
+
+
+def _untuned(root: etree._Element, text: str | None) -> Untuned:
+    """``root`` (parsed from ``text``) put back as it was before vmtune, written into ``text``."""
+    source = None if text is None else markup.Source(text, root)
+    if source is not None:
+        undo.hold(source, root)
+    restored: dict = {}
+    had, kept = undo.take_back(root, restored)
+    xml = serialize(root) if source is None else textkeep.write(source, root, restored, trailing=True)
+    return Untuned(xml, had, tuple(kept))

@@ -189,7 +189,7 @@ def _after_all(parent: etree._Element, order: tuple[str, ...], rank: int) -> boo
 _STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
 
 
-def _walk(anchor: etree._Element, elem_path: str, create: bool) -> etree._Element | None:
+def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> etree._Element | None:
     """Follow ``a/b[@name='x']/c`` below ``anchor``, creating missing steps when ``create``."""
     node = anchor
     for step in [s for s in elem_path.split("/") if s and s != "."]:
@@ -204,6 +204,8 @@ def _walk(anchor: etree._Element, elem_path: str, create: bool) -> etree._Elemen
             nxt = etree.Element(tag)
             if attr:
                 nxt.set(attr, value)
+            if watch is not None:
+                watch.touch(node, True)
             insert(node, nxt)
         node = nxt
     return node
@@ -220,9 +222,9 @@ def _path(el: etree._Element) -> str:
     return el.getroottree().getpath(el)
 
 
-def apply(edit: Edit) -> Change | None:
+def apply(edit: Edit, watch=None) -> Change | None:
     """Apply one edit; return the Change it made, or None when it changed nothing."""
-    done = applied(edit)
+    done = applied(edit, watch)
     return done.change if done is not None else None
 
 
@@ -250,17 +252,21 @@ def settle(done: list[Applied], root: etree._Element) -> list[Change]:
     return out
 
 
-def applied(edit: Edit) -> Applied | None:
-    """``apply``, with the element the Change is about (``settle``)."""
+def applied(edit: Edit, watch=None) -> Applied | None:
+    """``apply``, with the element the Change is about (``settle``). ``watch`` (a markup.Source)
+    is told of each node before it changes (``touch``), so that the domain's text keeps every byte
+    of what did not."""
     if isinstance(edit, Set):
         elem_path, attr = split_path(edit.path)
-        node = _walk(edit.anchor, elem_path, create=edit.value is not None)
+        node = _walk(edit.anchor, elem_path, edit.value is not None, watch)
         if node is None:
             return None
         if attr:
             before = node.get(attr)
             if before == edit.value:
                 return None
+            if watch is not None:
+                watch.touch(node)
             if edit.value is None:
                 del node.attrib[attr]
             else:
@@ -269,6 +275,8 @@ def applied(edit: Edit) -> Applied | None:
         before = xmltext.text(node).strip() or None
         if before == edit.value:
             return None
+        if watch is not None:
+            watch.touch(node)
         xmltext.set_text(node, edit.value)  # the whole value: text after a comment too
         return Applied(Change(_path(node), before, edit.value, edit.reason), node)
     if isinstance(edit, Put):
@@ -277,6 +285,8 @@ def applied(edit: Edit) -> Applied | None:
         after = show(edit.element)
         if before == after:
             return None
+        if watch is not None:
+            watch.touch(edit.parent, True)
         if old is not None:
             old.addprevious(edit.element)
             edit.parent.remove(old)
@@ -288,6 +298,8 @@ def applied(edit: Edit) -> Applied | None:
         if parent is None:
             return None
         where, before = _path(edit.element), show(edit.element)
+        if watch is not None:
+            watch.touch(parent, True)
         parent.remove(edit.element)
         return Applied(Change(where, before, None, edit.reason), None)
     return None

@@ -83,9 +83,10 @@ def against(given, output, changes: list) -> list:
     return out
 
 
-def keep_assigned(given, output) -> None:
+def keep_assigned(given, output, watch=None) -> None:
     """A disk that vmtune moved before, and that libvirt gave an address of its own since (on its
-    new bus), keeps that address when it is tuned again: libvirt's, not vmtune's to drop."""
+    new bus), keeps that address when it is tuned again: libvirt's, not vmtune's to drop.
+    (``watch``: a markup.Source told of each disk before it changes.)"""
     mine = given.find("devices")
     theirs = output.find("devices")
     if mine is None or theirs is None:
@@ -101,6 +102,8 @@ def keep_assigned(given, output) -> None:
         if bus and bus == (disk.find("target").get("bus") if disk.find("target") is not None else None):
             from .edits import clone, insert
 
+            if watch is not None:
+                watch.touch(disk, kids=True)
             insert(disk, clone(old.find("address")))
 
 

@@ -1,16 +1,25 @@
-"""What vmtune changed in a domain, kept in the domain itself, and how to take it back.
+"""What vmtune changed in a domain, kept in the domain itself, and how to take it back
+(vmtune/unitdiff.py makes the record).
 
 A rewrite records what it changed in ``<metadata><vmtune:tune><vmtune:undo>`` (JSON text: libvirt
 keeps foreign metadata verbatim, so it survives ``virsh define`` and ``dumpxml``). The record is
 made of units: the children of ``<domain>`` and of ``<devices>`` that a pass may write (``TUNED``:
 the CPU, pins, memory and its backing, iothreads, features, clock; disks, NICs, controllers, the
-balloon, memory devices); vmtune's tag in ``<metadata>`` is kept apart. For each unit vmtune changed, added or removed, it keeps the
-unit as it was and as vmtune wrote it, and where_of it sat; nothing else. Comparing whole units is
-one C call each, which keeps a rewrite about as fast as before records.
+balloon, memory devices); vmtune's tag in ``<metadata>`` is kept apart. For each unit vmtune
+changed, added or removed, it keeps the unit as it was and as vmtune wrote it, and where_of it sat;
+nothing else. The unit as it was is its text as given (its quotes and layout; a unit vmtune removed
+with the whitespace before it), so that ``untune`` gives back those very bytes (vmtune/textkeep.py);
+a record of an older vmtune keeps it as lxml writes it, and reads the same. Only the units the
+passes touched (a markup.Source is told of each change) are compared, a C call each.
+As vmtune wrote it, a unit is as it reads back: whitespace-only text beside children, which the
+parser drops, is dropped (``<cpu>\\n  </cpu>`` given a topology), so that the record of a rewrite
+of the output is the same record.
 
 Units are found by keys that vmtune's own changes never alter: the tag with its key attributes (a
 controller's type and index, a ``<hostdev>``'s type), a disk by its source, a NIC by its MAC,
-and an ordinal among siblings of the same key; a comment by its text.
+and an ordinal among siblings of the same key; a comment by its text. A key libvirt fills in at
+``virsh define`` where the input left it out (a NIC's MAC, a controller's index) still finds its
+unit: ``xmlkeys.filled``.
 
 ``take_back`` puts the domain back as it was before vmtune. A unit still as vmtune wrote it goes
 back whole. One changed by hand since is merged finely (``_fine``: attributes and values, child
@@ -24,109 +33,29 @@ wins"). A rewrite of a tuned domain starts from there, so ``rewrite(rewrite(x, A
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from lxml import etree
 
 from . import xmlsafe, xmltext
 from .errors import InvalidInput
 from .handmerge import merge, put_back, unadd_node
-from .model import NS, TAG
-from .xmlkeys import SPECIAL, counted, find, ident_of, keyed, parse_node, where_of
+from .model import TAG
+from .unitdiff import TUNED, TUNED_DEVICES, UNDO, VERSION, Snapshot, diff, hold, lxml_text, snapshot
+from .xmlkeys import canon, counted, filled, find, keyed, parse_node, where_of
 from .xmltext import local_name
 
-
-UNDO = f"{{{NS}}}undo"
-
-
-VERSION = 1
+__all__ = ["TUNED", "TUNED_DEVICES", "UNDO", "VERSION", "Snapshot", "diff", "hold", "read", "recorded", "records",
+           "snapshot", "strip", "take_back", "write"]
 
 
-# The only places a pass writes (tests/test_properties.py's "nothing lost" holds everything else to
-# its input, byte for byte): the units a record keeps, of <domain> and of <devices>
-TUNED = frozenset(("cpu", "cputune", "numatune", "vcpu", "memtune", "memoryBacking", "iothreads", "iothreadids",
-                   "memory", "currentMemory", "features", "clock"))
-
-
-TUNED_DEVICES = frozenset(("disk", "interface", "controller", "memballoon", "memory"))
-
-
-def _units(root) -> dict[tuple, tuple[object, int]]:
-    """The units of ``root`` by their key path (a tuple of keys): (node, index in its parent).
-    Only the tuned tags are keyed: an ordinal counts siblings of one ident, which share a tag."""
-    out: dict[tuple, tuple[object, int]] = {}
-    seen: dict[tuple, int] = {}
-    for index, node in enumerate(counted(root)):
-        tag = node.tag
-        if tag == "devices":
-            ident = (tag,)
-            n = seen.get(ident, 0)
-            seen[ident] = n + 1
-            inner: dict[tuple, int] = {}
-            for i, child in enumerate(counted(node)):
-                if child.tag in TUNED_DEVICES:
-                    sub = ident_of(child)
-                    k = inner.get(sub, 0)
-                    inner[sub] = k + 1
-                    out[((*ident, n), (*sub, k))] = (child, i)
-        elif tag in TUNED:
-            ident = ident_of(node) if tag in SPECIAL else (tag,)  # as keyed names it (<memory>: KEYS)
-            n = seen.get(ident, 0)
-            seen[ident] = n + 1
-            out[((*ident, n),)] = (node, index)
-    return out
-
-
-def _text(node) -> str:
-    return etree.tostring(node, encoding="unicode", with_tail=False)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A domain's units as text, and what ``diff`` needs of the rest: taken before the passes run,
-    so that no copy of the tree is needed."""
-
-    units: dict  # key path -> (text, index in its parent)
-    tag: str | None
-    metadata: bool
-    devices: bool
-
-
-def snapshot(root: etree._Element) -> Snapshot:
-    tag = root.find(f"metadata/{TAG}")
-    if tag is not None:
-        tag = etree.fromstring(etree.tostring(tag))
-        for old in tag.findall(UNDO):
-            tag.remove(old)
-    return Snapshot({key: (_text(node), index) for key, (node, index) in _units(root).items()},
-                    None if tag is None else etree.tostring(tag, encoding="unicode"),
-                    root.find("metadata") is not None, root.find("devices") is not None)
-
-
-def diff(before: etree._Element | Snapshot, after: etree._Element) -> dict:
-    """The record of what turns ``before`` (a domain, or its snapshot) into ``after``: each unit
-    that differs, as it was (None: vmtune added it) and as vmtune wrote it (None: removed), and
-    where it was."""
-    was = before if isinstance(before, Snapshot) else snapshot(before)
-    ops = []
-    theirs = _units(after)
-    for key, (old, index) in was.units.items():
-        new = _text(theirs[key][0]) if key in theirs else None
-        if old != new:
-            ops.append([[list(k) for k in key], old, new, index])
-    for key, (node, index) in theirs.items():
-        if key not in was.units:
-            ops.append([[list(k) for k in key], None, _text(node), index])
-    wrote = after.find(f"metadata/{TAG}")
-    return {"v": VERSION, "tag": was.tag, "profile": None if wrote is None else wrote.get("profile"),
-            "metadata": was.metadata, "devices": was.devices, "units": ops}
-
-
-def write(root: etree._Element, record: dict) -> None:
-    """Put ``record`` into ``root``'s vmtune tag (which the tag pass wrote)."""
+def write(root: etree._Element, record: dict, watch=None) -> None:
+    """Put ``record`` into ``root``'s vmtune tag (which the tag pass wrote; ``watch``: a
+    markup.Source told of it before it changes)."""
     tag = root.find(f"metadata/{TAG}")
     if tag is None:
         return
+    if watch is not None:
+        watch.touch(tag, kids=True)
     for old in records(root):
         tag.remove(old)
     el = etree.SubElement(tag, UNDO)
@@ -160,44 +89,61 @@ def read(root: etree._Element) -> dict | None:
     return record
 
 
-def take_back(root: etree._Element) -> tuple[bool, list[str]]:
+def take_back(root: etree._Element, restored: dict | None = None) -> tuple[bool, list[str]]:
     """Put ``root`` back as it was before vmtune, by its record (which goes). (Whether it had a
-    record, the notes on what stays as the hand left it.)"""
+    record, the notes on what stays as the hand left it.) ``restored`` gets each unit put back
+    whole, with its text as the record keeps it."""
+    restored = {} if restored is None else restored
     record = read(root)
     if record is None:
         return False, []
     notes: list[str] = []
     units = record["units"]
     back = []
+    claimed = {(len(u[0]), tuple(u[0][-1])) for u in units}
+    used: set = set()
     for path, old, new, index in units:
         if new is None:
             back.append((path, old, index))
             continue
         parent = root if len(path) == 1 else find(root, path[:1])
         here = dict(keyed(parent)).get(tuple(path[-1])) if parent is not None else None
+        if here is None and parent is not None:  # a MAC or an index libvirt filled in since
+            here = filled(parent, tuple(path[-1]), new, {k for n, k in claimed if n == len(path)}, used)
+        if here is not None:
+            used.add(here)
         if here is None:
             notes.append(f"{where_of(path)}: vmtune {'added' if old is None else 'changed'} it, and it was removed by hand")
-        elif _text(here) == new:  # as vmtune wrote it: back whole
+        elif lxml_text(here) == new or canon(here) == canon(parse_node(new)):  # as vmtune wrote it (libvirt
+            # and vmtune's writer may order the attributes otherwise): back whole
             if old is None:
                 parent.remove(here)
             else:
-                here.addprevious(parse_node(old))
+                node = parse_node(old)
+                restored[node] = old
+                here.addprevious(node)
                 parent.remove(here)
         elif old is None:
             unadd_node(here, parse_node(new), where_of(path), notes)
         else:
             merge(here, parse_node(old), parse_node(new), path, notes)
+    _retag(root, record, notes)  # first: the <metadata> vmtune made would stand in the places below
     for path, old, index in sorted(back, key=lambda u: (len(u[0]), u[2])):
         parent = root if len(path) == 1 else find(root, path[:1])
         if parent is None:
             notes.append(f"{where_of(path)}: vmtune removed it, and its parent is gone by hand")
             continue
-        put_back(parent, tuple(path[-1]), index, parse_node(old), where_of(path), notes)
+        node = parse_node(old)
+        restored[node] = old
+        put_back(parent, tuple(path[-1]), index, node, where_of(path), notes)
     if not record.get("devices", True):
         devices = root.find("devices")
         if devices is not None and not counted(devices):
             root.remove(devices)
-    _retag(root, record, notes)
+    for name, text in (record.get("blank") or {}).items():
+        el = root.find(name) if isinstance(name, str) and isinstance(text, str) and text.isspace() else None
+        if el is not None and len(el) == 0 and not el.text:
+            el.text = text
     return True, notes
 
 
@@ -215,10 +161,24 @@ def _retag(root, record: dict, notes: list[str]) -> None:
             tag.remove(old)
         return
     if record.get("tag"):
-        tag.addprevious(xmlsafe.parse(record["tag"], "the vmtune record's tag"))
+        _retag_as(tag, xmlsafe.parse(record["tag"], "the vmtune record's tag"))
+        return
     metadata.remove(tag)
     if not record.get("metadata", True) and not counted(metadata):
         metadata.getparent().remove(metadata)  # vmtune made it for its tag
+
+
+def _retag_as(tag, was) -> None:
+    """The user's own tag back: ``was``'s attributes and children in ``tag`` (which keeps its
+    place, and so its text)."""
+    tag.attrib.clear()
+    for name, value in was.attrib.items():
+        tag.set(name, value)
+    for child in list(tag):
+        tag.remove(child)
+    tag.text = was.text
+    for child in was:
+        tag.append(child)
 
 
 def strip(root: etree._Element) -> None:

@@ -5,7 +5,10 @@ A node's key is its tag with the attributes that tell it from its siblings (``KE
 ``<vcpupin>``'s vcpu, a ``<cell>``'s id, a controller's type and index, ...), a disk's source, a
 NIC's MAC, a comment's text, and an ordinal among siblings of that same key; a path is a list of
 keys from ``<domain>``. ``canon`` writes a node with its attributes sorted and whitespace-only text
-left out (libvirt may reorder attributes when it formats), and ``digest`` hashes that.
+left out (libvirt may reorder attributes when it formats), and ``digest`` hashes that. A key
+libvirt fills in when the domain is defined (``FILLED``: a NIC's MAC, a controller's index) may be
+empty in the record and set in the domain: ``filled`` finds that unit all the same. ``parse_node``
+reads a unit of the record as safely as the domain itself (no DTD, no entity).
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ import hashlib
 
 from lxml import etree
 
-from . import xmltext
+from . import xmlsafe, xmltext
 from .model import TAG
 from .xmltext import local_name
 
-__all__ = ["ASSIGNED", "KEYS", "canon", "counted", "digest", "find", "ident_of", "is_leaf", "keyed", "other_node",
-           "parse_node", "same", "shallow", "show", "where_of"]
+__all__ = ["ASSIGNED", "FILLED", "KEYS", "canon", "counted", "digest", "filled", "find", "ident_of", "is_leaf", "keyed",
+           "other_node", "parse_node", "same", "shallow", "show", "where_of"]
 
 
 SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "type")
@@ -134,6 +137,43 @@ def same(b, a) -> bool:
     return etree.tostring(b, with_tail=False) == etree.tostring(a, with_tail=False)
 
 
+# -- what libvirt fills in ------------------------------------------------------------------------------
+# The part of a key that libvirt fills in when a domain is defined, where it was left out: a NIC's
+# MAC, a controller's index (their place in ``ident_of``); and what it adds to a device then
+FILLED = {"interface": 1, "controller": 2}
+FILLED_CHILDREN = ("mac", "address", "alias", "target")
+
+
+def filled(parent, key: tuple, made: str, claimed: set, used: set):
+    """The child of ``parent`` that the unit ``key`` became once libvirt filled in what it left
+    out (a NIC without a MAC, a controller without an index; vmtune wrote it as ``made``): one of
+    the same kind whose key no unit of the record has (``claimed``) and no other unit took
+    (``used``), written as vmtune wrote it but for what libvirt adds, else the same ordinal among
+    those. None: no such key, or none left."""
+    at = FILLED.get(local_name(key[0]))
+    if at is None or len(key) <= at + 1 or key[at] != "":
+        return None
+    rest = key[:at] + key[at + 1:-1]
+    alike = [node for k, node in keyed(parent) if k[0] == key[0] and len(k) == len(key) and k[at] != ""
+             and k[:at] + k[at + 1:-1] == rest and k not in claimed and node not in used]
+    if not alike:
+        return None
+    want = _bare(parse_node(made))
+    return next((node for node in alike if _bare(node) == want), alike[key[-1]] if key[-1] < len(alike) else None)
+
+
+def _bare(node) -> str:
+    """``canon`` of a device without what libvirt fills in."""
+    from copy import deepcopy
+
+    node = deepcopy(node)
+    for child in [c for c in node if local_name(c.tag) in FILLED_CHILDREN]:
+        node.remove(child)
+    if local_name(node.tag) == "controller":
+        node.attrib.pop("index", None)
+    return canon(node)
+
+
 # -- taking it back -------------------------------------------------------------------------------------
 def find(root, path: list):
     node = root
@@ -191,11 +231,17 @@ def _quote(value: str) -> str:
 
 def other_node(xml: str):
     """A comment or PI from its text."""
-    holder = etree.fromstring(f"<x>{xml}</x>")
+    holder = xmlsafe.parse(f"<x>{xml}</x>", "a node of the vmtune record")
     node = holder[0]
     holder.remove(node)
     return node
 
 
 def parse_node(text: str):
-    return other_node(text) if text.startswith(("<!--", "<?")) else etree.fromstring(text)
+    """A node of vmtune's record from its text (as lxml wrote it, or as it was given, maybe with
+    the whitespace before it: layout, which the domain's parser drops too), parsed as safely as
+    the domain."""
+    start = text.lstrip()
+    if start.startswith(("<!--", "<?")):
+        return other_node(start)
+    return xmlsafe.parse(start, "a unit of the vmtune record")

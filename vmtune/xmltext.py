@@ -10,6 +10,7 @@ keeps the text after a comment in the comment's ``tail``, so ``el.text`` alone i
     elements(el)          the element children only (no comments, no PIs)
     local_name(tag)       ``{ns}name`` -> ``name``; "" for a comment's or a PI's tag
     indent(root)          indent element-only content; never touch a text value
+    drop_layout(root)     drop whitespace-only text beside child nodes (what the parser drops)
 """
 
 from __future__ import annotations
@@ -53,15 +54,15 @@ def _element_only(el: etree._Element) -> bool:
             and not any((k.tail or "").strip() for k in kids))
 
 
-def _indent(el: etree._Element, level: int, space: str) -> None:
-    inner = "\n" + space * level
+def _indent(el: etree._Element, level: int, space: str, base: str = "") -> None:
+    inner = "\n" + base + space * level
     el.text = inner
     kids = list(el)
     for kid in kids:
         if is_element(kid) and _element_only(kid):
-            _indent(kid, level + 1, space)
+            _indent(kid, level + 1, space, base)
         kid.tail = inner
-    kids[-1].tail = "\n" + space * (level - 1)
+    kids[-1].tail = "\n" + base + space * (level - 1)
 
 
 # What etree.indent would get wrong: text beside a comment, PI or element (a value with a comment
@@ -77,11 +78,28 @@ _MAYBE_MIXED = etree.XPath("boolean(.//comment() | .//processing-instruction()"
                            " | descendant-or-self::*[*]/text()[normalize-space()])")
 
 
-def indent(root: etree._Element, space: str = "  ") -> None:
+def indent(root: etree._Element, space: str = "  ", base: str = "") -> None:
     """Indent like ``etree.indent``, but only where an element holds elements and whitespace:
     mixed content (a value with a comment in it) keeps its text byte for byte, and an element
-    without element children (``<memory>``, ``<name>``, ...) is never given whitespace."""
-    if not _MAYBE_MIXED(root) or not _LXML_WOULD_CHANGE(root):
-        etree.indent(root, space=space)  # the same result where nothing is mixed, and in C
+    without element children (``<memory>``, ``<name>``, ...) is never given whitespace. ``base``:
+    the indentation of ``root``'s own line (its tail is left alone)."""
+    level = len(base) // len(space) if space else 0
+    if base == space * level and (not _MAYBE_MIXED(root) or not _LXML_WOULD_CHANGE(root)):
+        etree.indent(root, space=space, level=level)  # the same result where nothing is mixed, and in C
     elif _element_only(root):
-        _indent(root, 1, space)
+        _indent(root, 1, space, base)
+
+
+# Whitespace-only text beside child nodes: layout, which the parser drops (remove_blank_text)
+_LAYOUT = etree.XPath("descendant-or-self::*[node()[not(self::text())]][not(text()[normalize-space()])]/text()")
+
+
+def drop_layout(root: etree._Element) -> None:
+    """Drop the whitespace-only text of elements (``root`` and below) that hold child nodes and no
+    other text, as the parser does and libvirt ignores: ``<cpu>\\n  </cpu>`` that vmtune gave a
+    child is then the element the output reads back as."""
+    for found in _LAYOUT(root):
+        if found.is_tail:
+            found.getparent().tail = None
+        else:
+            found.getparent().text = None

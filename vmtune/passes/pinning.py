@@ -116,8 +116,8 @@ def _scheds(ctx, dom, new, emulator_rt: bool, rt_iothreads: frozenset[int]) -> l
     if len(vcpus) == dom.vcpus and dom.vcpus == 1:
         warns.append(Warn("a domain of one vCPU has no housekeeping vCPU: its only vCPU runs real-time "
                           f"({p.cpu_scheduler}), and the guest's own kernel threads share it"))
-    insert(new, E("vcpusched", {"vcpus": cpuset.format(vcpus), "scheduler": p.cpu_scheduler,
-                                "priority": p.cpu_priority}))
+    for vcpu in sorted(vcpus):  # one a vCPU, as libvirt writes them back after a define
+        insert(new, E("vcpusched", {"vcpus": vcpu, "scheduler": p.cpu_scheduler, "priority": p.cpu_priority}))
     return warns
 
 
