@@ -16,6 +16,10 @@ from strategies import domains
 from vmtune import audit, cpuset, housekeeping
 from vmtune.errors import DoesNotFit
 
+# half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
+FEWER = settings(max_examples=max(20, settings.default.max_examples // 2),
+                 suppress_health_check=[HealthCheck.filter_too_much])
+
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
 
 
@@ -65,7 +69,7 @@ def test_more_housekeeping_cpus_take_the_load():
 x86 = hosts(arches=("x86_64",), max_nodes=3, hybrid=False, isolated=False)
 
 
-@settings(suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=4, virt_types=("kvm",)), x86)
 def test_the_emulator_goes_to_the_nearest_housekeeping_cpus(xml, host):
     """A latency domain alone on a host: its emulator is pinned to the reserved CPUs of its L3

@@ -23,6 +23,10 @@ from vmtune.errors import DoesNotFit
 from vmtune.model import Domain
 from vmtune.placement import taken_cores
 
+# half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
+FEWER = settings(max_examples=max(20, settings.default.max_examples // 2),
+                 suppress_health_check=[HealthCheck.filter_too_much])
+
 DEDICATED = ("latency", "realtime")
 TIB = 1 << 30  # KiB
 
@@ -53,7 +57,7 @@ x86 = hosts(arches=("x86_64",), max_nodes=3, memoryless=False, memory_only=False
 PAGES = ("", "<page size='2048' unit='KiB'/>", "<page size='1' unit='G'/>", "<page size='16' unit='G'/>")
 
 
-@settings(suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=4), x86, st.sampled_from(PAGES), st.sampled_from(DEDICATED), st.booleans())
 def test_the_domains_own_hugepages_stay_unless_they_can_never_fit(xml, host, page, profile, tiny):
     """A domain's own <hugepages> survive an empty pool; they go only for a page size the host
@@ -93,7 +97,7 @@ def _room(host: vmtune.Host, cpus: frozenset[int], smt: str) -> int:
     return len({host.core_of(c) for c in free}) if smt == "isolate" else len(free)
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=6, virt_types=("kvm",)), x86, st.data(), st.sampled_from(DEDICATED))
 def test_vcpus_go_inside_the_cpuset_as_far_as_it_holds_them(xml, host, data, profile):
     """Exactly as many vCPUs land outside a <vcpu cpuset> as its free room lacks, and the warning
@@ -118,7 +122,7 @@ def test_vcpus_go_inside_the_cpuset_as_far_as_it_holds_them(xml, host, data, pro
 
 
 # -- hand pins -------------------------------------------------------------------------------------
-@settings(max_examples=150, suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=4, virt_types=("kvm",)), x86, st.data())
 def test_hand_pins_the_profile_can_live_with_stay_as_they_are(xml, host, data):
     """One CPU per vCPU, on CPUs of one node that no one holds, stays exactly (latency)."""
@@ -141,7 +145,7 @@ def test_hand_pins_the_profile_can_live_with_stay_as_they_are(xml, host, data):
     assert not any("<vcpupin>s" in w for w in result.warnings)
 
 
-@settings(max_examples=100, suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=4, virt_types=("kvm",)), x86, st.data())
 def test_hand_pins_on_held_cpus_are_replaced_and_said(xml, host, data):
     """Hand pins on the host's reserved CPUs give way, with a warning naming them and why."""
@@ -162,7 +166,7 @@ def test_hand_pins_on_held_cpus_are_replaced_and_said(xml, host, data):
 
 
 # -- L3 size ---------------------------------------------------------------------------------------
-@settings(max_examples=150, suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=4, virt_types=("kvm",)),
        hosts(arches=("x86_64",), max_nodes=2, memoryless=False, memory_only=False, isolated=False, uneven_l3=True,
              max_cores=6, unknown_topology=False, hybrid=False).filter(lambda h: len(h.caches) > 1))

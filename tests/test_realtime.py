@@ -23,6 +23,10 @@ from vmtune.errors import DoesNotFit
 from vmtune.passes.memory import QEMU_OVERHEAD_KIB
 from vmtune.units import to_kib
 
+# half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
+FEWER = settings(max_examples=max(20, settings.default.max_examples // 2),
+                 suppress_health_check=[HealthCheck.filter_too_much])
+
 PROFILES = ("balanced", "latency", "realtime", "throughput")
 REALTIME = ("fifo", "rr")
 
@@ -75,7 +79,7 @@ def _realtime(root) -> set[str]:
 x86 = hosts(arches=("x86_64",), max_nodes=3)
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(rt_domains(), x86, st.sampled_from(PROFILES))
 def test_no_real_time_thread_floats_or_crowds_the_host(xml, host, profile):
     """Each real-time thread has one CPU, shared with no other thread of the domain and not a
@@ -104,7 +108,7 @@ def test_no_real_time_thread_floats_or_crowds_the_host(xml, host, profile):
         assert {t for t in rt if t.startswith("vcpu")} == own  # the domain's own subset, kept
 
 
-@settings(suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=4, virt_types=("kvm",)), hosts(arches=("x86_64",), max_nodes=2, max_cores=6, isolated=False))
 def test_the_realtime_profile_leaves_vcpu_0_to_the_guest(xml, host):
     """A domain with no real-time <vcpusched> of its own gets FIFO on every vCPU but 0 (on its

@@ -21,6 +21,10 @@ from vmtune import cpuset
 from vmtune.errors import DoesNotFit
 from vmtune.units import to_kib
 
+# half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
+FEWER = settings(max_examples=max(20, settings.default.max_examples // 2),
+                 suppress_health_check=[HealthCheck.filter_too_much])
+
 PROFILES = ("balanced", "latency", "realtime", "throughput")
 
 
@@ -112,7 +116,7 @@ def check(reason: str, root, host, result) -> None:
         assert int(m.group(1)) == len(pins)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=8), st.one_of(hosts(arches=("x86_64",), max_nodes=3, max_cores=5),
                                        hosts(arches=("x86_64",), max_nodes=2, max_cores=6, uneven_l3=True)),
        st.sampled_from(PROFILES))

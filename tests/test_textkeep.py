@@ -162,7 +162,7 @@ def _unit_lines(text: str, units: list, side: int) -> set[int]:
 
 
 # -- generated domains, laid out every way -----------------------------------------------------------
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(domains().flatmap(laid_out), hosts(arches=("x86_64",), max_nodes=3), st.sampled_from(PROFILES))
 def test_generated_domains_keep_every_byte_in_either_quotes_and_any_layout(xml, host, profile):
     """Generated domains in single or double quotes, laid out as libvirt does, on one line, or
@@ -176,7 +176,7 @@ def test_generated_domains_keep_every_byte_in_either_quotes_and_any_layout(xml, 
     assert (again.xml, again.changes) == (result.xml, ())
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.sampled_from(FILES).map(lambda p: p.read_text()), domains().flatmap(laid_out),
                  blank_domains().flatmap(laid_out)), st.sampled_from(PROFILES))
 def test_the_text_written_reads_back_as_the_domain_vmtune_made(xml, profile):
@@ -191,7 +191,7 @@ def test_the_text_written_reads_back_as_the_domain_vmtune_made(xml, profile):
     assert canon(xmlsafe.parse(result.xml)) == canon(xmlsafe.parse(whole))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(blank_domains().flatmap(laid_out), st.sampled_from(PROFILES), st.sampled_from(PROFILES))
 def test_whitespace_only_elements_keep_the_record_idempotent(xml, a, b):
     """A tuned element of whitespace only (``<cpu>\\n  </cpu>``, which libxml2 keeps as text) that
@@ -207,7 +207,7 @@ def test_whitespace_only_elements_keep_the_record_idempotent(xml, a, b):
     assert vmtune.rewrite(first.xml, HOST, b).xml == direct.xml
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.sampled_from(FILES).map(lambda p: p.read_text()), domains().flatmap(laid_out)))
 def test_a_node_found_by_its_line_is_where_reading_the_text_finds_it(xml):
     """Where the writer finds nodes by the line lxml read them on (vmtune/locate.py), each is

@@ -14,6 +14,10 @@ from strategies import domains
 from vmtune import cpuset
 from vmtune.errors import DoesNotFit
 
+# half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
+FEWER = settings(max_examples=max(20, settings.default.max_examples // 2),
+                 suppress_health_check=[HealthCheck.filter_too_much])
+
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
 BASE = ("<domain type='kvm'><name>w</name>{meta}<memory unit='GiB'>2</memory><vcpu>2</vcpu>"
         "<os><type arch='x86_64'>hvm</type></os>{cpu}</domain>")
@@ -69,7 +73,7 @@ def test_other_metadata_is_no_manager():
     assert not any(w.startswith("managed by") for w in vmtune.rewrite(xml, HOST, "latency").warnings)
 
 
-@settings(suppress_health_check=[HealthCheck.filter_too_much])
+@FEWER
 @given(domains(max_vcpus=4, virt_types=("kvm",)),
        hosts(arches=("x86_64",), hybrid=True, max_cores=4, isolated=False, offline=False), st.sampled_from(("latency", "balanced")))
 def test_a_hybrid_host_without_core_kinds_is_said(xml, host, profile):
