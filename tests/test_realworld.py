@@ -6,14 +6,9 @@ OpenStack Nova (pinned, real-time mask), oVirt, KubeVirt; real and constructed `
 
 Each test is a property over the whole corpus: every domain, every profile, on a rotating sample of
 four hosts (every host meets many domains; the whole cross product takes ~45 s on one CPU, the
-sample about 8 s). Issue 32's properties that hold today are tested below, and those of the guest
-OS and the KVM hints (parts 2 and 5) in test_guestos.py, over this same corpus. Those that do not hold
-yet are for the engineers who change the rewriter to add over this same corpus (today's code fails
-them, so they are not encoded here):
-  4. untune(rewrite(x)) == x byte for byte (test_output_is_valid_tagged_idempotent_and_untunable
-     checks the canonical form only; today 5 of the 40 domains tuned with balanced on 2node-smt
-     come back byte for byte), with blank text in elements that vmtune rewrites (libvirt's
-     cpu-empty.xml in scripts/peer-suites) and 4-space indentation (vfio-win10-ryzen9950x3d-...);
+sample about 8 s). Issue 32's properties are tested below, and those of the guest OS and the KVM
+hints (parts 2 and 5) in test_guestos.py, over this same corpus; that untune gives every byte back
+(part 4) also over files laid out as virsh and virt-manager write them, in test_textkeep.py.
 The hybrid-host warning is given under the profiles that dedicate cores (where core kinds decide
 anything); the placeholder vCPUs of vfio-win11-ryzen5900x-placeholder-... are checked over these
 hosts in test_intent.py.
@@ -34,7 +29,6 @@ from conftest import EXAMPLES
 from libvirt_schema import schema_available, validate_domain
 from vmtune import cpuset, units, xmltext
 from vmtune.errors import DoesNotFit, InvalidInput, VmtuneError
-from vmtune.xmlkeys import canon
 
 DATA = Path(__file__).resolve().parent / "data" / "realworld"
 LIBVIRT_CAPS = Path(__file__).resolve().parent / "data" / "libvirt" / "capabilities"
@@ -211,7 +205,7 @@ def test_tuned_refused_or_honestly_too_big(path, profile):
 def test_output_is_valid_tagged_idempotent_and_untunable(path, profile):
     """A tuned domain carries vmtune's tag and record, has one-line reasons and warnings, is valid for
     libvirt's schema when its input was, is tuned again to the same bytes, and untune gives back the
-    input (canonically: attributes sorted, blank text dropped)."""
+    input byte for byte (issue 32, item 4)."""
     xml = path.read_bytes()
     check_schema = schema_available() and path.name not in SCHEMA_REFUSES
     for where, host, result, out in tuned(path, profile):
@@ -224,7 +218,7 @@ def test_output_is_valid_tagged_idempotent_and_untunable(path, profile):
             assert validate_domain(result.xml) == [], f"{where}: {validate_domain(result.xml)[:3]}"
         assert vmtune.rewrite(result.xml, host, profile).xml == result.xml, f"{where}: not idempotent"
         back = vmtune.untune(result.xml).xml
-        assert canon(etree.fromstring(back.encode())) == canon(etree.fromstring(xml)), f"{where}: untune differs"
+        assert back.encode() == xml, f"{where}: untune differs"
 
 
 # -- issue 32's properties that hold today ---------------------------------------------------------------

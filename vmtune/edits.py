@@ -13,6 +13,7 @@ reason)``. New elements are inserted in libvirt's canonical order, so output is 
 
 from __future__ import annotations
 
+import functools
 import re
 from copy import deepcopy
 from dataclasses import dataclass, replace
@@ -133,6 +134,12 @@ def show(el: etree._Element | None) -> str | None:
     """An element as one line of XML (for change records)."""
     if el is None:
         return None
+    for e in el.iter():
+        text, tail = e.text, (e.tail if e is not el else None)
+        if (text is not None and not text.strip()) or (tail is not None and not tail.strip()):
+            break
+    else:  # no layout to drop (an element vmtune built): written as it is, without a copy
+        return etree.tostring(el, encoding="unicode", with_tail=False)
     copy = clone(el)
     for e in copy.iter():
         if e.text is not None and not e.text.strip():
@@ -142,23 +149,24 @@ def show(el: etree._Element | None) -> str | None:
     return etree.tostring(copy, encoding="unicode")
 
 
+_RANKS: dict[str, dict[str, int]] = {parent: {name: i for i, name in enumerate(order)} for parent, order in ORDER.items()}
+
+
 def insert(parent: etree._Element, child: etree._Element) -> None:
     """Insert ``child`` into ``parent`` at its canonical place among the existing children."""
-    order = ORDER.get(xmltext.local_name(parent.tag), ())
-    name = xmltext.local_name(child.tag)
-    if name not in order:
-        parent.append(child)
-        return
-    rank = order.index(name)
-    if _after_all(parent, order, rank):  # the usual case (pins added one by one): no scan
+    ranks = _RANKS.get(xmltext.local_name(parent.tag))
+    rank = None if ranks is None else ranks.get(xmltext.local_name(child.tag))
+    if rank is None or _after_all(parent, ranks, rank):  # the usual case (pins added one by one): no scan
         parent.append(child)
         return
     position = None
     for i, existing in enumerate(parent):
-        other = xmltext.local_name(existing.tag)
-        if other in order and order.index(other) <= rank:
+        other = ranks.get(xmltext.local_name(existing.tag))
+        if other is None:
+            continue
+        if other <= rank:
             position = i + 1
-        elif other in order and position is None and order.index(other) > rank:
+        elif position is None:
             position = i
             break
     if position is None:
@@ -167,23 +175,20 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
         parent.insert(position, child)
 
 
-def _after_all(parent: etree._Element, order: tuple[str, ...], rank: int) -> bool:
+def _after_all(parent: etree._Element, ranks: dict[str, int], rank: int) -> bool:
     """Whether ``insert``'s scan would put a child of ``rank`` at the very end: the first and the last
     ordered children rank at most ``rank``, and the last child is that last ordered one. Two
     lookups from the ends, so adding N pins one by one costs N, not N squared."""
     first = last = None
     for existing in parent:
-        if xmltext.local_name(existing.tag) in order:
-            first = existing
+        first = ranks.get(xmltext.local_name(existing.tag))
+        if first is not None:
             break
-    if first is None:
+    if first is None or first > rank:
         return False
-    for existing in reversed(parent):
-        if xmltext.local_name(existing.tag) in order:
-            last = existing
-            break
-    return order.index(xmltext.local_name(first.tag)) <= rank and order.index(xmltext.local_name(last.tag)) <= rank \
-        and last is parent[-1]
+    tail = parent[-1]
+    last = ranks.get(xmltext.local_name(tail.tag))
+    return last is not None and last <= rank
 
 
 _STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
@@ -192,7 +197,7 @@ _STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
 def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> etree._Element | None:
     """Follow ``a/b[@name='x']/c`` below ``anchor``, creating missing steps when ``create``."""
     node = anchor
-    for step in [s for s in elem_path.split("/") if s and s != "."]:
+    for step in _steps(elem_path):
         nxt = node.find(step)
         if nxt is None:
             if not create:
@@ -211,6 +216,13 @@ def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> e
     return node
 
 
+@functools.lru_cache(maxsize=512)
+def _steps(elem_path: str) -> tuple[str, ...]:
+    """The steps of an element path (``a/./b`` -> a, b), remembered: the passes use a few dozen."""
+    return tuple(s for s in elem_path.split("/") if s and s != ".")
+
+
+@functools.lru_cache(maxsize=512)
 def split_path(path: str) -> tuple[str, str | None]:
     """A Set's path as (element path, attribute): ``"a/b/@x"`` -> ``("a/b", "x")``, ``"@x"`` ->
     ``("", "x")``, ``"a/b"`` (the text of b) -> ``("a/b", None)``."""

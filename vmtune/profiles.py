@@ -162,27 +162,37 @@ def _parse(text: str, where: str) -> dict:
     return data
 
 
-def _raw(name: str, user_dir: str | None, seen: tuple[tuple[str, str], ...] = (),
-         builtin_only: bool = False) -> dict:
+def _chain(name: str, user_dir: str | None, seen: tuple[tuple[str, str], ...] = (),
+           builtin_only: bool = False) -> tuple[tuple[str, str], ...]:
+    """The (text, where) of profile ``name`` and of each profile it inherits from, in that order.
+    Read at every load (an edit shows at once)."""
     text, where = _source(name, user_dir, builtin_only)
     chain = tuple(n for n, _ in seen) + (name,)
     if where in (w for _, w in seen):
         raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(chain)})")
-    data = _parse(text, where)
-    flat = _flatten(data)
-    parent = data.get("inherit")
+    parent = _parse(text, where).get("inherit")
     if not parent:
-        return flat
+        return ((text, where),)
     # a user profile that overrides a built-in may extend it: ``inherit`` of its own name is the built-in
     own = parent == name
     if own and _builtin_text(name) is None:
         raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(chain + (name,))})")
-    return {**_raw(parent, user_dir, seen + ((name, where),), builtin_only=own), **flat}
+    return ((text, where),) + _chain(parent, user_dir, seen + ((name, where),), builtin_only=own)
+
+
+@functools.lru_cache(maxsize=64)
+def _build(name: str, chain: tuple[tuple[str, str], ...]) -> Profile:
+    """The Profile of a chain of texts (``_chain``), remembered by those texts: each inherits what
+    the next one sets and overrides it."""
+    values: dict = {}
+    for text, where in reversed(chain):
+        values.update(_flatten(_parse(text, where)))
+    return Profile.of(name, values)
 
 
 def load(name: str, user_dir: str | None = None) -> Profile:
     """Load profile ``name`` (the user's directory overrides a built-in of the same name)."""
-    return Profile.of(name, _raw(name, user_dir))
+    return _build(name, _chain(name, user_dir))
 
 
 def host_tuning(name: str | None, user_dir: str | None = None) -> Profile | None:

@@ -145,6 +145,10 @@ class Host:
         physical core (all its threads) of each NUMA node; on a hybrid host its first efficiency
         core, where it has one (the performance cores are for the vCPUs).
         """
+        return self._default_reserved
+
+    @cached_property
+    def _default_reserved(self) -> frozenset[int]:  # a Host does not change: worked out once
         if self.isolated:
             return frozenset(self.cpus) - self.isolated
         out: set[int] = set()
@@ -209,6 +213,10 @@ class Host:
         """The sockets whose cores have uneven numbers of threads (their siblings as the host lists
         them, offline ones included): the sign of a hybrid CPU (Intel's performance cores have two
         threads, its efficiency cores one) whose core kinds the host does not say."""
+        return self._uneven_smt
+
+    @cached_property
+    def _uneven_smt(self) -> tuple[int, ...]:
         if self.hybrid:
             return ()
         widths: dict[int | None, set[int]] = {}
