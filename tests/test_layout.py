@@ -108,3 +108,14 @@ def test_no_module_reads_another_modules_underscore_attributes():
                     and node.attr.startswith("_") and not node.attr.startswith("__")):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
     assert found == []
+
+
+def test_class_names_are_unique():
+    """One name per meaning (issue 33): no two classes of vmtune/ share a name, so that a name read in a
+    traceback, a review or a grep is one class."""
+    where: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(name)
+    assert {k: v for k, v in where.items() if len(v) > 1} == {}

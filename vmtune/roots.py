@@ -30,8 +30,6 @@ from collections.abc import Mapping
 from .errors import InvalidInput
 
 STATE_DIR = "/run/vmtune"
-CONFIG_FILE = "/etc/vmtune/vmtune.toml"
-PROFILES_DIR = "/etc/vmtune/profiles"
 ORIGINALS_DIR = "/var/lib/vmtune/originals"
 NAMES = ("VMTUNE_SYSFS", "VMTUNE_PROCFS", "VMTUNE_CGROUPFS", "VMTUNE_RUNFS", "VMTUNE_LIBVIRT_RUNDIR",
          "VMTUNE_STATE_DIR", "VMTUNE_CONFIG", "VMTUNE_PROFILES", "VMTUNE_ORIGINALS_DIR", "XDG_RUNTIME_DIR")

@@ -73,7 +73,7 @@ class Pin(NamedTuple):
     id: int | None  # vCPU or iothread id; None for the emulator
 
 
-class Placed(NamedTuple):
+class PinnedThread(NamedTuple):
     """One thread of a domain and where its pin lets it run."""
 
     thread: Thread
@@ -91,7 +91,7 @@ class MapDomain:
     active: bool  # holds its memory now: every state but shut off
     vcpus: int
     dedicated: frozenset[int]
-    threads: tuple[Placed, ...]  # each pinned thread and where it may run
+    threads: tuple[PinnedThread, ...]  # each pinned thread and where it may run
     outside: frozenset[int] = frozenset()  # CPUs its pins name that this host does not have
 
     def to_dict(self) -> dict:
@@ -280,16 +280,16 @@ class HostMap:
 
 
 # -- building it ------------------------------------------------------------------------------------
-def _threads(dom) -> tuple[tuple[Placed, ...], list[int]]:
+def _threads(dom) -> tuple[tuple[PinnedThread, ...], list[int]]:
     """Where each thread may run by a pin or the ``<vcpu cpuset>`` (floating threads left out); and
     the ids of ``<vcpupin>``s that name no vCPU of the domain (left out too)."""
     r = facts.reach(dom, frozenset())  # no pin, no cpuset: the empty set, pinned nowhere
     pins = dom.vcpupins()
     stray = sorted(v for v in pins if not 0 <= v < dom.vcpus)
     vcpus = {**{v: r.default for v in range(dom.vcpus)}, **{v: c for v, c in pins.items() if 0 <= v < dom.vcpus}}
-    out = [Placed(Thread.VCPU, v, cpus) for v, cpus in sorted(vcpus.items())]
-    out.append(Placed(Thread.EMULATOR, None, r.emulator))
-    out += [Placed(Thread.IOTHREAD, i, r.iothread(i)) for i in sorted(dom.iothread_ids())]
+    out = [PinnedThread(Thread.VCPU, v, cpus) for v, cpus in sorted(vcpus.items())]
+    out.append(PinnedThread(Thread.EMULATOR, None, r.emulator))
+    out += [PinnedThread(Thread.IOTHREAD, i, r.iothread(i)) for i in sorted(dom.iothread_ids())]
     return tuple(t for t in out if t.cpus), stray
 
 

@@ -47,7 +47,7 @@ from . import alive, engine, isolation, pages, tuning
 from .document import Damaged, Lease, State, pool_step
 from .engine import Knob
 from .kinds import Pool, partition
-from .kinds.partition import Claim
+from .kinds.partition import PartitionClaim
 from .record import Record
 from .statedir import LockTimeout, StateDir, Unsafe
 
@@ -137,7 +137,7 @@ class Leases:
                     if key != but and lease.partition and lease.qemu is not None]
 
         def reconcile(dry_run: bool) -> None:
-            claims = [Claim(lease.qemu.pid, lease.partition) for lease in parted()]  # type: ignore[union-attr]
+            claims = [PartitionClaim(lease.qemu.pid, lease.partition) for lease in parted()]  # type: ignore[union-attr]
             state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=dry_run,
                                                   extras=self.settings.extras(), claims=claims)
 

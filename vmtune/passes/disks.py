@@ -73,7 +73,7 @@ def cmdline_root(dom) -> str | None:
 
 
 @dataclass(frozen=True)
-class Moves:
+class BusMoves:
     """The disks this pass moves to virtio, and the warnings that name what moves and what stays."""
 
     disks: tuple[Disk, ...] = ()
@@ -89,11 +89,11 @@ def _boot_moves(ctx, guest) -> bool:
     return guest.virtio is None and boot == BootDisk.VIRTIO
 
 
-def plan(ctx, dom) -> Moves:
+def plan(ctx, dom) -> BusMoves:
     """Which disks move to virtio and why the others stay (the module docstring says the rules)."""
     emulated = [d for d in dom.disks if d.effective_device == Disk.DEVICE_DISK and d.bus in Disk.REMAP_BUSES]
     if not ctx.profile.devices_virtio or not emulated:
-        return Moves()
+        return BusMoves()
     guest = guestos.of(ctx, dom)
     boot = boot_disk(dom)
     known = virtio_disk(dom)
@@ -132,7 +132,7 @@ def plan(ctx, dom) -> Moves:
                         "drivers, and a disk whose bus has no driver vanishes from it (a boot disk: "
                         f"INACCESSIBLE_BOOT_DEVICE); install them{' (virtio-win)' if guest.windows else ''} "
                         "and use --force-virtio")
-    return Moves(tuple(moves), tuple(warnings))
+    return BusMoves(tuple(moves), tuple(warnings))
 
 
 def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]]) -> str:

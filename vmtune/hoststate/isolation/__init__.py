@@ -47,7 +47,7 @@ from ...host.sysfs import online_cpus
 from ..document import Isolation
 from ..engine import write
 from ..kinds import GONE, KINDS, Irq, Item, Listing, files, in_section, tasks
-from ..kinds.partition import Claim
+from ..kinds.partition import PartitionClaim
 from .moves import Move, Moves
 
 log = logging.getLogger("vmtune.hoststate")
@@ -84,7 +84,7 @@ def groups(roots, online: frozenset[int]) -> list[Item]:
 
 def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: Callable[[Isolation], None],
               dry_run: bool = False, only: Collection[int] | None = None,
-              extras: Collection[str] = (), claims: Collection[Claim] = ()) -> Isolation | None:
+              extras: Collection[str] = (), claims: Collection[PartitionClaim] = ()) -> Isolation | None:
     """Make the host match the isolated set ``cpus``; return the new isolation record (None: none).
 
     ``previous`` is the last record (from the state file); ``commit(journal)`` is called with the

@@ -311,7 +311,7 @@ def valid(item: Item) -> Item | None:
 
 class Listing:
     """What a reconcile lists the isolation kinds' items for: the roots, the online CPUs, the CPUs
-    isolated, the extras on, the partitions claimed (partition.Claim), the keys recorded before;
+    isolated, the extras on, the partitions claimed (partition.PartitionClaim), the keys recorded before;
     for the tasks, ``only`` (these pids), ``covered`` (top-level groups narrowed as a whole) and
     ``known`` (thread ids read already)."""
 

@@ -10,7 +10,7 @@ cgroup v2 as ``machine.slice/machine-qemu\\x2dN\\x2dNAME.scope/libvirt/`` (witho
 ``vcpuN`` below it; a threaded group may be a partition root.
 
 Both kinds are isolation kinds of the host-state engine: journaled, read back, restored newest
-first, a value changed by hand left alone. The claims (``Claim``: for each partitioned domain,
+first, a value changed by hand left alone. The claims (``PartitionClaim``: for each partitioned domain,
 its QEMU's pid and the CPUs it may partition) decide the values: an exclusive set is its
 original plus the CPUs of the partitions below it (shared groups such as ``machine.slice`` hold the
 union of every domain's), a vCPU group's partition is ``isolated``. The listing gives the groups in
@@ -37,7 +37,7 @@ ISOLATED = "isolated"
 MAX_DEPTH = 16
 
 
-class Claim(NamedTuple):
+class PartitionClaim(NamedTuple):
     """A domain that asked for partitions: its QEMU's pid and the CPUs they may hold."""
 
     pid: int
@@ -101,7 +101,7 @@ def vcpu_groups(proc: str, cgroupfs: str, pid: int) -> list[str]:
     return []
 
 
-def wanted(roots, claims: Iterable[Claim]) -> dict[str, frozenset[int]]:
+def wanted(roots, claims: Iterable[PartitionClaim]) -> dict[str, frozenset[int]]:
     """The partitions the claims ask for: vCPU group path -> its CPUs, each inside its domain's."""
     out: dict[str, frozenset[int]] = {}
     for claim in claims:
@@ -202,7 +202,7 @@ class PartitionState(GroupFile):
         return ISOLATED if item.full and before.strip() != ISOLATED else None
 
 
-def items(roots, claims: Iterable[Claim], recorded: Iterable[Key]) -> Iterator[Item]:
+def items(roots, claims: Iterable[PartitionClaim], recorded: Iterable[Key]) -> Iterator[Item]:
     """The partition items in the order their writes must go (see the module): the wanted ones,
     each carrying the CPUs it gets in ``Item.full``, then the recorded ones no longer wanted."""
     want = wanted(roots, claims)
@@ -242,7 +242,7 @@ def refused(roots, pid: int, cpus: frozenset[int]) -> str | None:
     """Why the partitions the QEMU ``pid`` claims (with ``cpus``) are not held by the kernel as
     isolated; None when every one is: its ``cpuset.cpus.partition`` says ``isolated`` and the root's
     ``cpuset.cpus.isolated`` lists its CPUs."""
-    want = wanted(roots, [Claim(pid, cpus)])
+    want = wanted(roots, [PartitionClaim(pid, cpus)])
     if not want:
         return f"no vCPU group of its QEMU (pid {pid}) under {roots.cgroupfs} is pinned inside CPUs {cpuset.format(cpus)}"
     for path in sorted(want):
