@@ -210,3 +210,23 @@ def test_insert_puts_a_child_where_one_scan_would(children, new):
     edits.insert(fast, made(new))
     _insert_by_scan(slow, made(new))
     assert etree.tostring(fast) == etree.tostring(slow)
+
+
+FIND_PATHS = ("cputune", "cputune/vcpupin", "devices/disk/driver", "devices/interface/model", "features/hyperv",
+              "os/type", "cpu/topology", "clock/timer", "devices/disk/target", "metadata", "nosuch", "devices/nosuch/x",
+              "clock/timer[@name='hpet']", "./vcpu", "devices//driver", "*")
+
+
+def test_xmltext_find_is_lxmls_find_over_the_corpus():
+    """xmltext.find (plain tag steps followed in C) finds the very node lxml's ``find`` finds, from every
+    element of every corpus domain, for plain, predicate and wildcard paths alike."""
+    from conftest import CORPUS
+
+    from vmtune import xmltext
+
+    paths = sorted((CORPUS / "domains").glob("*.xml"))
+    assert paths
+    for path in paths:
+        for el in etree.fromstring(path.read_bytes()).iter(tag=etree.Element):
+            for step in FIND_PATHS:
+                assert xmltext.find(el, step) is el.find(step), (path.name, el.tag, step)

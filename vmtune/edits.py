@@ -198,7 +198,7 @@ def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> e
     """Follow ``a/b[@name='x']/c`` below ``anchor``, creating missing steps when ``create``."""
     node = anchor
     for step in _steps(elem_path):
-        nxt = node.find(step)
+        nxt = xmltext.find(node, step)
         if nxt is None:
             if not create:
                 return None

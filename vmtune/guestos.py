@@ -29,6 +29,7 @@ safe (docs/config.md, "How vmtune reads the guest OS"):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -135,8 +136,10 @@ def _vendor(os_id: str) -> str:
     return re.sub(r"^[a-z]+://", "", os_id.strip().lower())
 
 
+@functools.lru_cache(maxsize=256)
 def from_id(os_id: str) -> GuestOS | None:
-    """The guest a libosinfo id says (None: an id that names no OS)."""
+    """The guest a libosinfo id says (None: an id that names no OS); remembered, for a host's
+    domains name a few ids."""
     bare = _vendor(os_id)
     if not bare or any(bare.startswith(s) for s in SILENT_IDS):
         return None

@@ -83,7 +83,7 @@ class Prop:
 
     def raw(self, node: etree._Element) -> str | None:
         """The field's text below ``node`` (None: no such field)."""
-        el = node if self.elem_path == "." else node.find(self.elem_path)
+        el = node if self.elem_path == "." else xmltext.find(node, self.elem_path)
         if el is None:
             return None
         return el.get(self.attr) if self.attr else xmltext.text(el).strip()
@@ -140,7 +140,7 @@ class Size:
     def __get__(self, view: "View | None", owner: type) -> Any:
         if view is None:
             return self
-        el = view.node.find(self.path)
+        el = xmltext.find(view.node, self.path)
         return self.default if el is None else _kib(el)
 
     def edits(self, view: "View", value_kib: int, reason: str) -> list[Set]:
@@ -192,7 +192,7 @@ class Disk(View):
 
     @property
     def iothread_queues(self) -> bool:
-        return self.node.find("driver/iothreads") is not None
+        return xmltext.find(self.node, "driver/iothreads") is not None
 
     @property
     def effective_device(self) -> str:
@@ -328,7 +328,7 @@ class Domain(View):
 
     @property
     def has_max_memory(self) -> bool:
-        return self.node.find("maxMemory") is not None
+        return xmltext.find(self.node, "maxMemory") is not None
 
     @property
     def dimm_kib(self) -> int:
@@ -383,7 +383,7 @@ class Domain(View):
         return out
 
     def find(self, path: str) -> etree._Element | None:
-        return self.node.find(path)
+        return xmltext.find(self.node, path)
 
     def iter(self, path: str) -> Iterator[etree._Element]:
         return self.node.iterfind(path)
@@ -391,7 +391,7 @@ class Domain(View):
     # -- the vmtune tag -----------------------------------------------------------------------
     @property
     def tag(self) -> etree._Element | None:
-        return self.node.find(f"metadata/{TAG}")
+        return xmltext.find(self.node, f"metadata/{TAG}")
 
     @property
     def tagged_profile(self) -> str | None:
@@ -400,7 +400,7 @@ class Domain(View):
 
     @property
     def os_id(self) -> str | None:
-        el = self.node.find(f"metadata/{{{LIBOSINFO_NS}}}libosinfo/{{{LIBOSINFO_NS}}}os")
+        el = xmltext.find(self.node, f"metadata/{{{LIBOSINFO_NS}}}libosinfo/{{{LIBOSINFO_NS}}}os")
         return None if el is None else el.get("id")
 
     @property

@@ -11,9 +11,13 @@ keeps the text after a comment in the comment's ``tail``, so ``el.text`` alone i
     local_name(tag)       ``{ns}name`` -> ``name``; "" for a comment's or a PI's tag
     indent(root)          indent element-only content; never touch a text value
     drop_layout(root)     drop whitespace-only text beside child nodes (what the parser drops)
+    find(el, path)        ``el.find(path)``, in C where the path is plain tag steps
 """
 
 from __future__ import annotations
+
+import functools
+import re
 
 from lxml import etree
 
@@ -103,3 +107,41 @@ def drop_layout(root: etree._Element) -> None:
             found.getparent().tail = None
         else:
             found.getparent().text = None
+
+
+_PLAIN = re.compile(r"(?:\{[^}]*\})?[A-Za-z_][\w.-]*\Z")
+
+
+@functools.lru_cache(maxsize=1024)
+def _steps(path: str) -> tuple[str, ...] | None:
+    """The tag steps of ``path`` when each is a plain (maybe namespaced) tag name; else None."""
+    steps = tuple(path.split("/"))
+    return steps if all(_PLAIN.match(step) for step in steps) else None
+
+
+def find(el: etree._Element, path: str) -> etree._Element | None:
+    """``el.find(path)``: the first match in document order. A path of plain tag steps
+    (``cputune/vcpupin``) is followed with ``iterchildren``, in C, as lxml's ElementPath does it
+    step by step in Python; any other path (predicates, ``.``, ``*``, ``//``) goes to lxml."""
+    steps = _steps(path)
+    if steps is None:
+        return el.find(path)
+    if len(steps) == 1:
+        return next(el.iterchildren(steps[0]), None)
+    if len(steps) == 2:
+        inner = steps[1]
+        for child in el.iterchildren(steps[0]):
+            for found in child.iterchildren(inner):
+                return found
+        return None
+    return _first(el, steps, 0)
+
+
+def _first(el, steps: tuple[str, ...], i: int):
+    if i == len(steps) - 1:
+        return next(el.iterchildren(steps[i]), None)
+    for child in el.iterchildren(steps[i]):
+        found = _first(child, steps, i + 1)
+        if found is not None:
+            return found
+    return None
