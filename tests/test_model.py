@@ -218,7 +218,8 @@ FIND_PATHS = ("cputune", "cputune/vcpupin", "devices/disk/driver", "devices/inte
 
 
 def test_xmltext_find_is_lxmls_find_over_the_corpus():
-    """xmltext.find (plain tag steps followed in C) finds the very node lxml's ``find`` finds, from every
+    """xmltext.find and each (plain tag steps followed in C) find the very nodes lxml's ``find`` and
+    ``iterfind`` find, in the same order, from every
     element of every corpus domain, for plain, predicate and wildcard paths alike."""
     from conftest import CORPUS
 
@@ -230,3 +231,4 @@ def test_xmltext_find_is_lxmls_find_over_the_corpus():
         for el in etree.fromstring(path.read_bytes()).iter(tag=etree.Element):
             for step in FIND_PATHS:
                 assert xmltext.find(el, step) is el.find(step), (path.name, el.tag, step)
+                assert list(xmltext.each(el, step)) == list(el.iterfind(step)), (path.name, el.tag, step)

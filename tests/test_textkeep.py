@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
@@ -191,8 +191,18 @@ def test_the_text_written_reads_back_as_the_domain_vmtune_made(xml, profile):
     assert canon(xmlsafe.parse(result.xml)) == canon(xmlsafe.parse(whole))
 
 
+# found by the property below: CRLF line ends after the root only in blank elements that vmtune gives
+# children; the tuned text then has none there, and the record's blank text must keep its "\r\n"
+CRLF_BLANKS = (
+    "<?xml version='1.0' encoding='UTF-8'?>\r\n<!-- a file -->\r\n<domain type='kvm'><name>gen</name>"
+    "<uuid>00000000-0000-4000-8000-000000000001</uuid><memory unit='MiB'>256</memory>"
+    "<memoryBacking>\r\n</memoryBacking><vcpu placement='static'>2</vcpu><os><type arch='x86_64' "
+    "machine='pc'>hvm</type></os><devices>\r\n  </devices></domain>\n")
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(blank_domains().flatmap(laid_out), st.sampled_from(PROFILES), st.sampled_from(PROFILES))
+@example(CRLF_BLANKS, "latency", "balanced")
 def test_whitespace_only_elements_keep_the_record_idempotent(xml, a, b):
     """A tuned element of whitespace only (``<cpu>\\n  </cpu>``, which libxml2 keeps as text) that
     vmtune gives children reads back without that text: the record of a second rewrite is the

@@ -332,7 +332,7 @@ class Domain(View):
 
     @property
     def dimm_kib(self) -> int:
-        return sum(_kib(el) for el in self.node.iterfind("devices/memory/target/size"))
+        return sum(_kib(el) for el in xmltext.each(self.node, "devices/memory/target/size"))
 
     @property
     def boot_memory_kib(self) -> int:
@@ -345,27 +345,27 @@ class Domain(View):
     # -- children -----------------------------------------------------------------------------
     @property
     def cells(self) -> list[NumaCell]:
-        return [NumaCell(e, i) for i, e in enumerate(self.node.iterfind("cpu/numa/cell"))]
+        return [NumaCell(e, i) for i, e in enumerate(xmltext.each(self.node, "cpu/numa/cell"))]
 
     @property
     def disks(self) -> list[Disk]:
-        return [Disk(e) for e in self.node.iterfind("devices/disk")]
+        return [Disk(e) for e in xmltext.each(self.node, "devices/disk")]
 
     @property
     def interfaces(self) -> list[Interface]:
-        return [Interface(e) for e in self.node.iterfind("devices/interface")]
+        return [Interface(e) for e in xmltext.each(self.node, "devices/interface")]
 
     @property
     def memory_devices(self) -> list[MemoryDevice]:
-        return [MemoryDevice(e) for e in self.node.iterfind("devices/memory")]
+        return [MemoryDevice(e) for e in xmltext.each(self.node, "devices/memory")]
 
     @property
     def controllers(self) -> list[Controller]:
-        return [Controller(e) for e in self.node.iterfind("devices/controller")]
+        return [Controller(e) for e in xmltext.each(self.node, "devices/controller")]
 
     def listed_iothread_ids(self) -> list[int]:
         """The ids ``<iothreadids>`` lists, in document order."""
-        ids = [_int(e.get("id")) for e in self.node.iterfind("iothreadids/iothread")]
+        ids = [_int(e.get("id")) for e in xmltext.each(self.node, "iothreadids/iothread")]
         return [i for i in ids if i is not None]
 
     def iothread_ids(self) -> list[int]:
@@ -376,7 +376,7 @@ class Domain(View):
 
     def vcpupins(self) -> dict[int, frozenset[int]]:
         out: dict[int, frozenset[int]] = {}
-        for e in self.node.iterfind("cputune/vcpupin"):
+        for e in xmltext.each(self.node, "cputune/vcpupin"):
             v = _int(e.get("vcpu"))
             if v is not None:
                 out[v] = cpuset.parse(e.get("cpuset"))
@@ -386,7 +386,7 @@ class Domain(View):
         return xmltext.find(self.node, path)
 
     def iter(self, path: str) -> Iterator[etree._Element]:
-        return self.node.iterfind(path)
+        return xmltext.each(self.node, path)
 
     # -- the vmtune tag -----------------------------------------------------------------------
     @property

@@ -143,7 +143,9 @@ def take_back(root: etree._Element, restored: dict | None = None) -> tuple[bool,
     for name, text in (record.get("blank") or {}).items():
         el = root.find(name) if isinstance(name, str) and isinstance(text, str) and text.isspace() else None
         if el is not None and len(el) == 0 and not el.text:
-            el.text = text
+            el.text = text.replace("\r\n", "\n")  # as the parser reads it
+            if el.text != text and not el.attrib:  # line ends the document's style may not give: as given
+                restored[el] = f"<{name}>{text}</{name}>"
     return True, notes
 
 

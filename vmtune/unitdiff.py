@@ -119,10 +119,11 @@ def snapshot(root: etree._Element, source=None) -> Snapshot:
 
 
 def _inside(source, root, el) -> str:
-    """The whitespace inside ``el`` as given (the parser may drop some of it: `` \\r\\n``)."""
+    """The whitespace inside ``el`` as given, byte for byte (the parser reads `` \\r\\n`` as
+    `` \\n``; ``take_back`` writes it as given)."""
     given = source.given((root.index(el),), el.tag) if source is not None else None
     inside = given[given.index(">") + 1:given.rindex("<")] if given and given[-2] != "/" else ""
-    return inside.replace("\r\n", "\n") if inside.isspace() else el.text
+    return inside if inside.isspace() else el.text
 
 
 def hold(source, root: etree._Element) -> None:

@@ -12,12 +12,14 @@ keeps the text after a comment in the comment's ``tail``, so ``el.text`` alone i
     indent(root)          indent element-only content; never touch a text value
     drop_layout(root)     drop whitespace-only text beside child nodes (what the parser drops)
     find(el, path)        ``el.find(path)``, in C where the path is plain tag steps
+    each(el, path)        ``el.iterfind(path)``, the same way
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 
 from lxml import etree
 
@@ -145,3 +147,22 @@ def _first(el, steps: tuple[str, ...], i: int):
         if found is not None:
             return found
     return None
+
+
+def each(el: etree._Element, path: str) -> Iterator[etree._Element]:
+    """``el.iterfind(path)``: every match in document order, plain tag steps followed with
+    ``iterchildren`` (``find``)."""
+    steps = _steps(path)
+    if steps is None:
+        return el.iterfind(path)
+    if len(steps) == 1:
+        return el.iterchildren(steps[0])
+    return _each(el, steps, 0)
+
+
+def _each(el, steps: tuple[str, ...], i: int) -> Iterator[etree._Element]:
+    if i == len(steps) - 1:
+        yield from el.iterchildren(steps[i])
+        return
+    for child in el.iterchildren(steps[i]):
+        yield from _each(child, steps, i + 1)
