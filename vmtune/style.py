@@ -140,10 +140,11 @@ def _undeclared(node, xml: str) -> str:
     """``xml`` (lxml's text of ``node``) without the namespace declarations its parent has already."""
     parent = node.getparent()
     scope = parent.nsmap if parent is not None else {}
+    mine = node.nsmap  # lxml makes it anew at each ask, from the node and its ancestors
     end = xml.index(">")
     head = xml[:end]
     for prefix, uri in scope.items():
-        if node.nsmap.get(prefix) == uri:
+        if mine.get(prefix) == uri:
             head = head.replace(f' xmlns:{prefix}="{uri}"' if prefix else f' xmlns="{uri}"', "", 1)
     return head + xml[end:]
 
