@@ -20,23 +20,42 @@ def layout(xml: str, indent: str | None, step: str, newline: str = "\n") -> str 
     if "<!--" in xml or "<?" in xml:
         return None
     lines = xml.replace("><", ">\0<").split("\0")  # a tag, or an element and its value, a line
-    pre = [newline + indent + step * depth for depth in range(4)]
+    pre = _breaks(newline, indent, step)
     out: list[str] = []
     depth = 0
     for line in lines:
         tags = line.count("<")
-        if tags == 1 and line[1] == "/":  # an end tag
-            depth -= 1
-        if depth >= len(pre):
-            pre.append(newline + indent + step * depth)
-        out.append(pre[depth])
-        out.append(line)
         if tags == 1:
-            if line[-2] != "/" and line[1] != "/":
-                depth += 1
+            if line[1] == "/":  # an end tag
+                depth -= 1
+                out.append(pre[depth])
+            else:
+                out.append(pre[depth])
+                if line[-2] != "/":  # a start tag: the next line is deeper
+                    depth += 1
+                    if depth == len(pre):
+                        pre.append(newline + indent + step * depth)
         elif tags != 2 or line[-1] != ">" or "</" not in line or line[0] != "<":
             return None  # text beside elements
+        else:
+            out.append(pre[depth])
+        out.append(line)
     return "".join(out)[len(pre[0]):]
+
+
+_BREAKS: dict[tuple[str, str, str], list[str]] = {}  # (newline, indent, step) -> _breaks
+
+
+def _breaks(newline: str, indent: str, step: str) -> list[str]:
+    """The line break and indentation before a line at each depth (``layout`` adds deeper ones):
+    made once for a document's style and indent, not for each element laid out."""
+    key = newline, indent, step
+    pre = _BREAKS.get(key)
+    if pre is None:
+        if len(_BREAKS) > 256:
+            _BREAKS.clear()
+        pre = _BREAKS[key] = [newline + indent + step * depth for depth in range(8)]
+    return pre
 
 
 def single(xml: str) -> str | None:

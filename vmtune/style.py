@@ -17,6 +17,9 @@ from . import pretty, starttag, xmltext
 from .markup import Tok
 
 _PREFIXED = re.compile(r"<[^\s/>:!?]+:")  # an element of another namespace (libvirt writes it in double quotes)
+_LONG = 2048  # a text this long is held apart while its element is laid out (Style.fresh)
+_RUN = re.compile(">[^<]{%d}" % _LONG)  # the start of one
+_HELD = re.compile("\x01([0-9]+)\x01")  # where one was (no XML text holds a U+0001)
 
 
 def serialize(root: etree._Element) -> str:
@@ -89,20 +92,32 @@ class Style:
         return "" if indent is None else self.newline + indent + self.step()
 
     def fresh(self, node, indent: str | None) -> str:
-        """Node ``node``, which vmtune wrote, laid out at ``indent`` (None: on one line)."""
+        """Node ``node``, which vmtune wrote, laid out at ``indent`` (None: on one line). A long
+        text (vmtune's record: JSON of up to tens of KB) is held apart while the rest is laid
+        out (``_held``): each step below would read it through again, a few times."""
         element = isinstance(node.tag, str)
         xml = etree.tostring(node, encoding="unicode", with_tail=False)
+        texts = None
+        if element and len(xml) > _LONG:
+            short, texts = _held(xml)
+            if texts and self.quote == "'" and node.tag[:1] != "{" and not _PREFIXED.search(short):
+                texts = None  # pretty.single would turn the quotes in the texts too: not held
+            elif texts:
+                xml = short
         if element and indent is not None and len(node):
             laid = pretty.layout(xml, indent, self.step())
             if laid is None:  # a comment or a PI in it, or text beside elements: lxml lays it out
                 xmltext.indent(node, self.step(), indent)
                 laid = etree.tostring(node, encoding="unicode", with_tail=False)
+                texts = None
             xml = laid
         if element and node.nsmap:
             xml = _undeclared(node, xml)
         if self.quote == "'" and '="' in xml and not (element and node.tag[:1] == "{"):
             xml = (None if _PREFIXED.search(xml) else pretty.single(xml)) or starttag.single(xml)
-        return xml.replace("\n", "\r\n") if self.newline == "\r\n" else xml
+        if self.newline == "\r\n":
+            xml = xml.replace("\n", "\r\n")
+        return _put_back(xml, texts, self.newline) if texts else xml
 
     def laid(self, was: str, now: str, start: int, end: int) -> str | None:
         """A unit whose text was lxml's ``was`` and is ``now``, written whole, laid out as it was
@@ -125,9 +140,40 @@ def _undeclared(node, xml: str) -> str:
     """``xml`` (lxml's text of ``node``) without the namespace declarations its parent has already."""
     parent = node.getparent()
     scope = parent.nsmap if parent is not None else {}
+    mine = node.nsmap  # lxml makes it anew at each ask, from the node and its ancestors
     end = xml.index(">")
     head = xml[:end]
     for prefix, uri in scope.items():
-        if node.nsmap.get(prefix) == uri:
+        if mine.get(prefix) == uri:
             head = head.replace(f' xmlns:{prefix}="{uri}"' if prefix else f' xmlns="{uri}"', "", 1)
     return head + xml[end:]
+
+
+def _held(xml: str) -> tuple[str, list[str]]:
+    """``xml`` (lxml's text of an element) with each long text in it (``_LONG``, between a tag's
+    ``>`` and the next ``<``) swapped for a short mark, and those texts (none where ``xml`` has a
+    comment, a PI or CDATA: a ``>`` in one is not a tag's end). Laying out, taking namespace
+    declarations away and turning quotes in tags (starttag.single) read no text, and a mark holds
+    no ``<``, ``>``, quote or line end: each gives the same with the texts put back."""
+    parts: list[str] = []
+    texts: list[str] = []
+    at, m = 0, _RUN.search(xml)
+    while m is not None:
+        end = xml.find("<", m.end())
+        if end < 0:
+            break
+        parts += [xml[at:m.start() + 1], f"\x01{len(texts)}\x01"]
+        texts.append(xml[m.start() + 1:end])
+        at, m = end, _RUN.search(xml, end)
+    if not texts:
+        return xml, texts
+    parts.append(xml[at:])
+    short = "".join(parts)
+    return (xml, []) if "<!" in short or "<?" in short else (short, texts)
+
+
+def _put_back(xml: str, texts: list[str], newline: str) -> str:
+    """The texts ``_held`` took from ``xml`` put back in their marks, with ``newline`` line ends."""
+    if newline == "\r\n":
+        texts = [text.replace("\n", "\r\n") for text in texts]
+    return _HELD.sub(lambda m: texts[int(m.group(1))], xml)
