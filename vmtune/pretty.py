@@ -33,8 +33,8 @@ def layout(xml: str, indent: str | None, step: str, newline: str = "\n") -> str 
                 out.append(pre[depth])
                 if line[-2] != "/":  # a start tag: the next line is deeper
                     depth += 1
-                    if depth == len(pre):
-                        pre.append(newline + indent + step * depth)
+                    if depth == len(pre):  # deeper than the shared list goes: a copy, one more
+                        pre = pre + [newline + indent + step * depth]
         elif tags != 2 or line[-1] != ">" or "</" not in line or line[0] != "<":
             return None  # text beside elements
         else:
@@ -47,8 +47,9 @@ _BREAKS: dict[tuple[str, str, str], list[str]] = {}  # (newline, indent, step) -
 
 
 def _breaks(newline: str, indent: str, step: str) -> list[str]:
-    """The line break and indentation before a line at each depth (``layout`` adds deeper ones):
-    made once for a document's style and indent, not for each element laid out."""
+    """The line break and indentation before a line at each depth (``layout`` copies it to go
+    deeper; it is never changed): made once for a document's style and indent, not for each
+    element laid out."""
     key = newline, indent, step
     pre = _BREAKS.get(key)
     if pre is None:

@@ -98,8 +98,8 @@ class Style:
         element = isinstance(node.tag, str)
         xml = etree.tostring(node, encoding="unicode", with_tail=False)
         texts = None
-        if element and len(xml) > _LONG:
-            short, texts = _held(xml)
+        if element and len(xml) > _LONG and (indent is not None and len(node) or self.quote == "'"):
+            short, texts = _held(xml)  # (on one line in double quotes, nothing reads it through)
             if texts and self.quote == "'" and node.tag[:1] != "{" and not _PREFIXED.search(short):
                 texts = None  # pretty.single would turn the quotes in the texts too: not held
             elif texts:
