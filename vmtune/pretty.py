@@ -10,6 +10,8 @@ touch comes out as it was. Comments, PIs and text beside child elements are not 
 
 from __future__ import annotations
 
+import functools
+
 
 def layout(xml: str, indent: str | None, step: str, newline: str = "\n") -> str | None:
     """``xml`` (lxml's text of one element, with no whitespace between tags, as the parser leaves
@@ -34,7 +36,7 @@ def layout(xml: str, indent: str | None, step: str, newline: str = "\n") -> str 
                 if line[-2] != "/":  # a start tag: the next line is deeper
                     depth += 1
                     if depth == len(pre):  # deeper than the shared list goes: a copy, one more
-                        pre = pre + [newline + indent + step * depth]
+                        pre = pre + (newline + indent + step * depth,)
         elif tags != 2 or line[-1] != ">" or "</" not in line or line[0] != "<":
             return None  # text beside elements
         else:
@@ -43,20 +45,11 @@ def layout(xml: str, indent: str | None, step: str, newline: str = "\n") -> str 
     return "".join(out)[len(pre[0]):]
 
 
-_BREAKS: dict[tuple[str, str, str], list[str]] = {}  # (newline, indent, step) -> _breaks
-
-
-def _breaks(newline: str, indent: str, step: str) -> list[str]:
-    """The line break and indentation before a line at each depth (``layout`` copies it to go
-    deeper; it is never changed): made once for a document's style and indent, not for each
-    element laid out."""
-    key = newline, indent, step
-    pre = _BREAKS.get(key)
-    if pre is None:
-        if len(_BREAKS) > 256:
-            _BREAKS.clear()
-        pre = _BREAKS[key] = [newline + indent + step * depth for depth in range(8)]
-    return pre
+@functools.lru_cache(maxsize=256)
+def _breaks(newline: str, indent: str, step: str) -> tuple[str, ...]:
+    """The line break and indentation before a line at each depth (``layout`` goes deeper on a
+    copy): made once for a document's style and indent, not for each element laid out."""
+    return tuple(newline + indent + step * depth for depth in range(8))
 
 
 def single(xml: str) -> str | None:

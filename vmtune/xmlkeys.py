@@ -50,13 +50,13 @@ def ident_of(node) -> tuple:
         return ("#comment" if isinstance(node, etree._Comment) else "#pi", node.text or "")
     local = local_name(tag)
     if local == "disk":
-        src = next(node.iterchildren("source"), None)  # node.find("source"), in C
+        src = xmltext.find(node, "source")
         if src is None:
             return (tag,)
         have = src.attrib
         return (tag, *[f"{a}={have[a]}" for a in SOURCE_ATTRS if a in have and have[a]])
     if local == "interface":
-        mac = next(node.iterchildren("mac"), None)
+        mac = xmltext.find(node, "mac")
         return (tag, mac.get("address", "") if mac is not None else "")
     keys = KEYS.get(local)
     return (tag,) if keys is None else (tag, *[node.get(a) or "" for a in keys])

@@ -111,14 +111,25 @@ def drop_layout(root: etree._Element) -> None:
             found.getparent().text = None
 
 
-_PLAIN = re.compile(r"(?:\{[^}]*\})?[A-Za-z_][\w.-]*\Z")
+_STEP = re.compile(r"(?:\{[^}]*\})?[A-Za-z_][\w.-]*")  # a plain tag step: a name, maybe {namespaced}
 
 
 @functools.lru_cache(maxsize=1024)
 def _steps(path: str) -> tuple[str, ...] | None:
-    """The tag steps of ``path`` when each is a plain (maybe namespaced) tag name; else None."""
-    steps = tuple(path.split("/"))
-    return steps if all(_PLAIN.match(step) for step in steps) else None
+    """The tag steps of ``path`` when each is a plain tag name, maybe namespaced (a namespace's
+    URI may hold ``/``); else None."""
+    steps, at = [], 0
+    while True:
+        m = _STEP.match(path, at)
+        if m is None:
+            return None
+        steps.append(m.group())
+        at = m.end()
+        if at == len(path):
+            return tuple(steps)
+        if path[at] != "/":
+            return None
+        at += 1
 
 
 def find(el: etree._Element, path: str) -> etree._Element | None:
@@ -130,12 +141,6 @@ def find(el: etree._Element, path: str) -> etree._Element | None:
         return el.find(path)
     if len(steps) == 1:
         return next(el.iterchildren(steps[0]), None)
-    if len(steps) == 2:
-        inner = steps[1]
-        for child in el.iterchildren(steps[0]):
-            for found in child.iterchildren(inner):
-                return found
-        return None
     return _first(el, steps, 0)
 
 
