@@ -13,7 +13,7 @@ from . import claims as claims_mod
 from . import config as config_mod
 from . import edits as edits_mod
 from . import placement as placement_mod
-from . import cpuset, facts, locality, managers, markup, profiles, retune, textkeep, undo, validate, xmlsafe
+from . import cpuset, locality, managers, markup, profiles, retune, textkeep, undo, validate, xmlsafe
 from . import intent as intent_mod
 from .profiles import DeviceLocality, Pinning
 from .context import PassContext
@@ -83,8 +83,7 @@ def check_domain(dom: Domain, host: Host) -> str:
     if arch and arch not in native_arches(host):
         raise Unsupported(f"domain arch {arch} does not run natively on this {host.arch} host "
                           f"(it runs {', '.join(sorted(native_arches(host)))})")
-    validate.check(dom)  # what libvirt refuses, vmtune refuses (one line)
-    facts.check_counts(dom)
+    validate.check(dom)  # what libvirt refuses, vmtune refuses (one line; vmtune's own bounds too)
     return virt
 
 

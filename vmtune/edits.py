@@ -111,10 +111,7 @@ class Change:
 
 def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Element, text: str | None = None) -> etree._Element:
     """Build a detached element; attribute values are stringified, None values dropped."""
-    el = etree.Element(tag)
-    for k, v in (attrs or {}).items():
-        if v is not None:
-            el.set(k, str(v))
+    el = etree.Element(tag, {k: str(v) for k, v in attrs.items() if v is not None} if attrs else None)
     for child in children:
         el.append(child)
     if text is not None:

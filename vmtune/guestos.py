@@ -199,11 +199,13 @@ def windows_signals(dom) -> tuple[list[str], list[str]]:
     for table in dom.iter("os/acpi/table"):
         if (table.get("type") or "").lower() in ("slic", "msdm"):
             strong.append(f"ACPI {table.get('type').upper()} table (Windows activation)")
-    sysinfo = [_text(e) for e in dom.iter("sysinfo//entry")]
+    sysinfo = [_text(e) for info in dom.iter("sysinfo") for e in info.iter("entry")]  # sysinfo//entry
     named = [s for s in sysinfo if re.search(r"\b(windows|microsoft)\b", s, re.IGNORECASE)]
     if named:
         strong.append(f"SMBIOS string '{named[0]}'")
-    for disk in dom.iter("devices/disk[@device='cdrom']"):
+    for disk in dom.iter("devices/disk"):
+        if disk.get("device") != "cdrom":
+            continue
         source = disk.find("source")
         path = "" if source is None else source.get("file") or source.get("dev") or source.get("name") or ""
         base = path.rsplit("/", 1)[-1]

@@ -81,8 +81,8 @@ def _realtime(dom: Domain) -> tuple[frozenset[int], bool, frozenset[int]]:
     vcpus: set[int] = set()
     emulator = False
     iothreads: set[int] = set()
-    for el in dom.iter("cputune/*[@scheduler]"):
-        if el.get("scheduler") not in REALTIME:
+    for el in (child for tune in dom.iter("cputune") for child in tune):  # cputune/*[@scheduler]
+        if not isinstance(el.tag, str) or el.get("scheduler") not in REALTIME:
             continue
         if el.tag == "vcpusched":
             vcpus |= ids(el.get("vcpus"), dom.vcpus)

@@ -80,10 +80,15 @@ class Prop:
         self.default = default
         elem, self.attr = split_path(path)
         self.elem_path = elem or "."
+        steps = xmltext.plain_steps(elem) if elem else None
+        self._child = steps[0] if steps is not None and len(steps) == 1 else None  # one child step: no walk
 
     def raw(self, node: etree._Element) -> str | None:
         """The field's text below ``node`` (None: no such field)."""
-        el = node if self.elem_path == "." else xmltext.find(node, self.elem_path)
+        if self._child is not None:
+            el = next(node.iterchildren(self._child), None)
+        else:
+            el = node if self.elem_path == "." else xmltext.find(node, self.elem_path)
         if el is None:
             return None
         return el.get(self.attr) if self.attr else xmltext.text(el).strip()

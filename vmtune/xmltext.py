@@ -42,6 +42,8 @@ def elements(parent: etree._Element) -> list[etree._Element]:
 
 def text(el: etree._Element) -> str:
     """All text of ``el``, comments and PIs left out: libvirt's (XPath's) string value."""
+    if not len(el):  # no child: its text (itertext costs a few µs more)
+        return el.text or ""
     return "".join(el.itertext())
 
 
@@ -130,6 +132,12 @@ def _steps(path: str) -> tuple[str, ...] | None:
         if path[at] != "/":
             return None
         at += 1
+
+
+def plain_steps(path: str) -> tuple[str, ...] | None:
+    """The tag steps of ``path`` when it is made of plain tag steps only (``find`` follows them
+    itself); else None."""
+    return _steps(path)
 
 
 def find(el: etree._Element, path: str) -> etree._Element | None:
