@@ -214,7 +214,8 @@ def test_insert_puts_a_child_where_one_scan_would(children, new):
 
 FIND_PATHS = ("cputune", "cputune/vcpupin", "devices/disk/driver", "devices/interface/model", "features/hyperv",
               "os/type", "cpu/topology", "clock/timer", "devices/disk/target", "metadata", "nosuch", "devices/nosuch/x",
-              "clock/timer[@name='hpet']", "./vcpu", "devices//driver", "*", f"metadata/{model.TAG}",
+              "clock/timer[@name='hpet']", "devices/disk[@device='cdrom']", "cputune/vcpupin[@vcpu='1']",
+              "devices/controller[@type='pci']", "timer[@name='rtc']", "disk[@device='a/b']", "./vcpu", "devices//driver", "*", f"metadata/{model.TAG}",
               f"metadata/{{{model.LIBOSINFO_NS}}}libosinfo/{{{model.LIBOSINFO_NS}}}os")
 
 

@@ -134,6 +134,21 @@ def _steps(path: str) -> tuple[str, ...] | None:
         at += 1
 
 
+_KEYED = re.compile(r"((?:\{[^}]*\})?[A-Za-z_][\w.-]*)\[@([A-Za-z_][\w.-]*)='([^']*)'\]")  # tag[@attr='value']
+
+
+@functools.lru_cache(maxsize=1024)
+def _keyed(path: str) -> tuple[tuple[str, ...], str, str, str] | None:
+    """(plain steps before it, tag, attribute, value) of a path whose last step is
+    ``tag[@attr='value']`` and whose other steps are plain tags; else None."""
+    head, _, last = path.rpartition("/")
+    m = _KEYED.fullmatch(last)
+    if m is None:
+        return None
+    steps = _steps(head) if head else ()
+    return None if steps is None else (steps, *m.groups())
+
+
 def plain_steps(path: str) -> tuple[str, ...] | None:
     """The tag steps of ``path`` when it is made of plain tag steps only (``find`` follows them
     itself); else None."""
@@ -143,10 +158,19 @@ def plain_steps(path: str) -> tuple[str, ...] | None:
 def find(el: etree._Element, path: str) -> etree._Element | None:
     """``el.find(path)``: the first match in document order. A path of plain tag steps
     (``cputune/vcpupin``) is followed with ``iterchildren``, in C, as lxml's ElementPath does it
-    step by step in Python; any other path (predicates, ``.``, ``*``, ``//``) goes to lxml."""
+    step by step in Python, and so is one that ends in ``tag[@attr='value']`` (the edits' keyed
+    steps); any other path (other predicates, ``.``, ``*``, ``//``) goes to lxml."""
     steps = _steps(path)
     if steps is None:
-        return el.find(path)
+        keyed = _keyed(path)
+        if keyed is None:
+            return el.find(path)
+        head, tag, attr, value = keyed
+        for parent in (_each(el, head, 0) if head else (el,)):  # the first match in document order
+            for child in parent.iterchildren(tag):
+                if child.get(attr) == value:
+                    return child
+        return None
     if len(steps) == 1:
         return next(el.iterchildren(steps[0]), None)
     return _first(el, steps, 0)
