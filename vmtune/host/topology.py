@@ -85,9 +85,14 @@ class Host:
         return tuple(c.id for c in self.cells)
 
     def core_of(self, cpu: int) -> frozenset[int]:
-        """The online threads of ``cpu``'s physical core (just ``{cpu}`` when unknown)."""
-        c = self.cpus[cpu]
-        return frozenset(s for s in (c.siblings or {cpu}) if s in self.cpus) | {cpu}
+        """The online threads of ``cpu``'s physical core (just ``{cpu}`` when unknown), worked out
+        once per CPU (the placement asks for a core a few dozen times a rewrite)."""
+        known = self.__dict__.setdefault("_core_of", {})  # a cache beside the fields: not compared
+        found = known.get(cpu)
+        if found is None:
+            c = self.cpus[cpu]
+            found = known[cpu] = frozenset(s for s in (c.siblings or {cpu}) if s in self.cpus) | {cpu}
+        return found
 
     def cores(self, node: int) -> list[tuple[int, ...]]:
         """The physical cores of ``node`` as ascending thread tuples, ordered by first thread
