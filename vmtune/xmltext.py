@@ -173,6 +173,12 @@ def find(el: etree._Element, path: str) -> etree._Element | None:
         return None
     if len(steps) == 1:
         return next(el.iterchildren(steps[0]), None)
+    if len(steps) == 2:  # the usual deeper path (devices/disk, cputune/vcpupin): no recursion
+        for child in el.iterchildren(steps[0]):
+            found = next(child.iterchildren(steps[1]), None)
+            if found is not None:
+                return found
+        return None
     return _first(el, steps, 0)
 
 
@@ -194,6 +200,13 @@ def each(el: etree._Element, path: str) -> Iterator[etree._Element]:
         return el.iterfind(path)
     if len(steps) == 1:
         return el.iterchildren(steps[0])
+    if len(steps) == 2:  # one <devices>, one <cputune>: its children, without a generator around them
+        outer = el.iterchildren(steps[0])
+        first = next(outer, None)
+        if first is None:
+            return iter(())
+        if next(outer, None) is None:
+            return first.iterchildren(steps[1])
     return _each(el, steps, 0)
 
 
