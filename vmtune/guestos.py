@@ -181,9 +181,10 @@ def _text(el) -> str:
 def windows_signals(dom) -> tuple[list[str], list[str]]:
     """(strong, weak): the signs of Windows in the domain, each as a person would name it."""
     strong, weak = [], []
-    if dom.find("features/hyperv") is not None:
+    hyperv = dom.find("features/hyperv")
+    if hyperv is not None:
         strong.append("<hyperv>")
-        vendor = dom.find("features/hyperv/vendor_id")
+        vendor = next(hyperv.iterchildren("vendor_id"), None)
         if vendor is not None and vendor.get("state") == "on":
             strong.append("Hyper-V vendor_id")
     clock = dom.find("clock")
