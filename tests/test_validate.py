@@ -164,3 +164,27 @@ def test_bitmaps_read_as_libvirt_reads_them():
         with pytest.raises(InvalidInput):
             validate.bitmap(bad, "x")
     assert validate.scaled_kib("+1", "GiB", "x") == 1048576 and validate.scaled_kib("1025", "b", "x") == 2
+
+
+@pytest.mark.parametrize("count, ok", [(4096, True), (4097, False), (16384, False)])
+def test_one_vcpu_count_limit_for_the_rewriter_the_claims_and_the_hook(count, ok):
+    """The <vcpu> count has one limit (validate.MAX_VCPUS): the rewriter's check, a claim and the
+    hook's bounds take or refuse the same counts, each in one line."""
+    from lxml import etree
+
+    from vmtune import claims
+    from vmtune.hook import bounds
+    from vmtune.model import Domain
+
+    assert validate.MAX_VCPUS == 4096
+    xml = f"<domain type='kvm'><name>big</name><vcpu>{count}</vcpu><memory>1048576</memory></domain>"
+    root = etree.fromstring(xml)
+    checks = [lambda: validate.check_counts(Domain(root)), lambda: bounds.check(root, 64),
+              lambda: claims.read(xml, HOST)]
+    for check in checks:
+        if ok:
+            check()
+        else:
+            with pytest.raises(InvalidInput) as err:
+                check()
+            assert "\n" not in str(err.value)

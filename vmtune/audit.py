@@ -76,7 +76,7 @@ from lxml import etree
 
 from . import claims as claims_mod
 from . import config as config_mod
-from . import cpuset, facts, housekeeping, locality, profiles, units, xmlsafe
+from . import cpuset, facts, housekeeping, locality, profiles, units, validate, xmlsafe
 from .errors import InvalidInput
 from .host import Host
 from .model import Domain
@@ -217,7 +217,7 @@ def _domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
     text = etree.tostring(root, encoding="unicode")
     dom = Domain(root)
     try:
-        facts.check_counts(dom)
+        validate.check_counts(dom)
     except InvalidInput as exc:
         raise InvalidInput(f"{where}: {exc}") from None
     return text, dom

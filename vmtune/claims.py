@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from . import facts, housekeeping, locality, xmlsafe
+from . import facts, housekeeping, locality, validate, xmlsafe
 from .errors import InvalidInput
 from .host import Host
 from .model import Domain
@@ -62,7 +62,7 @@ def read(xml: str | bytes, host: Host) -> Claim:
         name = xmlsafe.source(xml)
         raise InvalidInput(f"a claim{f' ({name})' if name else ''} must be a <domain>, not <{root.tag}>")
     dom = Domain(root)
-    facts.check_counts(dom)
+    validate.check_counts(dom)
     mem = facts.memory(dom, lambda: default_page_kib(host))
     return Claim(dom.name, dom.uuid, dom.tagged_profile, facts.dedicated(dom), facts.pinned(dom),
                  mem.bound_kib, mem.hugepages, mem.unbound_pages, locality.passthrough(dom), facts.helpers(dom),

@@ -42,23 +42,7 @@ DEDICATED_PROFILES = ("latency", "realtime")
 # the built-in profiles that pin to a node's shared CPUs (pinning = "node"): pins vmtune wrote to the
 # shared CPUs, never dedicated ones, even when a node's shared set is one CPU per vCPU
 SHARED_PROFILES = ("throughput",)
-MAX_VCPUS = 4096  # vmtune's bound on <vcpu> (libvirt's is per driver and machine, at most this here)
-MAX_IOTHREADS = 4096  # and on <iothreads>: every reader iterates them
 BINDING_MODES = ("strict", "restrictive")  # modes in which no page comes from another node
-
-
-# -- counts -----------------------------------------------------------------------------------------
-def check_counts(dom: Domain) -> None:
-    """InvalidInput (one line) for a ``<vcpu>`` count outside 1..MAX_VCPUS or an ``<iothreads>``
-    count outside 0..MAX_IOTHREADS: checked before anything iterates a domain's threads (the
-    rewriter, a claim, the audit, the map)."""
-    from .errors import InvalidInput
-
-    if dom.vcpus < 1 or dom.vcpus > MAX_VCPUS:
-        raise InvalidInput(f"bad vCPU count {dom.vcpu_text!r}")
-    count = dom.iothreads
-    if count is not None and not 0 <= count <= MAX_IOTHREADS:
-        raise InvalidInput(f"bad iothread count {count} (vmtune takes 0 to {MAX_IOTHREADS})")
 
 
 # -- threads and pins -------------------------------------------------------------------------------

@@ -28,13 +28,21 @@ from __future__ import annotations
 
 import re
 
+from typing import TYPE_CHECKING
+
 from .errors import InvalidInput
-from .facts import check_counts
-from .model import Domain
 from .units import SCALE
 from .xmltext import text as _text
 
+if TYPE_CHECKING:  # the hook's bounds import the limits below without the model
+    from .model import Domain
+
+# The limits, each named once (the hook's bounds, the claims, the audit and the rewriter take them here)
 CPUMASK_LEN = 16384  # libvirt's VIR_DOMAIN_CPUMASK_LEN: every id of a CPU or node list is below it
+# vmtune's bound on <vcpu>: libvirt asks QEMU per machine type, and QEMU's largest (x86 q35) takes
+# 4096; a domain with more vCPUs cannot start anywhere vmtune runs
+MAX_VCPUS = 4096
+MAX_IOTHREADS = 4096  # and on <iothreads>: every reader iterates them
 UINT_MAX = 2**32 - 1
 ULLONG_MAX = 2**64 - 1
 _UNSIGNED = re.compile(r"[ \t\n\v\f\r]*\+?([0-9]+)")  # strtoul: leading space, a sign; digits to the end
@@ -128,6 +136,18 @@ def _some(cpus: frozenset[int], where: str, text: str | None, what: str = "cpuse
 
 
 # -- the checks ---------------------------------------------------------------------------------------
+def check_counts(dom: Domain) -> None:
+    """InvalidInput (one line) for a ``<vcpu>`` count outside 1..MAX_VCPUS or an ``<iothreads>``
+    count outside 0..MAX_IOTHREADS: checked before anything iterates a domain's threads (the
+    rewriter, a claim, the audit, the map)."""
+    vcpus = dom.vcpus
+    if vcpus < 1 or vcpus > MAX_VCPUS:
+        raise InvalidInput(f"bad vCPU count {dom.vcpu_text!r}")
+    count = dom.iothreads
+    if count is not None and not 0 <= count <= MAX_IOTHREADS:
+        raise InvalidInput(f"bad iothread count {count} (vmtune takes 0 to {MAX_IOTHREADS})")
+
+
 def check(dom: Domain) -> None:
     """InvalidInput (one line) for the first value of ``dom`` that libvirt refuses, of those vmtune reads."""
     vcpus = _vcpu(dom)

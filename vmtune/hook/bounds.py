@@ -11,7 +11,8 @@ CPUs). The bounds:
 - node lists, every ``nodeset`` (numatune's memory and memnodes; hugepage pages, whose nodeset
   names guest cells): below the kernel's MAX_NUMNODES (``NODE_LIMIT``);
 - guest vCPU lists (``cpus`` of guest NUMA cells, ``vcpus`` of vcpusched, cachetune and
-  memorytune, ``iothreads`` of iothreadsched) and the ``<vcpu>`` count: below ``MAX_GUEST_CPUS``.
+  memorytune, ``iothreads`` of iothreadsched): below libvirt's ``validate.CPUMASK_LEN``;
+- the ``<vcpu>`` count: at most ``validate.MAX_VCPUS``, the bound the rewriter and the claims take.
 
 ``<metadata>`` is not read: it belongs to other applications.
 """
@@ -22,9 +23,9 @@ from lxml import etree
 
 from .. import cpuset
 from ..errors import InvalidInput
+from ..validate import CPUMASK_LEN, MAX_VCPUS
 
 NODE_LIMIT = cpuset.MAX_NUMA_NODES
-MAX_GUEST_CPUS = 16384  # more vCPUs than any QEMU machine type takes
 GUEST_LISTS = ("cpus", "vcpus", "iothreads")
 
 
@@ -33,7 +34,7 @@ def check(root: etree._Element, cpus: int, last_cpu: str = "the host's last CPU"
     or node beyond its bound, or that is not a list; ``cpus``: the host's CPU limit, which
     ``last_cpu`` names in the message."""
     limits = {"cpuset": (cpus, last_cpu), "nodeset": (NODE_LIMIT, "the last NUMA node a kernel has"),
-              **dict.fromkeys(GUEST_LISTS, (MAX_GUEST_CPUS, "the last vCPU a guest may have"))}
+              **dict.fromkeys(GUEST_LISTS, (CPUMASK_LEN, "the last vCPU id libvirt reads"))}
     for top in root.iterchildren(tag=etree.Element):
         if etree.QName(top).localname == "metadata":
             continue
@@ -46,5 +47,5 @@ def check(root: etree._Element, cpus: int, last_cpu: str = "the host's last CPU"
                     except InvalidInput as exc:
                         raise InvalidInput(f"<{etree.QName(el).localname} {attr}>: {exc}") from None
     count = (root.findtext("vcpu") or "").strip()
-    if count.isdigit() and (len(count) > 9 or int(count) > MAX_GUEST_CPUS):
-        raise InvalidInput(f"<vcpu> {count[:12]}: more than {MAX_GUEST_CPUS} vCPUs")
+    if count.isdigit() and (len(count) > 9 or int(count) > MAX_VCPUS):
+        raise InvalidInput(f"<vcpu> {count[:12]}: more than {MAX_VCPUS} vCPUs")
