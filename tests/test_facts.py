@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import types
 
+import pytest
 from hypothesis import given
 
 import strategies
 import vmtune
 from conftest import EXAMPLES
-from vmtune import audit, claims, facts, xmlsafe
+from vmtune import audit, claims, facts, profiles, xmlsafe
 from vmtune.hoststate import pages as hugepages
 from vmtune.hoststate.kinds import Pool
 from vmtune.live import apply
@@ -122,6 +123,24 @@ def test_dedicated_by_tag_or_by_pins_alone():
     assert facts.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{pins}</domain>")) == {4, 5, 6}
     alone = "<cputune><vcpupin vcpu='0' cpuset='4'/><vcpupin vcpu='1' cpuset='6'/></cputune>"
     assert facts.dedicated(dom(f"<domain><vcpu>2</vcpu>{alone}</domain>")) == {4, 6}
+
+
+@pytest.mark.parametrize("name", profiles.BUILTIN + ("custom", None))
+def test_dedicated_is_the_tagged_profiles_own_pinning(name):
+    """Which tag makes pins dedicated is the profile's own ``cpu_pinning``, not a list of names: a
+    profile that dedicates CPUs holds even shared pins, one that pins to a node's shared CPUs holds
+    none even when each vCPU has a CPU alone, and a name vmtune does not ship goes by the pins."""
+    tag = (f"<metadata><vmtune:tune xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='{name}'/></metadata>"
+           if name else "")
+    shared = "<cputune><vcpupin vcpu='0' cpuset='4-5'/><vcpupin vcpu='1' cpuset='4-5'/></cputune>"
+    alone = "<cputune><vcpupin vcpu='0' cpuset='4'/><vcpupin vcpu='1' cpuset='6'/></cputune>"
+    prof = profiles.builtin(name) if name else None
+    held_shared = facts.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{shared}</domain>"))
+    held_alone = facts.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{alone}</domain>"))
+    assert held_shared == ({4, 5} if prof is not None and prof.dedicated else frozenset())
+    node = prof is not None and prof.cpu_pinning == profiles.Pinning.NODE
+    assert held_alone == (frozenset() if node else {4, 6})
+    assert (name in profiles.BUILTIN) == (prof is not None)
 
 
 # -- memory -----------------------------------------------------------------------------------------

@@ -35,13 +35,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from . import cpuset, units
+from . import cpuset, profiles, units
 from .model import Domain, MemoryDevice
 
-DEDICATED_PROFILES = ("latency", "realtime")
-# the built-in profiles that pin to a node's shared CPUs (pinning = "node"): pins vmtune wrote to the
-# shared CPUs, never dedicated ones, even when a node's shared set is one CPU per vCPU
-SHARED_PROFILES = ("throughput",)
 BINDING_MODES = ("strict", "restrictive")  # modes in which no page comes from another node
 
 
@@ -112,11 +108,13 @@ def pinned_alone(dom: Domain) -> bool:
 
 def dedicated(dom: Domain) -> frozenset[int]:
     """The host CPUs ``dom`` holds for itself: its pins and its real-time helpers' (``rt_helpers``),
-    when it is tagged with a dedicated profile or every vCPU is pinned alone (but under a profile
-    that pins to shared CPUs); else none."""
-    if dom.tagged_profile in SHARED_PROFILES:
-        return frozenset()
-    if dom.tagged_profile in DEDICATED_PROFILES or pinned_alone(dom):
+    when it is tagged with a profile that dedicates CPUs (its ``cpu_pinning``, as vmtune ships the
+    profile: ``profiles.builtin``) or every vCPU is pinned alone (but under a profile that pins to
+    a node's shared CPUs); else none."""
+    tagged = profiles.builtin(dom.tagged_profile) if dom.tagged_profile else None
+    if tagged is not None and tagged.cpu_pinning == profiles.Pinning.NODE:
+        return frozenset()  # pins vmtune wrote to a node's shared CPUs, never dedicated ones
+    if (tagged is not None and tagged.dedicated) or pinned_alone(dom):
         return pinned(dom) | rt_helpers(dom)
     return frozenset()
 

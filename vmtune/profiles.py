@@ -195,6 +195,13 @@ def load(name: str, user_dir: str | None = None) -> Profile:
     return _build(name, _chain(name, user_dir))
 
 
+@functools.lru_cache(maxsize=None)
+def builtin(name: str) -> Profile | None:
+    """Built-in profile ``name`` as vmtune ships it (no user file read), or None for a name vmtune
+    does not ship: what a profile's name alone says of a domain tagged with it (``facts.dedicated``)."""
+    return _build(name, _chain(name, None, builtin_only=True)) if name in BUILTIN else None
+
+
 def host_tuning(name: str | None, user_dir: str | None = None) -> Profile | None:
     """The profile of a domain tagged ``name`` when it is a latency domain: its profile has
     ``host_tuning`` (the hook's leases, top-up and re-pin are for those only). Untagged: None."""
