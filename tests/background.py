@@ -4,15 +4,13 @@ Debian package's build): a folder named by an environment variable, where the wo
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+
+from fixtures.wait import wait_until
 
 
 def wait_done(folder: str, wait_s: float, what: str) -> Path:
-    """``folder`` once its ``done.json`` exists (an assertion past ``wait_s`` seconds)."""
+    """``folder`` once its ``done.json`` exists (TimeoutError past ``wait_s`` seconds)."""
     done = Path(folder) / "done.json"
-    deadline = time.monotonic() + wait_s
-    while not done.exists() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert done.exists(), f"the background {what} left nothing in {folder} within {wait_s} s"
+    wait_until(done.exists, wait_s, f"the background {what} left nothing in {folder}", interval=0.5)
     return Path(folder)

@@ -16,6 +16,11 @@ EXAMPLES = ROOT / "examples"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The shared helpers and fixtures (tests/fixtures/): their asserts are rewritten as a test's are, and
+# the modules that hold fixtures are plugins, so that every test module may ask for them by name.
+pytest.register_assert_rewrite("fixtures")
+pytest_plugins = ["fixtures.hook", "fixtures.isolation", "fixtures.reliability", "fixtures.cli", "doctortrees"]
+
 settings.register_profile(
     "vmtune", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -207,8 +207,8 @@ def hook_state(tree: Tree, leases: dict, baseline: list | None) -> None:
 
 
 # -- the fixtures of the doctor's test files ------------------------------------------------------
-@pytest.fixture(autouse=True)
-def isolated(tmp_path_factory, monkeypatch):
+@pytest.fixture
+def no_machine_vmtune(tmp_path_factory, monkeypatch):
     """No /etc/vmtune, $VMTUNE_* or user profiles of the machine leak into a test."""
     empty = tmp_path_factory.mktemp("no-config")
     for var in ("VMTUNE_CONFIG", "VMTUNE_STATE_DIR", "VMTUNE_SYSFS"):
@@ -218,6 +218,6 @@ def isolated(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
-def tree(tmp_path):
+def healthy_host_tree(tmp_path):
     """A healthy host tree (``healthy``) under the test's temporary folder."""
     return healthy(tmp_path / "host")

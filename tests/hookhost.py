@@ -1,10 +1,10 @@
 """The host of the reliability trials (test_hook_reliability.py): every kind of write the hook
 makes, on a fake tree, and libvirt's run dir.
 
-``build(root, systemd)`` makes, beside test_hook's sysfs (4 CPUs with cpufreq, cpuidle, KSM) and
+``build(root, systemd)`` makes, beside fixtures/hook.py's sysfs (4 CPUs with cpufreq, cpuidle, KSM) and
 isotrees' IRQs, workqueue mask and cgroup v2 groups:
 
-- a hugepage pool on node 0 behind test_hook_hugepages' ``FakeKernel`` (``kernel``): raising
+- a hugepage pool on node 0 behind fixtures/hugepages.py's ``FakeKernel`` (``kernel``): raising
   ``nr_hugepages`` adds free pages, lowering it takes free ones;
 - two host tasks under the proc root (``TASKS``). ``TaskAffinity.write`` is a fake ``sched_setaffinity``
   (``fake_task_write``) that sets ``Cpus_allowed_list`` in the task's status file; the real one is
@@ -23,11 +23,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from isotrees import build as build_iso
-from test_hook_hugepages import FakeKernel
+from fixtures.hugepages import FakeKernel
+from fixtures.wait import wait_until
 
 from vmtune.hoststate.kinds import Item, Pool
 
@@ -103,8 +103,9 @@ class Libvirt:
             args = ["-name", f"guest={name.replace(',', ',,')},debug-threads=on"]
             args += ["-uuid", uuid] if with_uuid else []
             proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *args])
-            while not Path(f"/proc/{proc.pid}/cmdline").read_bytes():  # the parent of a vfork may
-                time.sleep(0.001)  # run before the exec has set the command line: wait, as libvirt does
+            # the parent of a vfork may run before the exec has set the command line: wait, as libvirt does
+            wait_until(Path(f"/proc/{proc.pid}/cmdline").read_bytes, 30, f"{name}'s QEMU to have its command line",
+                       interval=0.001)
             self.pool[key] = proc
         return self.pool[key]
 

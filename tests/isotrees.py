@@ -1,7 +1,7 @@
 """Fake host trees for the hook's isolation: procfs IRQs and tasks, the workqueue mask, cgroup v2
 and v1, and a stub ``systemctl``.
 
-``build(env)`` adds them beside the sysfs tree of test_hook's ``env`` (4 online CPUs, 0-3):
+``build(env)`` adds them beside the sysfs tree of fixtures/hook.py's ``fake_host_tree`` (4 online CPUs, 0-3):
 ``env/proc/irq``, ``env/sys/devices/virtual/workqueue/cpumask`` and its workqueues
 (``WORKQUEUES``, linked from ``sys/bus/workqueue/devices``), the sysctls the isolation sets
 (``SYSCTLS``, under ``env/proc/sys``) and ``env/sys/fs/cgroup``.

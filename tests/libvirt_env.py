@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from lxml import etree
 
 import guest
 from bench import debimage
+from fixtures.wait import wait_until
 
 URI = "qemu:///system"
 PREFIX = "vmtune-test-"
@@ -137,19 +137,16 @@ class Guest:
 
     def wait(self, line: str = guest.DONE, timeout: float = 60) -> str:
         """Console text once ``line`` appears or the domain stops; TimeoutError otherwise."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def seen() -> tuple[str] | None:  # a tuple: an empty console of a stopped domain is an answer too
             text = self.console()
             if line in text.replace("\r", "").split("\n"):
-                return text
+                return (text,)
             if domstate(self.name) != "running":  # it may have printed ``line`` and stopped since the read
-                return self.console()
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{self.name}: no {line} after {timeout}s\n--- console:\n{text}"
-                    f"\n--- qemu log:\n{self.qemu_log()[-3000:]}"
-                )
-            time.sleep(0.2)
+                return (self.console(),)
+            return None
+
+        return wait_until(seen, timeout, lambda: f"{self.name}: no {line}\n--- console:\n{self.console()}"
+                          f"\n--- qemu log:\n{self.qemu_log()[-3000:]}", interval=0.2)[0]
 
 
 @contextmanager

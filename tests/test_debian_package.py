@@ -146,7 +146,7 @@ if "pytest" in sys.modules:
     import pytest
 
     import vmtune
-    from test_hook import A, CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
+    from fixtures.hook import A, CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
     from vmtune import hookfile, reaper
 
     @pytest.fixture(scope="module")

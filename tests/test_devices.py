@@ -1,5 +1,6 @@
-"""Where a host's devices hang: sysfs and libvirt's node devices give the same node for the same
-machine; a domain's devices are read as libvirt reads them; bad input is one line."""
+"""Where a host's devices hang (vmtune/host/devices.py, nodedev.py, vmtune/locality.py): sysfs and
+libvirt's node devices give the same node for the same machine; a domain's devices are read as
+libvirt reads them; bad input is one line."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import pytest
 
 import vmtune
 from hosttrees import write_sysfs
-from test_placement import make_host
+from fixtures.gridhost import make_host
 from vmtune import cpuset, hook
 from vmtune.hook import repin
 from vmtune.hoststate.document import Lease

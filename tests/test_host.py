@@ -1,4 +1,5 @@
-"""Host loaders: libvirt capabilities XML and sysfs must describe the same machine the same way."""
+"""The host loaders (vmtune/host/capabilities.py, sysfs.py): libvirt capabilities XML and sysfs must
+describe the same machine the same way."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The integration harness itself: libvirtd comes up, a test guest boots, the schema validates."""
+"""The integration harness itself (tests/libvirt_env.py, tests/guest.py): libvirtd comes up, a test
+guest boots, the schema validates."""
 
 from __future__ import annotations
 

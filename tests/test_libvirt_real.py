@@ -1,4 +1,5 @@
-"""The rewriter against the real libvirtd: virsh define accepts the output, and a tuned guest boots.
+"""The rewriter (vmtune.rewrite) against the real libvirtd: virsh define accepts the output, and a
+tuned guest boots.
 
 Needs root (scripts/setup-libvirt installs and starts libvirtd); guests run under TCG, so kvm
 domains are defined as type='qemu' (libvirt refuses type='kvm' without /dev/kvm).
@@ -17,7 +18,7 @@ import guest
 import vmtune
 from conftest import CORPUS, EXAMPLES
 from libvirt_env import VirshError, boot, define, undefine, virsh
-from test_corpus import NEWER_THAN_SCHEMA, REFUSED
+from fixtures.corpus import NEWER_THAN_SCHEMA, REFUSED
 from vmtune.errors import DoesNotFit
 
 EXAMPLE_HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())

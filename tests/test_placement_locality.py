@@ -1,6 +1,7 @@
-"""The placement's rules of issue 24 over generated hosts, loaded from sysfs or from capabilities
-with node-device XML: L3 domains (none, per socket, contiguous, interleaved; with SMT and without;
-several nodes), hybrid hosts, PCI trees with devices on every node and with none.
+"""The placement's locality rules (vmtune/placement.py, vmtune/locality.py; issue 24) over generated
+hosts, loaded from sysfs or from capabilities with node-device XML: L3 domains (none, per socket,
+contiguous, interleaved; with SMT and without; several nodes), hybrid hosts, PCI trees with devices
+on every node and with none.
 
 Invariants, for domains placed one after another, each with the ones before as claims:
 - no dedicated domain spans more L3 domains than the fewest that could hold it, on each node it

@@ -1,4 +1,5 @@
-"""Tuning profiles: the built-ins, user profiles, inheritance, and the schema check behind them."""
+"""Tuning profiles (vmtune/profiles.py, vmtune/profiles/): the built-ins, user profiles,
+inheritance, and the schema check behind them."""
 
 from __future__ import annotations
 

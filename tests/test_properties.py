@@ -1,4 +1,5 @@
-"""The rewriter's invariants over generated domains and generated hosts."""
+"""The rewriter's invariants (vmtune.rewrite, vmtune/driver.py) over generated domains and generated
+hosts."""
 
 from __future__ import annotations
 
