@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import COLLECTION, ROOT, environ, playbook, task, tasks, tool
+from fixtures.ansible_env import COLLECTION, ROOT, environ, playbook, task, tasks, tool
 
 import vmtune
 from vmtune import cli

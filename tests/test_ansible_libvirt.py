@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible_env import COLLECTION, playbook, tasks
-from libvirt_env import PREFIX, URI, define, minimal_domain, undefine, virsh
+from fixtures.ansible_env import COLLECTION, playbook, tasks
+from fixtures.libvirt_env import PREFIX, URI, define, minimal_domain, undefine, virsh
 
 import vmtune.config
 from vmtune import cli, cpuset, reaper
@@ -157,7 +157,8 @@ def test_domain_that_does_not_fit_fails_alone(ansible_defaults, names, tmp_path)
     define(minimal_domain(vcpus=os.cpu_count() + 1), big)
     before, every = inactive(big), all_names()
     (result,) = tasks([{"module": "vmtune.kvm.domain",
-                        "args": {**ansible_defaults["defaults"], "name": big, "profile": "latency"}}], tmp_path, ansible_defaults["env"])
+                        "args": {**ansible_defaults["defaults"], "name": big, "profile": "latency"}}],
+                      tmp_path, ansible_defaults["env"])
     assert result["failed"] and result["rc"] == 3, result
     assert result["msg"].startswith("vmtune: error: ") and "\n" not in result["msg"], result["msg"]
     assert big in result["msg"]

@@ -15,8 +15,8 @@ from vmtune import cli, config, schema
 from vmtune.config import Config
 from vmtune.errors import InvalidInput
 from vmtune.roots import Roots
-from schema_paths import jsonschema_paths as _paths
-from schema_paths import keywords
+from fixtures.schema_paths import jsonschema_paths as _paths
+from fixtures.schema_paths import keywords
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "examples" / "hosts" / "2node-smt.xml"

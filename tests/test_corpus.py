@@ -9,7 +9,7 @@ from lxml import etree
 import vmtune
 from conftest import CORPUS, EXAMPLES
 from fixtures.corpus import NEWER_THAN_SCHEMA, REFUSED
-from libvirt_schema import schema_available, validate_domain
+from fixtures.libvirt_schema import schema_available, validate_domain
 from vmtune.errors import DoesNotFit, Unsupported
 
 DOMAINS = sorted((CORPUS / "domains").glob("*.xml"))

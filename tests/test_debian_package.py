@@ -39,7 +39,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from background import wait_done
+from fixtures.background import wait_done
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "package"

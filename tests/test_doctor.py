@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-import doctortrees as trees
+from fixtures import doctortrees as trees
 import pytest
 
 from vmtune import cli
@@ -525,7 +525,7 @@ def test_parts_not_given_are_skipped(healthy_host_tree):
 def test_domains_from_a_real_libvirtd(libvirtd):
     """--connect reads every defined domain with its state; two shut-off latency domains pinned to the
     same CPU are the overlap `vmtune plan` reports."""
-    from libvirt_env import define, minimal_domain, undefine
+    from fixtures.libvirt_env import define, minimal_domain, undefine
 
     pytest.importorskip("libvirt")
     extra = (f"<metadata><vmtune:tune xmlns:vmtune='{trees.NS}' profile='latency'/></metadata>"
@@ -555,7 +555,8 @@ def test_json_shape(healthy_host_tree, capsys):
     assert data["host"]["from"] == "sysfs" and data["host"]["sysfs"] == str(healthy_host_tree.base / "sys")
     assert data["ok"] is True
     assert data["environment"]["kind"] == "bare-metal"
-    assert data["roots"] == {"sysfs": str(healthy_host_tree.base / "sys"), "proc": str(healthy_host_tree.base / "proc"), "root": str(healthy_host_tree.base)}
+    assert data["roots"] == {"sysfs": str(healthy_host_tree.base / "sys"), "proc": str(healthy_host_tree.base / "proc"),
+                             "root": str(healthy_host_tree.base)}
     assert sum(data["counts"].values()) == len(data["findings"]) and set(data["counts"]) <= set(LEVELS)
     for finding in data["findings"]:
         assert set(finding) == {"level", "area", "source", "found", "want", "fix"}

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import doctortrees as trees
+from fixtures import doctortrees as trees
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 

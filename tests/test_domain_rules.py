@@ -16,7 +16,7 @@ from lxml import etree
 
 import vmtune
 from conftest import EXAMPLES
-from libvirt_schema import schema_available, validate_domain
+from fixtures.libvirt_schema import schema_available, validate_domain
 from vmtune.model import Domain
 
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())

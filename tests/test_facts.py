@@ -6,7 +6,7 @@ import types
 
 from hypothesis import given
 
-import strategies
+from fixtures import strategies
 import vmtune
 from conftest import EXAMPLES
 from vmtune import audit, claims, facts, xmlsafe

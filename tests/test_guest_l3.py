@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from lxml import etree
 
-import guest
+from fixtures import guest
 import vmtune
-from hosttrees import caps_xml
-from libvirt_env import boot, minimal_domain
+from fixtures.hosttrees import caps_xml
+from fixtures.libvirt_env import boot, minimal_domain
 from vmtune.host import Cell, Cpu, Host
 from vmtune.host.topology import L3
 

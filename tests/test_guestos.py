@@ -17,8 +17,8 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS
-from hosttrees import hosts
-from strategies import domains, guest_evidence
+from fixtures.hosttrees import hosts
+from fixtures.strategies import domains, guest_evidence
 from fixtures.gridhost import domain, make_host
 from fixtures.realworld import DOMAINS as REALWORLD
 from fixtures.realworld import tuned

@@ -10,7 +10,7 @@ fake host; the real Debian irqbalance, started by the test, in test_hook_irqbala
 from __future__ import annotations
 
 import pytest
-from isotrees import FakeIrqbalance, tree
+from fixtures.isotrees import FakeIrqbalance, tree
 from fixtures.hook import A, B, call, state
 
 from vmtune.hoststate.kinds import irqbalance

@@ -16,8 +16,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from killpoints import killed_at
-from isotrees import FAKE_PID, IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, Kernel, affinity, build, irq, read, task, tree
+from fixtures.killpoints import killed_at
+from fixtures.isotrees import FAKE_PID, IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, Kernel, affinity, build, irq, read, task, tree
 from fixtures.hook import A, B, HOOK, UUID_A, call, domain, state
 from fixtures.isolation import CG, ONLINE, allowed, needs_two_cpus, systemd_host
 

@@ -12,7 +12,7 @@ import errno
 import shutil
 
 import pytest
-from isotrees import FAKE_PID, affinity, irq, put, read, task, tree
+from fixtures.isotrees import FAKE_PID, affinity, irq, put, read, task, tree
 from fixtures.hook import A, UUID_A, call, domain, state
 from fixtures.isolation import CG
 
@@ -126,8 +126,10 @@ def test_the_doctor_counts_no_task_that_could_only_go_to_an_offline_cpu(isolatio
     from vmtune.doctor.isolation import strays
 
     stuck, movable = task(isolation_host_tree, FAKE_PID, "2,4"), task(isolation_host_tree, FAKE_PID + 1, "1-2")
-    found, _ = strays(str(isolation_host_tree / "proc"), str(isolation_host_tree / "run/libvirt/qemu"), frozenset({2}), frozenset(range(4)))
+    found, _ = strays(str(isolation_host_tree / "proc"), str(isolation_host_tree / "run/libvirt/qemu"), frozenset({2}),
+                      frozenset(range(4)))
     keys = {t.key.text for t in found}
     assert f"task:{movable}" in keys and f"task:{stuck}" not in keys
-    found, _ = strays(str(isolation_host_tree / "proc"), str(isolation_host_tree / "run/libvirt/qemu"), frozenset({2}))  # online not known
+    found, _ = strays(str(isolation_host_tree / "proc"), str(isolation_host_tree / "run/libvirt/qemu"),
+                      frozenset({2}))  # online not known
     assert f"task:{stuck}" in {t.key.text for t in found}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 
 import pytest
-from isotrees import read, tree
+from fixtures.isotrees import read, tree
 from fixtures.hook import A, B, call, state
 
 from vmtune.hoststate.kinds import base
@@ -123,7 +123,8 @@ def test_a_read_only_proc_sys_is_a_warning_each_and_the_lease_works(isolation_ho
     err = capsys.readouterr().err
     for name in ("kernel.timer_migration", "vm.stat_interval", "kernel.watchdog_cpumask"):
         assert err.count(f"{name}: cannot set") == 1, err
-    assert read(isolation_host_tree, "proc/irq/default_smp_affinity") == "b" and read(isolation_host_tree, f"{WQ}/writeback/cpumask") == "b"
+    assert read(isolation_host_tree, "proc/irq/default_smp_affinity") == "b"
+    assert read(isolation_host_tree, f"{WQ}/writeback/cpumask") == "b"
     assert not any(k.startswith("sysctl:") for k in state(isolation_host_tree)["isolation"]["records"])
     assert call(A, "vm-a", "release", "end") == 0
     assert tree(isolation_host_tree) == before

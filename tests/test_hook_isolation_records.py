@@ -16,7 +16,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from isotrees import FAKE_PID, IRQS, affinity, irq, read, task, tree
+from fixtures.isotrees import FAKE_PID, IRQS, affinity, irq, read, task, tree
 from fixtures.hook import A, B, call, state
 from fixtures.isolation import CG, allowed, needs_two_cpus, systemd_host
 
@@ -271,7 +271,8 @@ def test_the_history_is_bounded_and_says_what_it_forgets(isolation_host_tree, af
     pairs = [Pair("task", frozenset({n % 2}), frozenset({2, 3}), float(n)) for n in range(2)]
     pairs += [Pair("irq", frozenset({0}), frozenset({n}), float(n)) for n in range(MAX_PAIRS + 8)]
     affinity_kernel.refuse[pid] = errno.EPERM
-    roots = Roots(sysfs=str(isolation_host_tree / "sys"), proc=str(isolation_host_tree / "proc"), cgroupfs=str(isolation_host_tree / CG),
+    roots = Roots(sysfs=str(isolation_host_tree / "sys"), proc=str(isolation_host_tree / "proc"),
+                  cgroupfs=str(isolation_host_tree / CG),
                   runfs=str(isolation_host_tree / "run"), libvirt=str(isolation_host_tree / "lv"))
     with caplog.at_level("WARNING", logger="vmtune.hoststate"):
         out = isolation.reconcile(Isolation(frozenset({2}), frozenset(IRQS), pairs), frozenset({2}), roots,
@@ -360,7 +361,8 @@ def test_only_these_tasks_touches_nothing_else(isolation_host_tree, affinity_ker
     pid = task(isolation_host_tree, FAKE_PID, "0-3")
     other = task(isolation_host_tree, FAKE_PID + 1, "0-3")
     before = {k: v for k, v in tree(isolation_host_tree).items() if f"/{pid}/" not in k}
-    roots = Roots(sysfs=str(isolation_host_tree / "sys"), proc=str(isolation_host_tree / "proc"), cgroupfs=str(isolation_host_tree / "sys" / "fs" / "cgroup"),
+    roots = Roots(sysfs=str(isolation_host_tree / "sys"), proc=str(isolation_host_tree / "proc"),
+                  cgroupfs=str(isolation_host_tree / "sys" / "fs" / "cgroup"),
                   runfs=str(isolation_host_tree / "run"), libvirt=str(isolation_host_tree / "lv"))
     record = isolation.reconcile(None, frozenset({2}), roots, lambda j: None, only={pid})
     assert affinity(isolation_host_tree, pid) == "0-1,3" and affinity(isolation_host_tree, other) == "0-3"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from killpoints import KILLED, killed_at
+from fixtures.killpoints import KILLED, killed_at
 from fixtures.hook import A, B, CPU, UUID_A, call, snapshot, state, value
 
 from vmtune.hoststate.kinds import base

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import vmtune
-from libvirt_env import minimal_domain, started, virsh
+from fixtures.libvirt_env import minimal_domain, started, virsh
 from fixtures.hook import CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
 from fixtures.wait import wait_until
 from vmtune import cli, cpuset

@@ -42,10 +42,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
-from hookhost import build as build_host
-from hookhost import fake_task_write
-from isotrees import FakeIrqbalance, tree
-from killpoints import KILLED, killed_at
+from fixtures.hookhost import build as build_host
+from fixtures.hookhost import fake_task_write
+from fixtures.isotrees import FakeIrqbalance, tree
+from fixtures.killpoints import KILLED, killed_at
 from fixtures.hook import UUID_A, UUID_B, build_sysfs, domain
 from fixtures.reliability import POINTS
 from fixtures.wait import wait_until

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from hookhost import Libvirt
-from isotrees import build, put, tree
+from fixtures.hookhost import Libvirt
+from fixtures.isotrees import build, put, tree
 from fixtures.hook import A, call, state
 
 from vmtune.hoststate.kinds import KINDS, base, partition
@@ -283,7 +283,7 @@ def test_a_task_whose_affinity_the_kernel_resets_at_a_partition_change_gets_its_
     """The kernel resets the affinity of every task in the root cgroup when a partition is made or
     undone (seen on 6.12: a kernel thread pinned to CPU 1 became 0-1,3, then 0-3). A task the pass
     did not move gets back the affinity it had when listed, at started and at release."""
-    from isotrees import Kernel, affinity, set_affinity, task
+    from fixtures.isotrees import Kernel, affinity, set_affinity, task
 
     from vmtune.hoststate.kinds import tasks
 

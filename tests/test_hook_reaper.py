@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from isotrees import stub_systemctl, tree
+from fixtures.isotrees import stub_systemctl, tree
 from fixtures.hook import A, B, HOOK, UUID_A, UUID_B, call, state
 from fixtures.reliability import clean, lv, prepare, release
 from fixtures.wait import wait_until

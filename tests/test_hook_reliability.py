@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from killpoints import KILLED, killed_at
-from isotrees import tree
+from fixtures.killpoints import KILLED, killed_at
+from fixtures.isotrees import tree
 from fixtures.hook import A, B, HOOK, UUID_A, UUID_B, assert_tuned, call, domain, state
 from fixtures.reliability import POINTS, SA, SB, clean, lv, orders, prepare, release, tuned_for_every_lease
 

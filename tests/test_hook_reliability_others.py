@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hookhost import Libvirt  # noqa: F401
-from killpoints import KILLED, killed_at
-from isotrees import tree
+from fixtures.hookhost import Libvirt  # noqa: F401
+from fixtures.killpoints import KILLED, killed_at
+from fixtures.isotrees import tree
 from fixtures.hook import UUID_A, UUID_B, call
 from fixtures.reliability import POINTS, SA, SB, clean, lv, orders, release, tuned_for_every_lease
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from isotrees import tree
+from fixtures.isotrees import tree
 from fixtures.hook import A, B, HOOK, UUID_A, UUID_B, call, domain, state
 from fixtures.reliability import lv
 

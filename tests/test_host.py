@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hosttrees import caps_view, caps_xml, hosts, machines, write_sysfs
+from fixtures.hosttrees import caps_view, caps_xml, hosts, machines, write_sysfs
 from vmtune import cpuset, xmlsafe
 from vmtune.errors import InvalidInput
 from vmtune.host import Cpu, Host

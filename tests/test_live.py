@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from libvirt_env import URI, define, minimal_domain, undefine, virsh
+from fixtures.libvirt_env import URI, define, minimal_domain, undefine, virsh
 from lxml import etree
 
 import vmtune.config
@@ -552,7 +552,7 @@ def test_plan_as_a_process(live, tmp_path):
 
 def _two_node_tree(tmp_path) -> str:
     """A sysfs tree (and proc beside it) of a 2-node, 8-CPU host with isolcpus 2-3,6-7."""
-    from hosttrees import write_sysfs
+    from fixtures.hosttrees import write_sysfs
 
     from vmtune.host import Cell, Cpu, Host
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import doctortrees as trees
-from devtrees import Pci, Tree
-from devtrees import write_sysfs as write_devices
+from fixtures import doctortrees as trees
+from fixtures.devtrees import Pci, Tree
+from fixtures.devtrees import write_sysfs as write_devices
 from vmtune import cli
 from vmtune.audit import DEVICE_REMOTE, DEVICE_SHARED, audit
 from vmtune.doctor import diagnose
@@ -111,7 +111,7 @@ def test_a_cache_bank_naming_cpus_the_host_lacks_is_one_line(capsys, tmp_path):
 
 
 def test_a_shared_cpu_list_naming_cpus_the_host_lacks_is_one_line(capsys, tmp_path):
-    from hosttrees import write_sysfs
+    from fixtures.hosttrees import write_sysfs
 
     root = Path(write_sysfs(Host.from_capabilities(AMD.read_bytes()), str(tmp_path)))
     (root / "devices/system/cpu/cpu0/cache/index3/shared_cpu_list").write_text("0-3,32-35,200\n")

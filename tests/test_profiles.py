@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from vmtune import cli, profiles, schema
 from vmtune.errors import InvalidInput
 from vmtune.profiles import BUILTIN, Profile
-from schema_paths import jsonschema_paths as _paths
-from schema_paths import keywords
+from fixtures.schema_paths import jsonschema_paths as _paths
+from fixtures.schema_paths import keywords
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "examples" / "hosts" / "2node-smt.xml"

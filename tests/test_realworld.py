@@ -25,7 +25,7 @@ from lxml import etree
 
 import vmtune
 from fixtures.realworld import DATA, DOMAINS, PROFILES, REALWORLD_HOSTS, VMTUNE_NS, outcomes, tuned
-from libvirt_schema import schema_available, validate_domain
+from fixtures.libvirt_schema import schema_available, validate_domain
 from vmtune import cpuset, units, xmltext
 from vmtune.errors import DoesNotFit, InvalidInput, VmtuneError
 

@@ -22,9 +22,9 @@ import json
 from pathlib import Path
 
 import pytest
-from hookhost import build as build_host
-from hookhost import fake_task_write
-from isotrees import tree
+from fixtures.hookhost import build as build_host
+from fixtures.hookhost import fake_task_write
+from fixtures.isotrees import tree
 from fixtures.hook import UUID_A, UUID_B, call, domain
 from fixtures.hugepages import hp_domain
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from isotrees import tree
+from fixtures.isotrees import tree
 from fixtures.hook import A, B, UUID_A, UUID_B, call, state
 from fixtures.reliability import clean, lv, prepare, release
 

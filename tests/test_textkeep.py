@@ -22,8 +22,8 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from hosttrees import hosts
-from strategies import blank_domains, domains, laid_out
+from fixtures.hosttrees import hosts
+from fixtures.strategies import blank_domains, domains, laid_out
 from fixtures.virsh import VIRSH, libvirt_accepts, needs_virsh
 from vmtune import xmlsafe
 from vmtune.markup import LAZY, Source, Unplaced, scan

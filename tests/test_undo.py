@@ -19,9 +19,9 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from hosttrees import hosts
-from libvirt_schema import schema_available, validate_domain
-from strategies import domains
+from fixtures.hosttrees import hosts
+from fixtures.libvirt_schema import schema_available, validate_domain
+from fixtures.strategies import domains
 from fixtures.virsh import VIRSH, libvirt_reads, needs_virsh
 from vmtune import driver
 from vmtune.errors import DoesNotFit, InvalidInput, VmtuneError

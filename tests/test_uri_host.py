@@ -21,7 +21,7 @@ from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hosttrees import machines, write_sysfs
+from fixtures.hosttrees import machines, write_sysfs
 
 from vmtune import cli, cpuset
 from vmtune.host import Cell, Cpu, Host
@@ -157,7 +157,7 @@ def test_the_doctor_and_plan_judge_the_domains_alike(tmp_path):
     the same problems: the overlap on CPU 12 and the domain on a reserved CPU (judged against this
     machine's /sys, the doctor missed the second). Given --sysfs/--proc/--root, the doctor reads
     those trees and still judges the domains against the connection's host."""
-    import doctortrees
+    from fixtures import doctortrees
 
     conn = libvirt.open(URI)  # keeps the driver's state while the commands run
     try:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import vmtune
 from conftest import EXAMPLES
-from hosttrees import caps_view, hosts
-from strategies import domains
+from fixtures.hosttrees import caps_view, hosts
+from fixtures.strategies import domains
 from vmtune import cpuset
 from vmtune.errors import DoesNotFit
 
