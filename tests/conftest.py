@@ -12,18 +12,22 @@ from hypothesis import HealthCheck, settings
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("VMTUNE_CORPUS", ROOT.parent / "shared" / "corpus"))
 EXAMPLES = ROOT / "examples"
-# tests/guest.py shares the guest-image plumbing of bench/ (bench/debimage.py), whatever the cwd
+# tests/fixtures/guest.py shares the guest-image plumbing of bench/ (bench/debimage.py), whatever the cwd
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# The shared helpers and fixtures (tests/fixtures/): their asserts are rewritten as a test's are, and
+# the modules that hold fixtures are plugins, so that every test module may ask for them by name.
+pytest.register_assert_rewrite("fixtures")
+# The real libvirtd (``libvirtd``) is fixtures/libvirt_env.py's, for every test module that asks for it by name.
+pytest_plugins = ["fixtures.hook", "fixtures.isolation", "fixtures.reliability", "fixtures.cli", "fixtures.doctortrees",
+                  "fixtures.libvirt_env"]
 
 settings.register_profile(
     "vmtune", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("thorough", max_examples=600, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "vmtune"))
-
-# The real-libvirtd fixture, for every test module that asks for it by name.
-from libvirt_env import libvirtd  # noqa: E402,F401
 
 
 # -- the machine, as the suite found it ------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import COLLECTION, ROOT, environ, playbook, task, tasks, tool
+from fixtures.ansible_env import COLLECTION, ROOT, environ, playbook, task, tasks, tool
 
 import vmtune
 from vmtune import cli
@@ -141,7 +141,7 @@ sys.exit(int(os.environ.get("FAKE_RC_" + command, "0")))
 
 
 @pytest.fixture
-def fake(tmp_path):
+def fake_vmtune(tmp_path):
     path = tmp_path / "fake-vmtune"
     path.write_text(FAKE.format(python=sys.executable))
     path.chmod(0o755)
@@ -162,19 +162,19 @@ def _row(**over) -> dict:
     return row
 
 
-def test_domain_tuned_reads_apply_json(tmp_path, fake):
+def test_domain_tuned_reads_apply_json(tmp_path, fake_vmtune):
     """state=tuned runs `vmtune apply --profile P --live --json -- NAME` (with --config and the originals dir);
     changed is apply's `defined`; diff mode gives both XMLs, passwords hidden."""
-    args = {"name": "db1", "profile": "latency", "live": True, "executable": fake["executable"],
+    args = {"name": "db1", "profile": "latency", "live": True, "executable": fake_vmtune["executable"],
             "config": "/x/vmtune.toml", "originals_dir": str(tmp_path / "orig")}
     unchanged = {"dry_run": False, "domains": [_row(changed=False, defined=False)]}
     first, second = tasks([
         {"module": "vmtune.kvm.domain", "args": args, "diff": True,
          "env": {"FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [_row()]})}},
         {"module": "vmtune.kvm.domain", "args": args, "env": {"FAKE_OUT_apply": json.dumps(unchanged)}},
-    ], tmp_path, fake["env"])
+    ], tmp_path, fake_vmtune["env"])
     assert first["changed"] and not first.get("failed"), first
-    call = fake["calls"]()[0]
+    call = fake_vmtune["calls"]()[0]
     assert call["argv"] == ["apply", "--connect", "qemu:///system", "--profile", "latency", "--live",
                             "--config", "/x/vmtune.toml", "--json", "--", "db1"]
     assert call["env"] == {"VMTUNE_ORIGINALS_DIR": str(tmp_path / "orig")}
@@ -183,29 +183,29 @@ def test_domain_tuned_reads_apply_json(tmp_path, fake):
     assert not second["changed"] and not second.get("failed"), second
 
 
-def test_domain_check_mode_is_a_dry_run(tmp_path, fake):
+def test_domain_check_mode_is_a_dry_run(tmp_path, fake_vmtune):
     """Check mode adds --dry-run, and with live asks the plan whether the running threads would move."""
     plan = {"problems": [{"kind": "not-live", "domains": ["db1"], "message": "m"}], "domains": [], "nodes": []}
-    env = {**fake["env"], "FAKE_OUT_apply": json.dumps({"dry_run": True, "domains": [_row(changed=False, defined=False)]}),
+    env = {**fake_vmtune["env"], "FAKE_OUT_apply": json.dumps({"dry_run": True, "domains": [_row(changed=False, defined=False)]}),
            "FAKE_OUT_plan": json.dumps(plan), "FAKE_RC_plan": "1"}
-    args = {"name": "db1", "live": True, "executable": fake["executable"]}
+    args = {"name": "db1", "live": True, "executable": fake_vmtune["executable"]}
     result = task("vmtune.kvm.domain", args, tmp_path, check=True, env=env)
     assert result["changed"], result
-    assert [c["argv"][0] for c in fake["calls"]()] == ["apply", "plan"]
-    assert "--dry-run" in fake["calls"]()[0]["argv"]
+    assert [c["argv"][0] for c in fake_vmtune["calls"]()] == ["apply", "plan"]
+    assert "--dry-run" in fake_vmtune["calls"]()[0]["argv"]
 
 
-def test_domain_failure_is_vmtunes_line(tmp_path, fake):
+def test_domain_failure_is_vmtunes_line(tmp_path, fake_vmtune):
     """vmtune's one-line error is the task's msg, as it is."""
     line = "vmtune: error: db1: does not fit: 4 dedicated vCPUs, 1 CPU free"
-    env = {**fake["env"], "FAKE_RC_apply": "3", "FAKE_ERR_apply": line + "\n"}
-    result = task("vmtune.kvm.domain", {"name": "db1", "executable": fake["executable"]}, tmp_path, env=env)
+    env = {**fake_vmtune["env"], "FAKE_RC_apply": "3", "FAKE_ERR_apply": line + "\n"}
+    result = task("vmtune.kvm.domain", {"name": "db1", "executable": fake_vmtune["executable"]}, tmp_path, env=env)
     assert result["failed"] and result["msg"] == line and result["rc"] == 3
 
 
-def test_domain_untagged_and_reverted(tmp_path, fake):
+def test_domain_untagged_and_reverted(tmp_path, fake_vmtune):
     """untag: changed when there was a tag (check mode: --dry-run); revert: changed only when an original is kept."""
-    untag = {"name": "db1", "state": "untagged", "executable": fake["executable"]}
+    untag = {"name": "db1", "state": "untagged", "executable": fake_vmtune["executable"]}
     revert = {**untag, "state": "reverted"}
     none = {"name": "db1", "uuid": "u", "state": "shut off", "reverted": False, "original": False,
             "before": "<domain/>", "after": None}
@@ -217,51 +217,51 @@ def test_domain_untagged_and_reverted(tmp_path, fake):
         {"module": "vmtune.kvm.domain", "args": revert, "env": {"FAKE_OUT_revert": json.dumps(none)}},
         {"module": "vmtune.kvm.domain", "args": revert,
          "env": {"FAKE_OUT_revert": json.dumps({**none, "original": True, "after": "<domain><x/></domain>"})}},
-    ], tmp_path, fake["env"])
+    ], tmp_path, fake_vmtune["env"])
     assert [r["changed"] for r in results] == [True, False, False, True], results
-    argvs = [c["argv"] for c in fake["calls"]()]
+    argvs = [c["argv"] for c in fake_vmtune["calls"]()]
     assert [a[0] for a in argvs] == ["untag", "untag", "revert", "revert", "revert"]
     assert ["--dry-run" in a for a in argvs] == [True, False, True, True, False]  # the last: the revert itself
 
 
-def test_plan_facts_and_problems(tmp_path, fake):
+def test_plan_facts_and_problems(tmp_path, fake_vmtune):
     """plan: the JSON as the fact vmtune_plan; a problem fails the task unless fail_on_problems is false."""
     plan = {"ok": False, "domains": [{"name": "db1"}], "nodes": [],
             "problems": [{"kind": "cpu-overlap", "domains": ["a", "b"], "message": "a and b share CPU 1"}]}
     out = {"FAKE_OUT_plan": json.dumps(plan), "FAKE_RC_plan": "1"}
     down = {"FAKE_RC_plan": "4", "FAKE_ERR_plan": "vmtune: error: cannot connect to libvirt at qemu:///system: x\n"}
-    args = {"executable": fake["executable"]}
+    args = {"executable": fake_vmtune["executable"]}
     failing, facts, error = tasks([
         {"module": "vmtune.kvm.plan", "args": args, "env": out},
         {"module": "vmtune.kvm.plan", "args": {**args, "fail_on_problems": False}, "env": out},
         {"module": "vmtune.kvm.plan", "args": args, "env": down},
-    ], tmp_path, fake["env"])
+    ], tmp_path, fake_vmtune["env"])
     assert failing["failed"] and failing["msg"] == "vmtune plan: 1 problem(s): cpu-overlap: a and b share CPU 1"
     assert not facts.get("failed") and facts["ansible_facts"]["vmtune_plan"] == plan
     assert error["failed"] and error["msg"] == "vmtune: error: cannot connect to libvirt at qemu:///system: x"
 
 
-def test_doctor_facts_and_fails(tmp_path, fake):
+def test_doctor_facts_and_fails(tmp_path, fake_vmtune):
     """doctor: the report as the fact vmtune_doctor; a FAIL finding fails the task; --prometheus passed on."""
     finding = {"level": "FAIL", "area": "virt", "source": "/dev/kvm", "found": "missing", "want": "", "fix": ""}
     report = {"ok": False, "counts": {"FAIL": 1}, "findings": [finding]}
-    env = {**fake["env"], "FAKE_OUT_doctor": json.dumps(report), "FAKE_RC_doctor": "1"}
-    args = {"executable": fake["executable"], "measure": False, "prometheus": "/x/vmtune.prom"}
+    env = {**fake_vmtune["env"], "FAKE_OUT_doctor": json.dumps(report), "FAKE_RC_doctor": "1"}
+    args = {"executable": fake_vmtune["executable"], "measure": False, "prometheus": "/x/vmtune.prom"}
     failing, facts = tasks([{"module": "vmtune.kvm.doctor", "args": args},
                             {"module": "vmtune.kvm.doctor", "args": {**args, "fail_on_fail": False}}], tmp_path, env)
     assert failing["failed"] and failing["msg"] == "vmtune doctor: 1 FAIL finding(s): virt /dev/kvm: missing"
-    assert fake["calls"]()[0]["argv"] == ["doctor", "--no-measure", "--prometheus", "/x/vmtune.prom", "--json"]
+    assert fake_vmtune["calls"]()[0]["argv"] == ["doctor", "--no-measure", "--prometheus", "/x/vmtune.prom", "--json"]
     assert not facts.get("failed") and facts["ansible_facts"]["vmtune_doctor"] == report
 
 
-def test_doctor_fails_on_vmtunes_error_line_whatever_the_exit_code(tmp_path, fake):
+def test_doctor_fails_on_vmtunes_error_line_whatever_the_exit_code(tmp_path, fake_vmtune):
     """vmtune prints the report, then cannot write the metrics (`vmtune: error: cannot write ...`, exit 1, as a
     FAIL finding also exits): the task fails with that line, though JSON came back and 1 is a doctor's code."""
     report = {"ok": True, "counts": {"OK": 1}, "findings": []}
     line = "vmtune: error: cannot write /x/vmtune.prom: No such file or directory"
-    env = {**fake["env"], "FAKE_OUT_doctor": json.dumps(report), "FAKE_RC_doctor": "1",
+    env = {**fake_vmtune["env"], "FAKE_OUT_doctor": json.dumps(report), "FAKE_RC_doctor": "1",
            "FAKE_ERR_doctor": line + "\n"}
-    args = {"executable": fake["executable"], "measure": False, "prometheus": "/x/vmtune.prom", "fail_on_fail": False}
+    args = {"executable": fake_vmtune["executable"], "measure": False, "prometheus": "/x/vmtune.prom", "fail_on_fail": False}
     result = task("vmtune.kvm.doctor", args, tmp_path, env=env)
     assert result.get("failed") and result["msg"] == line and result["rc"] == 1, result
 
@@ -278,16 +278,16 @@ def test_doctor_module_fails_when_the_metrics_file_cannot_be_written(tmp_path):
 
 @pytest.mark.parametrize("state", ["tuned", "untagged", "reverted"])
 @pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
-def test_domain_name_is_never_read_as_an_option(tmp_path, fake, state, check):
+def test_domain_name_is_never_read_as_an_option(tmp_path, fake_vmtune, state, check):
     """libvirt accepts a domain named `--all`: `name: --all` means that domain, never `vmtune apply --all`.
     Every argv the module builds is parsed by vmtune's own parser."""
     outs = {"FAKE_OUT_apply": json.dumps({"dry_run": check, "domains": [_row(name="--all")]}),
             "FAKE_OUT_untag": json.dumps({"name": "--all", "uuid": "u", "previous": "latency"}),
             "FAKE_OUT_revert": json.dumps({"name": "--all", "uuid": "u", "state": "shut off", "reverted": False,
                                            "original": True, "before": "<domain/>", "after": "<domain/>"})}
-    task("vmtune.kvm.domain", {"name": "--all", "state": state, "executable": fake["executable"]}, tmp_path,
-         check=check, env={**fake["env"], **outs})
-    calls = fake["calls"]()
+    task("vmtune.kvm.domain", {"name": "--all", "state": state, "executable": fake_vmtune["executable"]}, tmp_path,
+         check=check, env={**fake_vmtune["env"], **outs})
+    calls = fake_vmtune["calls"]()
     assert calls
     for call in calls:
         try:
@@ -309,7 +309,7 @@ def _redact():
 
 
 @pytest.mark.parametrize("state", ["tuned", "reverted"])
-def test_domain_module_never_returns_a_graphics_password(tmp_path, fake, state):
+def test_domain_module_never_returns_a_graphics_password(tmp_path, fake_vmtune, state):
     """The docs say passwords are shown as ********: the registered result (what -v prints, what a callback
     ships) holds none, not in unified_diff, not in diff, not in `vmtune` (apply's before, xml and diff)."""
     secret = "<domain>\n  <graphics passwd=\"it's-s3cret\"/>\n  <a passwd='s3cret'/>\n</domain>\n"
@@ -319,8 +319,8 @@ def test_domain_module_never_returns_a_graphics_password(tmp_path, fake, state):
     env = {"FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [row]}),
            "FAKE_OUT_revert": json.dumps(reverted)}
     (result,) = tasks([{"module": "vmtune.kvm.domain", "diff": True, "env": env,
-                        "args": {"name": "db1", "state": state, "executable": fake["executable"]}}],
-                      tmp_path, fake["env"])
+                        "args": {"name": "db1", "state": state, "executable": fake_vmtune["executable"]}}],
+                      tmp_path, fake_vmtune["env"])
     assert result["changed"] and not result.get("failed"), result
     assert "s3cret" not in json.dumps(result), [k for k, v in result.items() if "s3cret" in json.dumps(v)]
     assert "passwd='********'" in json.dumps(result["vmtune"])
@@ -349,7 +349,7 @@ def test_redact_hides_a_password_lxml_wrote():
     assert "secret" not in _redact()(xml)
 
 
-def test_doctor_is_changed_when_its_metrics_changed(tmp_path, fake):
+def test_doctor_is_changed_when_its_metrics_changed(tmp_path, fake_vmtune):
     """prometheus: FILE is the doctor's one change: changed when the file is new or its metrics differ, not when
     only the report's timestamp moved; check mode writes nothing and changes nothing."""
     report = {"ok": True, "counts": {"OK": 1}, "findings": []}
@@ -358,27 +358,27 @@ def test_doctor_is_changed_when_its_metrics_changed(tmp_path, fake):
     def prom(stamp, ok):
         return f"# TYPE vmtune_doctor_ok gauge\nvmtune_doctor_ok {ok}\nvmtune_doctor_timestamp_seconds {stamp}\n"
 
-    args = {"executable": fake["executable"], "measure": False, "prometheus": str(target)}
+    args = {"executable": fake_vmtune["executable"], "measure": False, "prometheus": str(target)}
     steps = [{"module": "vmtune.kvm.doctor", "args": args, "env": {"FAKE_PROM": text}, "check": check}
              for text, check in ((prom(1, 1), False), (prom(2, 1), False), (prom(3, 0), False), (prom(4, 1), True))]
-    results = tasks(steps, tmp_path, {**fake["env"], "FAKE_OUT_doctor": json.dumps(report)})
+    results = tasks(steps, tmp_path, {**fake_vmtune["env"], "FAKE_OUT_doctor": json.dumps(report)})
     assert [r["changed"] for r in results] == [True, False, True, False], results
     assert target.read_text() == prom(3, 0)
-    assert ["--prometheus" in c["argv"] for c in fake["calls"]()] == [True, True, True, False]
+    assert ["--prometheus" in c["argv"] for c in fake_vmtune["calls"]()] == [True, True, True, False]
 
 
-def test_latency_playbook_reads_the_plan_fact(tmp_path, fake):
+def test_latency_playbook_reads_the_plan_fact(tmp_path, fake_vmtune):
     """The playbook reads ansible_facts['vmtune_plan'], so it works where facts are not injected as variables
     (INJECT_FACTS_AS_VARS=false): it applies the matching domains only, each after `--`."""
     plan = {"ok": True, "problems": [], "nodes": [], "domains": [{"name": "db-1"}, {"name": "web"}, {"name": "db-2"}]}
-    env = {**fake["env"], "FAKE_OUT_plan": json.dumps(plan),
+    env = {**fake_vmtune["env"], "FAKE_OUT_plan": json.dumps(plan),
            "FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [_row()]}), "ANSIBLE_INJECT_FACT_VARS": "false"}
     book = COLLECTION / "playbooks" / "latency.yml"
     run = playbook(book, tmp_path, {"vmtune_pattern": "db-", "vmtune_hosts": "localhost",
-                                    "vmtune_module_defaults": {"executable": fake["executable"]}}, env=env)
+                                    "vmtune_module_defaults": {"executable": fake_vmtune["executable"]}}, env=env)
     assert run.rc == 0, run.out + run.err
-    applied = [c["argv"][-1] for c in fake["calls"]() if c["argv"][0] == "apply"]
-    assert applied == ["db-1", "db-2"], fake["calls"]()
+    applied = [c["argv"][-1] for c in fake_vmtune["calls"]() if c["argv"][0] == "apply"]
+    assert applied == ["db-1", "db-2"], fake_vmtune["calls"]()
 
 
 def test_missing_vmtune_is_one_message(tmp_path):
@@ -420,12 +420,12 @@ def test_role_writes_a_config_vmtune_reads(tmp_path):
 # -- the role's install -----------------------------------------------------------------------------------
 def _wheel(dest: Path, marker: str | None) -> Path:
     """vmtune's wheel, built from a copy of the sources with ``ROLE_TEST_MARKER = marker`` in vmtune/__init__.py."""
-    import test_package
+    from fixtures.wheel import ROOT, SOURCES, build_wheel
 
     src = dest / "tree"
     src.mkdir(parents=True)
-    for name in test_package.SOURCES:
-        from_ = test_package.ROOT / name
+    for name in SOURCES:
+        from_ = ROOT / name
         if from_.is_dir():
             shutil.copytree(from_, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
@@ -433,12 +433,7 @@ def _wheel(dest: Path, marker: str | None) -> Path:
     if marker:
         with open(src / "vmtune" / "__init__.py", "a") as fh:
             fh.write(f"\nROLE_TEST_MARKER = {marker!r}\n")
-    orig = test_package.ROOT
-    test_package.ROOT = src
-    try:
-        return test_package.build_wheel(dest / "out")
-    finally:
-        test_package.ROOT = orig
+    return build_wheel(dest / "out", root=src)
 
 
 def _role_book(tmp: Path, where: Path, name: str, **over) -> Path:

@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible_env import COLLECTION, playbook, tasks
-from libvirt_env import PREFIX, URI, define, minimal_domain, undefine, virsh
+from fixtures.ansible_env import COLLECTION, playbook, tasks
+from fixtures.libvirt_env import PREFIX, URI, define, minimal_domain, undefine, virsh
 
 import vmtune.config
 from vmtune import cli, cpuset, reaper
@@ -31,7 +31,7 @@ LATENCY = COLLECTION / "playbooks" / "latency.yml"
 
 
 @pytest.fixture
-def host(libvirtd, tmp_path, tmp_path_factory, monkeypatch):
+def ansible_defaults(libvirtd, tmp_path, tmp_path_factory, monkeypatch):
     """The module defaults (this venv's vmtune, an empty config, originals in tmp) and the environment."""
     try:
         import libvirt  # noqa: F401
@@ -99,7 +99,7 @@ def latency_vars(host: dict, names) -> dict:
 
 
 # -- the latency playbook ----------------------------------------------------------------------------------
-def test_playbook_tunes_then_changes_nothing(host, names, tmp_path):
+def test_playbook_tunes_then_changes_nothing(ansible_defaults, names, tmp_path):
     """Run 1 tags the matching (running) domain latency, defines its tuned XML and moves its threads now; run 2
     reports changed=0 and the XML stays byte for byte; a domain that does not match is not touched. Then
     state=reverted gives the XML from before run 1 back, and a second revert changes nothing."""
@@ -111,7 +111,7 @@ def test_playbook_tunes_then_changes_nothing(host, names, tmp_path):
     virsh("start", tune)
     before, other_before = inactive(tune), inactive(other)
 
-    first = playbook(LATENCY, tmp_path, latency_vars(host, names), env=host["env"])
+    first = playbook(LATENCY, tmp_path, latency_vars(ansible_defaults, names), env=ansible_defaults["env"])
     assert first.rc == 0, first.out + first.err
     assert first.recap["changed"] == 1 and first.recap["failed"] == 0, first.out
     tuned = inactive(tune)
@@ -122,19 +122,19 @@ def test_playbook_tunes_then_changes_nothing(host, names, tmp_path):
     live_pin = virsh("vcpupin", tune, "--live").split()
     assert live_pin[-1] == row["dedicated"], live_pin  # moved now (--live), not at the next boot
 
-    second = playbook(LATENCY, tmp_path, latency_vars(host, names), env=host["env"])
+    second = playbook(LATENCY, tmp_path, latency_vars(ansible_defaults, names), env=ansible_defaults["env"])
     assert second.rc == 0, second.out + second.err
     assert second.recap["changed"] == 0 and second.recap["failed"] == 0, second.out
     assert inactive(tune) == tuned
 
-    step = {"module": "vmtune.kvm.domain", "args": {**host["defaults"], "name": tune, "state": "reverted"}}
-    reverted, again = tasks([step, step], tmp_path, host["env"])
+    step = {"module": "vmtune.kvm.domain", "args": {**ansible_defaults["defaults"], "name": tune, "state": "reverted"}}
+    reverted, again = tasks([step, step], tmp_path, ansible_defaults["env"])
     assert reverted["changed"] and not reverted.get("failed"), reverted
     assert inactive(tune) == before
     assert not again["changed"] and not again.get("failed"), again
 
 
-def test_check_mode_changes_nothing(host, names, tmp_path):
+def test_check_mode_changes_nothing(ansible_defaults, names, tmp_path):
     """--check --diff: the domain task says it would change and shows the tuned XML, and virsh dumpxml (the
     definition and the running domain's) is identical afterwards; no original is kept."""
     free_or_skip(1, clean=True)
@@ -142,27 +142,28 @@ def test_check_mode_changes_nothing(host, names, tmp_path):
     define(minimal_domain(), tune)
     virsh("start", tune)
     before, live_before = inactive(tune), virsh("dumpxml", tune)
-    run = playbook(LATENCY, tmp_path, latency_vars(host, names), check=True, diff=True, env=host["env"])
+    run = playbook(LATENCY, tmp_path, latency_vars(ansible_defaults, names), check=True, diff=True, env=ansible_defaults["env"])
     assert run.rc == 0, run.out + run.err
     assert run.recap["changed"] == 1, run.out
     assert re.search(r"^\+\s*<vcpupin vcpu=.0. cpuset=", run.out, re.M), run.out
     assert inactive(tune) == before and virsh("dumpxml", tune) == live_before
-    assert not host["originals"].exists() or not list(host["originals"].iterdir())
+    assert not ansible_defaults["originals"].exists() or not list(ansible_defaults["originals"].iterdir())
 
 
-def test_domain_that_does_not_fit_fails_alone(host, names, tmp_path):
+def test_domain_that_does_not_fit_fails_alone(ansible_defaults, names, tmp_path):
     """A latency domain with more vCPUs than the host has CPUs: its task fails with vmtune's one line (exit 3),
     its XML is unchanged, no domain appears or goes, and no original is kept."""
     big = names("tune-big")
     define(minimal_domain(vcpus=os.cpu_count() + 1), big)
     before, every = inactive(big), all_names()
     (result,) = tasks([{"module": "vmtune.kvm.domain",
-                        "args": {**host["defaults"], "name": big, "profile": "latency"}}], tmp_path, host["env"])
+                        "args": {**ansible_defaults["defaults"], "name": big, "profile": "latency"}}],
+                      tmp_path, ansible_defaults["env"])
     assert result["failed"] and result["rc"] == 3, result
     assert result["msg"].startswith("vmtune: error: ") and "\n" not in result["msg"], result["msg"]
     assert big in result["msg"]
     assert inactive(big) == before and all_names() == every
-    assert not host["originals"].exists() or not list(host["originals"].iterdir())
+    assert not ansible_defaults["originals"].exists() or not list(ansible_defaults["originals"].iterdir())
 
 
 # -- what the modules read from the CLI --------------------------------------------------------------------
@@ -174,7 +175,7 @@ def _cli_json(capsys, *argv) -> tuple[int, dict]:
     return rc, json.loads(out)
 
 
-def test_cli_dry_runs_for_the_modules(host, names, capsys):
+def test_cli_dry_runs_for_the_modules(ansible_defaults, names, capsys):
     """apply --json carries libvirt's XML and the tuned one; untag --dry-run and revert --dry-run say what they
     would do and change nothing."""
     dom = names("cli")
@@ -222,7 +223,7 @@ def test_role_installs_vmtune_and_restarts_libvirtd_only_when_the_hook_changed(l
     its pid. A check-mode run on new paths writes nothing and restarts nothing."""
     if Path("/run/systemd/system").exists():
         pytest.skip("this host runs systemd: the role restarts libvirt through the service module there")
-    from test_package import build_wheel
+    from fixtures.wheel import build_wheel
 
     wheel = build_wheel(tmp_path / "build")
     where = tmp_path / "host"

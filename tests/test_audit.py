@@ -14,11 +14,11 @@ from itertools import permutations
 
 import pytest
 from conftest import EXAMPLES
-from hosttrees import hosts
+from fixtures.hosttrees import hosts
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from lxml import etree
-from strategies import domains as domain_xmls
+from fixtures.strategies import domains as domain_xmls
 
 import vmtune
 import vmtune.model

@@ -32,7 +32,7 @@ def _installed(package: str) -> bool:
 
 # -- scripts/vmtune: which commands ask for libvirt's binding ------------------------------------------
 @pytest.fixture
-def fake(tmp_path):
+def fake_checkout(tmp_path):
     """A checkout whose bootstrap and vmtune only log their arguments (exit: $BOOTSTRAP_RC)."""
     co = tmp_path / "co"
     (co / "scripts").mkdir(parents=True)
@@ -62,20 +62,20 @@ def fake(tmp_path):
     (["doctor", "--connect", "qemu:///system"], True), (["doctor", "--conn=test:///default"], True),
     (["plan", "--help"], False), (["--version"], False), ([], False),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
-def test_vmtune_gives_libvirt_to_the_live_commands_only(fake, argv, live):
-    rc, log = fake(*argv)
+def test_vmtune_gives_libvirt_to_the_live_commands_only(fake_checkout, argv, live):
+    rc, log = fake_checkout(*argv)
     assert rc == 0
     assert log == [f"bootstrap{' --libvirt' if live else ''}", f"vmtune {' '.join(argv)}".rstrip()]
 
 
-def test_a_venv_without_the_binding_still_runs_vmtune(fake):
+def test_a_venv_without_the_binding_still_runs_vmtune(fake_checkout):
     """bootstrap --libvirt exit 3 (no binding; it said why): vmtune runs and says how to get it (exit
     4); any other failure of bootstrap stops there."""
-    rc, log = fake("plan", rc=3)
+    rc, log = fake_checkout("plan", rc=3)
     assert rc == 0 and log == ["bootstrap --libvirt", "vmtune plan"]
-    rc, log = fake("plan", rc=1)
+    rc, log = fake_checkout("plan", rc=1)
     assert rc == 1 and log == ["bootstrap --libvirt"]
-    rc, log = fake("rewrite", "x.xml", rc=1)
+    rc, log = fake_checkout("rewrite", "x.xml", rc=1)
     assert rc == 1 and log == ["bootstrap"]
 
 

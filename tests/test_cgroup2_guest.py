@@ -24,7 +24,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from background import wait_done
+from fixtures.background import wait_done
 
 ROOT = Path(__file__).resolve().parents[1]
 GUEST = ROOT / "scripts" / "cgroup2-guest"

@@ -1,4 +1,5 @@
-"""The command line: output modes, exit codes, one-line errors, atomic writes, stdin, ``-m vmtune``."""
+"""The command line (vmtune/cli/): output modes, exit codes, one-line errors, atomic writes, stdin,
+``-m vmtune``."""
 
 from __future__ import annotations
 
@@ -30,13 +31,8 @@ H = ["--host", str(HOST)]
 EXAMPLE_RESERVED = {0, 8, 16, 24}
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path_factory, monkeypatch):
-    """No /etc/vmtune, $VMTUNE_CONFIG or $VMTUNE_PROFILES of the machine leaks into a test."""
-    empty = tmp_path_factory.mktemp("no-profiles")
-    monkeypatch.delenv("VMTUNE_CONFIG", raising=False)
-    monkeypatch.setattr(vmtune.config, "DEFAULT_PATH", str(empty / "no-such-vmtune.toml"))
-    monkeypatch.setenv("VMTUNE_PROFILES", str(empty))
+# No /etc/vmtune, $VMTUNE_CONFIG or $VMTUNE_PROFILES of the machine leaks into a test (fixtures/cli.py).
+pytestmark = pytest.mark.usefixtures("no_machine_config")
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:

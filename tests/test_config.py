@@ -1,4 +1,5 @@
-"""The host configuration: where it is read from, what it accepts, and what it changes in a rewrite."""
+"""The host configuration (vmtune/config.py): where it is read from, what it accepts, and what it
+changes in a rewrite."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from vmtune import cli, config, schema
 from vmtune.config import Config
 from vmtune.errors import InvalidInput
 from vmtune.roots import Roots
-from schema_paths import jsonschema_paths as _paths
-from schema_paths import keywords
+from fixtures.schema_paths import jsonschema_paths as _paths
+from fixtures.schema_paths import keywords
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "examples" / "hosts" / "2node-smt.xml"
@@ -41,13 +42,8 @@ ksm = "off"
 """
 
 
-@pytest.fixture(autouse=True)
-def no_machine_config(tmp_path_factory, monkeypatch):
-    """The default path points at a missing file and $VMTUNE_CONFIG / $VMTUNE_PROFILES are neutral."""
-    empty = tmp_path_factory.mktemp("no-config")
-    monkeypatch.setattr(config, "DEFAULT_PATH", str(empty / "vmtune.toml"))
-    monkeypatch.delenv("VMTUNE_CONFIG", raising=False)
-    monkeypatch.setenv("VMTUNE_PROFILES", str(empty))
+# The default path points at a missing file and $VMTUNE_CONFIG / $VMTUNE_PROFILES are neutral (fixtures/cli.py).
+pytestmark = pytest.mark.usefixtures("no_machine_config")
 
 
 def write(tmp_path: Path, text: str, name: str = "vmtune.toml") -> Path:

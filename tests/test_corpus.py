@@ -1,4 +1,5 @@
-"""Every real domain of the shared corpus through every profile, on every x86 corpus host."""
+"""The rewriter (vmtune.rewrite, vmtune/driver.py) over every real domain of the shared corpus,
+through every profile, on every x86 corpus host."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from libvirt_schema import schema_available, validate_domain
+from fixtures.corpus import NEWER_THAN_SCHEMA, REFUSED
+from fixtures.libvirt_schema import schema_available, validate_domain
 from vmtune.errors import DoesNotFit, Unsupported
 
 DOMAINS = sorted((CORPUS / "domains").glob("*.xml"))
@@ -15,20 +17,6 @@ PROFILES = ("balanced", "latency", "realtime", "throughput")
 HOSTS = {p.name: vmtune.Host.from_capabilities(p.read_bytes())
          for p in sorted((CORPUS / "hosts").glob("*.xml")) + [EXAMPLES / "hosts" / "2node-smt.xml"]}
 X86_HOSTS = {name: h for name, h in HOSTS.items() if h.arch == "x86_64"}
-# Not kvm/qemu on x86_64: refused with a clear error, never rewritten.
-REFUSED = {
-    "vm-aarch64-kvm-virt-gic.xml", "vm-s390x-kvm-ccw.xml", "vm-ppc64le-kvm-pseries.xml",
-    "vm-lxc-container.xml", "vm-xen-hvm.xml", "vm-xen-nics-bridge-direct-ethernet-network-user.xml",
-}
-# Valid XML that this machine's libvirt schema (Debian 12, libvirt 9.0) does not know yet.
-NEWER_THAN_SCHEMA = {
-    "lv-guest-numa-2cells-topology.xml", "lv-hyperv-enlightenments-i440fx.xml",
-    "lv-iothreads-disk-queues.xml", "lv-q35-vcpu-static-numatune-auto-iothreadpin.xml",
-    "vm-q35-many-devices-kitchen-sink.xml", "vm-q35-vcpu-placement-auto.xml",
-    "vm-xen-nics-bridge-direct-ethernet-network-user.xml",
-}
-
-
 def test_corpus_is_there():
     """The corpus beside the checkout has its 30 domains and 10 hosts."""
     assert len(DOMAINS) == 30 and len(HOSTS) == 11

@@ -39,7 +39,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from background import wait_done
+from fixtures.background import wait_done
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "package"
@@ -146,7 +146,7 @@ if "pytest" in sys.modules:
     import pytest
 
     import vmtune
-    from test_hook import A, CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
+    from fixtures.hook import A, CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
     from vmtune import hookfile, reaper
 
     @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""Where a host's devices hang: sysfs and libvirt's node devices give the same node for the same
-machine; a domain's devices are read as libvirt reads them; bad input is one line."""
+"""Where a host's devices hang (vmtune/host/devices.py, nodedev.py, vmtune/locality.py): sysfs and
+libvirt's node devices give the same node for the same machine; a domain's devices are read as
+libvirt reads them; bad input is one line."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devtrees import assignable, expected, nodedev_xmls, pci_trees, write_sysfs
-from hosttrees import hosts
-from hosttrees import write_sysfs as write_host
+from fixtures.devtrees import Pci, Tree, assignable, expected, nodedev_xmls, pci_trees, write_sysfs
+from fixtures.hosttrees import hosts
+from fixtures.hosttrees import write_sysfs as write_host
 from vmtune import locality, xmlsafe
 from vmtune.errors import InvalidInput
 from vmtune.host import Host, nodedev
@@ -200,7 +201,7 @@ def test_a_domains_devices_are_read_as_libvirt_reads_them():
 
 
 def _caps() -> str:
-    from hosttrees import caps_xml
+    from fixtures.hosttrees import caps_xml
     from vmtune.host import Cell, Cpu
 
     cpus = {i: Cpu(i, i // 4, 0, 0, i, frozenset({i})) for i in range(8)}
@@ -221,7 +222,7 @@ def test_a_bad_numa_node_is_refused_even_when_no_domain_uses_the_device(tmp_path
     from vmtune import cli
 
     root = write_host(Host.from_capabilities(_caps()), str(tmp_path))
-    write_sysfs(__import__("devtrees").Tree([__import__("devtrees").Pci("0000:3b:00.0", 1)]), root)
+    write_sysfs(Tree([Pci("0000:3b:00.0", 1)]), root)
     (Path(root) / "devices/pci0000:00/0000:3b:00.0/numa_node").write_text("5\n")
     for argv in (["topology", "--sysfs", root], ["map", "--sysfs", root]):
         assert cli.main(argv) == 1
@@ -234,7 +235,7 @@ def test_a_tree_copied_with_its_links_followed_keeps_its_nodes(tmp_path):
     ``numa_node``: the node is still found."""
     import shutil
 
-    from devtrees import Pci, Tree
+    from fixtures.devtrees import Pci, Tree
 
     root = write_host(Host.from_capabilities(_caps()), str(tmp_path / "a"))
     write_sysfs(Tree([Pci("0000:3b:00.0", 1, nets=["eth5"])]), root)

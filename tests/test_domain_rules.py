@@ -1,4 +1,4 @@
-"""Rules of libvirt's domain parser that a rewrite must keep (the audit of issue 11).
+"""The rewriter (vmtune.rewrite) keeps the rules of libvirt's domain parser (the audit of issue 11).
 
 Each case is a domain libvirt accepts; every profile's output must pass libvirt's schema and,
 where virsh is installed, ``virsh -c test:///default define`` (libvirt's own parser, in-process,
@@ -16,7 +16,7 @@ from lxml import etree
 
 import vmtune
 from conftest import EXAMPLES
-from libvirt_schema import schema_available, validate_domain
+from fixtures.libvirt_schema import schema_available, validate_domain
 from vmtune.model import Domain
 
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())

@@ -1,4 +1,5 @@
-"""Issue 25, parts 5 and 6: a boot disk never moves silently, and ``--explain`` can be read."""
+"""``--explain`` (vmtune/cli/format.py) can be read, and a boot disk never moves silently (issue 25,
+parts 5 and 6)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from test_placement import GIB, domain, make_host
+from fixtures.gridhost import GIB, domain, make_host
 from vmtune.cli import format as fmt
 from vmtune.config import Config
 from vmtune.edits import Change

@@ -7,7 +7,7 @@ import types
 import pytest
 from hypothesis import given
 
-import strategies
+from fixtures import strategies
 import vmtune
 from conftest import EXAMPLES
 from vmtune import audit, claims, facts, profiles, xmlsafe

@@ -1,4 +1,5 @@
-"""A real TCG guest sees the L3 domains of vmtune's guest topology: one die per host L3 domain.
+"""The guest topology's L3 domains (vmtune/passes/topology.py) in a real TCG guest, which sees them:
+one die per host L3 domain.
 
 vmtune writes ``<topology dies=...>`` when a domain's vCPUs span several host L3 domains with
 equal shares (passes/topology.py). QEMU gives each x86 die its own L3 in CPUID (leaf 4, and leaf
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 from lxml import etree
 
-import guest
+from fixtures import guest
 import vmtune
-from hosttrees import caps_xml
-from libvirt_env import boot, minimal_domain
+from fixtures.hosttrees import caps_xml
+from fixtures.libvirt_env import boot, minimal_domain
 from vmtune.host import Cell, Cpu, Host
 from vmtune.host.topology import L3
 

@@ -1,5 +1,6 @@
-"""Issue 32, parts 2, 5 and 7: the guest OS from the strongest evidence, safe when unknown; KVM
-hints that work; a direct kernel boot's root disk; a Ceph RBD disk's cache.
+"""The guest OS (vmtune/guestos.py, issue 32, parts 2, 5 and 7): the guest OS from the strongest
+evidence, safe when unknown; KVM hints that work; a direct kernel boot's root disk; a Ceph RBD
+disk's cache.
 
 Properties over generated domains (strategies.guest_evidence says which family each should be
 read as, by docs/config.md's rules) and over the real-world corpus (tests/data/realworld/).
@@ -16,11 +17,11 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS
-from hosttrees import hosts
-from strategies import domains, guest_evidence
-from test_placement import domain, make_host
-from test_realworld import DOMAINS as REALWORLD
-from test_realworld import tuned
+from fixtures.hosttrees import hosts
+from fixtures.strategies import domains, guest_evidence
+from fixtures.gridhost import domain, make_host
+from fixtures.realworld import DOMAINS as REALWORLD
+from fixtures.realworld import tuned
 from vmtune import guestos, profiles
 from vmtune.cli import format as fmt
 from vmtune.config import Config

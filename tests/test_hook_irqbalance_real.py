@@ -1,5 +1,6 @@
-"""Issue 17 against this machine: the real Debian irqbalance, started by the test in the foreground
-with a 2-second interval, and the installed-style hook (hooks/qemu) on the real /proc and /sys.
+"""The hook's irqbalance ban (vmtune/hoststate/kinds/irqbalance.py, issue 17) against this machine:
+the real Debian irqbalance, started by the test in the foreground with a 2-second interval, and the
+installed-style hook (hooks/qemu) on the real /proc and /sys.
 
 While a lease holds CPU 1, irqbalance bans it (its ``setup`` answer says so), and 20 s (ten
 cycles) later no IRQ that can be moved allows it; the kernel knobs are isolated too. After the release, irqbalance's
@@ -17,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_hook import HOOK, UUID_A, domain
+from fixtures.hook import HOOK, UUID_A, domain
+from fixtures.wait import wait_until
 
 from vmtune import cpuset
 from vmtune.hoststate.kinds import irqbalance
@@ -60,7 +62,7 @@ def setup(pid: int) -> frozenset[int] | None:
 
 
 @pytest.fixture
-def daemon():
+def real_irqbalance():
     """irqbalance in the foreground, 2 s interval, with its socket file; killed after, and every IRQ
     affinity put back as it was before it started."""
     if subprocess.run(["pgrep", "-x", "irqbalance"], capture_output=True).returncode == 0:
@@ -71,12 +73,8 @@ def daemon():
     proc = subprocess.Popen([IRQBALANCE, "--foreground", f"--interval={INTERVAL_S}"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     sock = SOCKETS / f"irqbalance{proc.pid}.sock"
-    for _ in range(100):
-        if sock.exists():
-            break
-        time.sleep(0.05)
     try:
-        assert sock.exists(), "irqbalance made no socket"
+        wait_until(sock.exists, 5, "irqbalance to make its socket", interval=0.05)
         yield proc
     finally:
         proc.kill()
@@ -88,9 +86,9 @@ def daemon():
             shutil.rmtree(SOCKETS, ignore_errors=True)
 
 
-def test_a_real_irqbalance_bans_the_held_cpu_and_gets_its_own_ban_back(tmp_path, daemon):
+def test_a_real_irqbalance_bans_the_held_cpu_and_gets_its_own_ban_back(tmp_path, real_irqbalance):
     cpu = max(ONLINE)
-    own = setup(daemon.pid)
+    own = setup(real_irqbalance.pid)
     assert own is not None and cpu not in own
     xml = domain("vmtune-test-irqb", UUID_A, pins=str(cpu)).encode()
     (tmp_path / "profiles").mkdir()
@@ -111,12 +109,10 @@ def test_a_real_irqbalance_bans_the_held_cpu_and_gets_its_own_ban_back(tmp_path,
         done = hook("prepare", "begin")
         assert done.returncode == 0, done.stderr
         assert "IRQBALANCE_BANNED_CPULIST" not in done.stderr.decode(), done.stderr
-        deadline = time.monotonic() + 5 * INTERVAL_S
-        while cpu not in setup(daemon.pid) and time.monotonic() < deadline:  # from its next cycle on
-            time.sleep(0.2)
-        assert cpu in setup(daemon.pid)
+        wait_until(lambda: cpu in setup(real_irqbalance.pid), 5 * INTERVAL_S,  # from its next cycle on
+                   f"irqbalance to ban CPU {cpu}", interval=0.2)
         time.sleep(HELD_S)
-        assert cpu in setup(daemon.pid)
+        assert cpu in setup(real_irqbalance.pid)
         stray = {irq: v for irq, v in irq_affinities().items() if cpu in cpuset.parse(v) and movable(irq, v)}
         assert not stray, f"IRQs that may run on CPU {cpu} after {HELD_S} s of irqbalance: {stray}"
         if "/proc/sys/kernel/timer_migration" in knobs:
@@ -124,9 +120,6 @@ def test_a_real_irqbalance_bans_the_held_cpu_and_gets_its_own_ban_back(tmp_path,
     finally:
         done = hook("release", "end")
     assert done.returncode == 0, done.stderr
-    for _ in range(30):  # the ban shows in `setup` from its next cycle on
-        if setup(daemon.pid) == own:
-            break
-        time.sleep(0.2)
-    assert setup(daemon.pid) == own
+    wait_until(lambda: setup(real_irqbalance.pid) == own, 6,  # the ban shows in `setup` from its next cycle on
+               f"irqbalance to have its own ban {own} back", interval=0.2)
     assert {p: Path(p).read_text() for p in knobs} == knobs

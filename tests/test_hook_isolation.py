@@ -16,10 +16,10 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from killpoints import killed_at
-from isotrees import FAKE_PID, IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, Kernel, affinity, build, irq, read, \
-    stub_systemctl, task, tree
-from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F401 - env is a fixture
+from fixtures.killpoints import killed_at
+from fixtures.isotrees import FAKE_PID, IRQS, LIBVIRT, V1_GROUPS, V2_GROUPS, Kernel, affinity, build, irq, read, task, tree
+from fixtures.hook import A, B, HOOK, UUID_A, call, domain, state
+from fixtures.isolation import CG, ONLINE, allowed, needs_two_cpus, systemd_host
 
 from vmtune import cpuset
 from vmtune.hoststate import isolation
@@ -28,114 +28,102 @@ from vmtune.hoststate.kinds import Irq, Task, base, groups, tasks
 from vmtune.hoststate.record import Record
 from vmtune.roots import Roots
 
-A = domain("vm-a", UUID_A, pins="2")
-B = domain("vm-b", UUID_B, pins="3")
-CG = "sys/fs/cgroup"
 
-
-@pytest.fixture
-def host(env, monkeypatch):  # noqa: F811 - env is test_hook's fixture
-    """test_hook's fake host (CPUs 0-3) with IRQs, workqueue and cgroup v2; CPU 0 reserved."""
-    build(env)
-    (env / "vmtune.toml").write_text('reserved_cpus = "0"\n')
-    return env
-
-
-def test_a_lease_moves_host_work_off_its_cpus_and_release_restores_exactly(host, capsys):
+def test_a_lease_moves_host_work_off_its_cpus_and_release_restores_exactly(isolation_host_tree, capsys):
     """IRQs, the default IRQ mask, the workqueue mask and the host's cgroups lose CPU 2 while vm-a
     holds it; an IRQ pinned to CPU 2 alone and libvirt's groups are left alone; release restores
     every file exactly."""
-    before = tree(host)
+    before = tree(isolation_host_tree)
     assert call(A, "vm-a", "prepare", "begin") == 0
-    assert [irq(host, n) for n in IRQS] == ["0-1,3", "0-1,3", "0-1", "2", "0", "1,3"]
-    assert read(host, "proc/irq/default_smp_affinity") == "b"
-    assert read(host, "sys/devices/virtual/workqueue/cpumask") == "b"
-    assert {g: read(host, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS} == {
+    assert [irq(isolation_host_tree, n) for n in IRQS] == ["0-1,3", "0-1,3", "0-1", "2", "0", "1,3"]
+    assert read(isolation_host_tree, "proc/irq/default_smp_affinity") == "b"
+    assert read(isolation_host_tree, "sys/devices/virtual/workqueue/cpumask") == "b"
+    assert {g: read(isolation_host_tree, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS} == {
         "init.scope": "0-1,3", "system.slice": "0-1,3", "user.slice": "0-1,3", "lxc.payload": "1,3",
         "machine.slice": "", "machine": "", "qemu.libvirt-qemu": "2"}
-    assert state(host)["isolation"]["cpus"] == "2"
+    assert state(isolation_host_tree)["isolation"]["cpus"] == "2"
     assert "move host work off CPUs 2" in capsys.readouterr().err
     assert call(A, "vm-a", "release", "end") == 0
-    assert tree(host) == before
-    assert state(host).get("isolation") is None
+    assert tree(isolation_host_tree) == before
+    assert state(isolation_host_tree).get("isolation") is None
 
 
-def test_two_leases_extend_and_shrink_the_isolation(host):
+def test_two_leases_extend_and_shrink_the_isolation(isolation_host_tree):
     """A second lease extends the isolation to its CPUs, the first one's release shrinks it back to
     the second's, and the last release restores everything."""
-    before = tree(host)
+    before = tree(isolation_host_tree)
     call(A, "vm-a", "prepare", "begin")
     call(B, "vm-b", "prepare", "begin")
-    assert irq(host, 1) == "0-1" and irq(host, 6) == "1"
-    assert read(host, f"{CG}/lxc.payload/cpuset.cpus") == "1"
-    assert read(host, "proc/irq/default_smp_affinity") == "3"
+    assert irq(isolation_host_tree, 1) == "0-1" and irq(isolation_host_tree, 6) == "1"
+    assert read(isolation_host_tree, f"{CG}/lxc.payload/cpuset.cpus") == "1"
+    assert read(isolation_host_tree, "proc/irq/default_smp_affinity") == "3"
     call(A, "vm-a", "release", "end")
-    assert irq(host, 1) == "0-2" and irq(host, 6) == "1-2" and irq(host, 4) == "2"
-    assert read(host, "proc/irq/default_smp_affinity") == "7"
-    assert state(host)["isolation"]["cpus"] == "3"
+    assert irq(isolation_host_tree, 1) == "0-2" and irq(isolation_host_tree, 6) == "1-2" and irq(isolation_host_tree, 4) == "2"
+    assert read(isolation_host_tree, "proc/irq/default_smp_affinity") == "7"
+    assert state(isolation_host_tree)["isolation"]["cpus"] == "3"
     call(B, "vm-b", "release", "end")
-    assert tree(host) == before
+    assert tree(isolation_host_tree) == before
 
 
-def test_reserved_cpus_are_never_isolated(host):
+def test_reserved_cpus_are_never_isolated(isolation_host_tree):
     """A lease pinned to the reserved CPU 0 and CPU 2 isolates CPU 2 only."""
     assert call(domain("vm-r", UUID_A, pins="0,2"), "vm-r", "prepare", "begin") == 0
-    assert state(host)["isolation"]["cpus"] == "2"
-    assert irq(host, 5) == "0"
+    assert state(isolation_host_tree)["isolation"]["cpus"] == "2"
+    assert irq(isolation_host_tree, 5) == "0"
 
 
-def test_no_housekeeping_cpu_left_refuses_the_start(host, capsys):
+def test_no_housekeeping_cpu_left_refuses_the_start(isolation_host_tree, capsys):
     """With nothing reserved, a lease on every online CPU would leave the host no CPU: refused in
     one line, nothing changed; a reconnect of the same domain is never refused and isolates nothing."""
-    (host / "vmtune.toml").write_text('reserved_cpus = ""\n')
-    before = tree(host)
+    (isolation_host_tree / "vmtune.toml").write_text('reserved_cpus = ""\n')
+    before = tree(isolation_host_tree)
     everything = domain("vm-all", UUID_A, pins="0-3")
     assert call(everything, "vm-all", "prepare", "begin") == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "would leave no CPU for the host's own work" in err[0]
-    assert tree(host) == before
+    assert tree(isolation_host_tree) == before
     assert call(everything, "vm-all", "reconnect", "begin") == 0
-    assert state(host).get("isolation") is None
-    assert all(irq(host, n) == IRQS[n] for n in IRQS)
+    assert state(isolation_host_tree).get("isolation") is None
+    assert all(irq(isolation_host_tree, n) == IRQS[n] for n in IRQS)
 
 
-def test_isolate_off_moves_nothing_and_turning_it_off_gives_back(host):
+def test_isolate_off_moves_nothing_and_turning_it_off_gives_back(isolation_host_tree):
     """``isolate = "off"``: nothing moves. Turned off while CPUs are isolated: the next release gives
     everything back."""
-    before_irqs = {n: irq(host, n) for n in IRQS}
-    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nisolate = "off"\n')
+    before_irqs = {n: irq(isolation_host_tree, n) for n in IRQS}
+    (isolation_host_tree / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nisolate = "off"\n')
     call(A, "vm-a", "prepare", "begin")
-    assert {n: irq(host, n) for n in IRQS} == before_irqs
+    assert {n: irq(isolation_host_tree, n) for n in IRQS} == before_irqs
     call(A, "vm-a", "release", "end")
-    before = tree(host)
-    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n')
+    before = tree(isolation_host_tree)
+    (isolation_host_tree / "vmtune.toml").write_text('reserved_cpus = "0"\n')
     call(A, "vm-a", "prepare", "begin")
-    assert irq(host, 1) == "0-1,3"
-    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nisolate = "off"\n')
+    assert irq(isolation_host_tree, 1) == "0-1,3"
+    (isolation_host_tree / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nisolate = "off"\n')
     call(A, "vm-a", "release", "end")
-    assert tree(host) == before
+    assert tree(isolation_host_tree) == before
 
 
-def test_dry_run_logs_what_would_move_and_writes_nothing(host, capsys, monkeypatch):
-    before = tree(host)
+def test_dry_run_logs_what_would_move_and_writes_nothing(isolation_host_tree, capsys, monkeypatch):
+    before = tree(isolation_host_tree)
     monkeypatch.setenv("VMTUNE_DRY_RUN", "1")
     assert call(A, "vm-a", "prepare", "begin") == 0
-    assert tree(host) == before
+    assert tree(isolation_host_tree) == before
     assert "dry run: would move host work off CPUs 2" in capsys.readouterr().err
 
 
-def test_hand_changes_are_kept_with_a_warning(host, capsys):
+def test_hand_changes_are_kept_with_a_warning(isolation_host_tree, capsys):
     """An IRQ and a cgroup changed by hand while isolated keep their new value at release; the
     rest is restored."""
-    before = tree(host)
+    before = tree(isolation_host_tree)
     call(A, "vm-a", "prepare", "begin")
-    (host / "proc/irq/1/smp_affinity_list").write_text("1\n")
-    (host / f"{CG}/system.slice/cpuset.cpus").write_text("1-3\n")
+    (isolation_host_tree / "proc/irq/1/smp_affinity_list").write_text("1\n")
+    (isolation_host_tree / f"{CG}/system.slice/cpuset.cpus").write_text("1-3\n")
     capsys.readouterr()
     call(A, "vm-a", "release", "end")
     err = capsys.readouterr().err
     assert "left alone" in err and "IRQ 1" in err and "cgroup system.slice" in err
-    after = tree(host)
+    after = tree(isolation_host_tree)
     assert after.pop("proc/irq/1/smp_affinity_list") == "1"
     assert after.pop(f"{CG}/system.slice/cpuset.cpus") == "1-3"
     for rel in ("proc/irq/1/smp_affinity_list", f"{CG}/system.slice/cpuset.cpus"):
@@ -143,7 +131,7 @@ def test_hand_changes_are_kept_with_a_warning(host, capsys):
     assert after == before
 
 
-def test_a_refused_write_is_skipped(host, monkeypatch):
+def test_a_refused_write_is_skipped(isolation_host_tree, monkeypatch):
     """A managed IRQ refuses a new affinity (EIO): it is skipped, the others move, and release
     leaves it as it is."""
     real = base.Kind.write
@@ -154,87 +142,73 @@ def test_a_refused_write_is_skipped(host, monkeypatch):
         real(self, item, raw)
 
     monkeypatch.setattr(base.Kind, "write", write)
-    before = tree(host)
+    before = tree(isolation_host_tree)
     call(A, "vm-a", "prepare", "begin")
-    assert irq(host, 2) == "0-3" and irq(host, 1) == "0-1,3"
-    assert "irq:2" not in state(host)["isolation"]["records"]
+    assert irq(isolation_host_tree, 2) == "0-3" and irq(isolation_host_tree, 1) == "0-1,3"
+    assert "irq:2" not in state(isolation_host_tree)["isolation"]["records"]
     call(A, "vm-a", "release", "end")
-    assert tree(host) == before
+    assert tree(isolation_host_tree) == before
 
 
-def test_a_new_irq_inherits_the_narrowed_default_and_is_widened_at_release(host):
+def test_a_new_irq_inherits_the_narrowed_default_and_is_widened_at_release(isolation_host_tree):
     """An IRQ that appears while CPU 2 is isolated, with the narrowed default mask, is widened at
     release; an old IRQ with that same mask all along (IRQ 3: 0-1) is not touched."""
     call(A, "vm-a", "prepare", "begin")
-    (host / "proc/irq/9").mkdir()
-    (host / "proc/irq/9/smp_affinity_list").write_text("0-1,3\n")  # default_smp_affinity "b"
+    (isolation_host_tree / "proc/irq/9").mkdir()
+    (isolation_host_tree / "proc/irq/9/smp_affinity_list").write_text("0-1,3\n")  # default_smp_affinity "b"
     call(A, "vm-a", "release", "end")
-    assert irq(host, 9) == "0-3"
-    assert irq(host, 3) == "0-1"
+    assert irq(isolation_host_tree, 9) == "0-3"
+    assert irq(isolation_host_tree, 3) == "0-1"
 
 
-def test_cgroup_v1_tree_is_never_written(host):
+def test_cgroup_v1_tree_is_never_written(isolation_host_tree):
     """cgroup v1 (like this development machine): no cgroup file is written; tasks carry it."""
     import shutil
 
-    shutil.rmtree(host / CG)
-    build(host, cgroup="v1")
+    shutil.rmtree(isolation_host_tree / CG)
+    build(isolation_host_tree, cgroup="v1")
     call(A, "vm-a", "prepare", "begin")
-    assert {rel: read(host, f"{CG}/{rel}") for rel in V1_GROUPS} == V1_GROUPS
-    assert irq(host, 1) == "0-1,3"
-
-
-def systemd_host(host, monkeypatch):
-    """The fake host with systemd as init (``/run/systemd/system``) and the stub ``systemctl``
-    first on PATH; returns the stub's call log."""
-    import shutil
-
-    from test_hook import build_sysfs
-
-    shutil.rmtree(host / "sys")
-    build_sysfs(host / "sys")
-    build(host, systemd=True)
-    monkeypatch.setenv("PATH", f"{host / 'bin'}:{os.environ['PATH']}")
-    return stub_systemctl(host)
+    assert {rel: read(isolation_host_tree, f"{CG}/{rel}") for rel in V1_GROUPS} == V1_GROUPS
+    assert irq(isolation_host_tree, 1) == "0-1,3"
 
 
 UNITS = ("init.scope", "system.slice", "user.slice")
 
 
-def test_systemd_slices_get_allowed_cpus_through_systemctl(host, monkeypatch):
+def test_systemd_slices_get_allowed_cpus_through_systemctl(isolation_host_tree, monkeypatch):
     """With systemd (``/run/systemd/system``) on cgroup v2, the host's slices and init.scope get
     ``AllowedCPUs`` with ``systemctl set-property --runtime``; the cgroup files are left to systemd;
     release resets them with the empty assignment (systemctl(1): "assigning an empty list will
     reset the property") and removes the runtime drop-ins, so none outlives the isolation."""
-    log = systemd_host(host, monkeypatch)
-    before = tree(host)
-    cgroup_files = {g: read(host, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS}
+    log = systemd_host(isolation_host_tree, monkeypatch)
+    before = tree(isolation_host_tree)
+    cgroup_files = {g: read(isolation_host_tree, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS}
     call(A, "vm-a", "prepare", "begin")
     calls = log.read_text().splitlines()
     assert [c for c in calls if c.startswith("set-property")] == [
         f"set-property --runtime {u} AllowedCPUs=0-1,3" for u in UNITS]
-    assert {g: read(host, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS} == cgroup_files
-    assert read(host, "run/systemd/system.control/system.slice.d/50-AllowedCPUs.conf").endswith("AllowedCPUs=0-1,3")
+    assert {g: read(isolation_host_tree, f"{CG}/{g}/cpuset.cpus") for g in V2_GROUPS} == cgroup_files
+    assert read(isolation_host_tree, "run/systemd/system.control/system.slice.d/50-AllowedCPUs.conf").endswith("AllowedCPUs=0-1,3")
     log.write_text("")
     call(A, "vm-a", "release", "end")
     assert [c for c in log.read_text().splitlines() if c.startswith("set-property")] == [
         f"set-property --runtime {u} AllowedCPUs=" for u in UNITS]
-    assert tree(host) == before  # no drop-in left in run/systemd/system.control
-    assert not (host / "run/systemd/system.control/system.slice.d").exists()
+    assert tree(isolation_host_tree) == before  # no drop-in left in run/systemd/system.control
+    assert not (isolation_host_tree / "run/systemd/system.control/system.slice.d").exists()
 
 
-def test_a_unit_with_allowed_cpus_of_its_own_gets_them_back(host, monkeypatch):
+def test_a_unit_with_allowed_cpus_of_its_own_gets_them_back(isolation_host_tree, monkeypatch):
     """A unit whose own configuration sets AllowedCPUs (user.slice: 0-3) gets that value back at
     release; the units that had none are reset and keep no drop-in."""
-    log = systemd_host(host, monkeypatch)
-    (host / "units" / "user.slice").write_text("0-3\n")
+    log = systemd_host(isolation_host_tree, monkeypatch)
+    (isolation_host_tree / "units" / "user.slice").write_text("0-3\n")
     call(A, "vm-a", "prepare", "begin")
     log.write_text("")
     call(A, "vm-a", "release", "end")
     assert [c for c in log.read_text().splitlines() if c.startswith("set-property")] == [
         "set-property --runtime init.scope AllowedCPUs=", "set-property --runtime system.slice AllowedCPUs=",
         "set-property --runtime user.slice AllowedCPUs=0-3"]
-    control = host / "run/systemd/system.control"
+    control = isolation_host_tree / "run/systemd/system.control"
     assert sorted(str(p.relative_to(control)) for p in control.rglob("*.conf")) == ["user.slice.d/50-AllowedCPUs.conf"]
 
 
@@ -281,36 +255,36 @@ def host_tasks(host) -> None:
 
 @pytest.mark.parametrize("flavour", ["cgroup-v2", "systemd"])
 @pytest.mark.parametrize("phase", ["prepare", "release"])
-def test_a_kill_at_every_write_point_then_release_restores_exactly(host, phase, flavour, monkeypatch):
+def test_a_kill_at_every_write_point_then_release_restores_exactly(isolation_host_tree, phase, flavour, monkeypatch):
     """SIGKILL-like death (``os._exit``) before each isolation write of prepare, or of release (IRQs,
     masks, cgroups or units, tasks: every kind's own write); then a release (and for prepare, a
     reconnect first) leaves the tree exactly as it was, tasks and runtime drop-ins included."""
     if flavour == "systemd":
-        systemd_host(host, monkeypatch)
-    host_tasks(host)
-    monkeypatch.setattr(tasks, "setaffinity", Kernel(host))
-    before = tree(host)
+        systemd_host(isolation_host_tree, monkeypatch)
+    host_tasks(isolation_host_tree)
+    monkeypatch.setattr(tasks, "setaffinity", Kernel(isolation_host_tree))
+    before = tree(isolation_host_tree)
     with monkeypatch.context() as m:
-        kinds = _writes(host, m)
+        kinds = _writes(isolation_host_tree, m)
     # every kind's write is a point: the host knobs' (sysfs, cstate) go through Kind.write too, and
     # so do the sysctls and the watchdog's and the workqueues' masks (issue 17)
     assert set(kinds) == {"sysfs", "cstate", "mask", "sysctl", "irq", "task",
                           "unit" if flavour == "systemd" else "cgroup"}, kinds
     assert kinds["mask"] == 5 and kinds["sysctl"] == 2  # IRQ default, workqueues' global, watchdog, 2 workqueues
     assert kinds["task"] == 2
-    assert tree(host) == before
+    assert tree(isolation_host_tree) == before
     for n in range(sum(kinds.values()) + 1):
         if phase == "prepare":
             killed_at(n, ["vm-a", "prepare", "begin", "-"], A, write_points())
             assert call(A, "vm-a", "reconnect", "begin") == 0  # completes the isolation
-            assert irq(host, 1) == "0-1,3" and read(host, "proc/irq/default_smp_affinity") == "b"
-            assert affinity(host, FAKE_PID) == "0-1,3" and affinity(host, FAKE_PID + 1) == "1,3"
+            assert irq(isolation_host_tree, 1) == "0-1,3" and read(isolation_host_tree, "proc/irq/default_smp_affinity") == "b"
+            assert affinity(isolation_host_tree, FAKE_PID) == "0-1,3" and affinity(isolation_host_tree, FAKE_PID + 1) == "1,3"
         else:
             assert call(A, "vm-a", "prepare", "begin") == 0
             killed_at(n, ["vm-a", "release", "end", "-"], A, write_points())
         assert call(A, "vm-a", "release", "end") == 0
-        assert tree(host) == before, f"killed before write {n}"
-        assert state(host).get("isolation") is None
+        assert tree(isolation_host_tree) == before, f"killed before write {n}"
+        assert state(isolation_host_tree).get("isolation") is None
 
 
 # -- properties -----------------------------------------------------------------------------------
@@ -353,42 +327,6 @@ def test_isolation_property(tmp_path_factory, irq_masks, steps):
 
 
 # -- tasks: real processes ------------------------------------------------------------------------
-
-ONLINE = cpuset.parse(open("/sys/devices/system/cpu/online", encoding="ascii").read())
-needs_two_cpus = pytest.mark.skipif(len(ONLINE) < 2, reason="needs two CPUs to isolate one")
-FORKER = ("import os, sys, time\n"
-          "for line in sys.stdin:\n"
-          "    pid = os.fork()\n"
-          "    if pid == 0:\n"
-          "        time.sleep(1000)\n"
-          "    print(pid, flush=True)\n")
-
-
-def allowed(pid: int) -> frozenset[int]:
-    return frozenset(os.sched_getaffinity(pid))
-
-
-@pytest.fixture
-def forker():
-    proc = subprocess.Popen([sys.executable, "-c", FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    os.sched_setaffinity(proc.pid, ONLINE)  # whatever this test process was left with
-    children: list[int] = []
-
-    def fork() -> int:
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        children.append(int(proc.stdout.readline()))
-        return children[-1]
-
-    yield proc, fork
-    for pid in children:
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
-    proc.kill()
-    proc.wait()
-
 
 @needs_two_cpus
 def test_tasks_are_narrowed_and_restored(tmp_path, forker):

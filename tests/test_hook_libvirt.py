@@ -13,14 +13,14 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 import vmtune
-from libvirt_env import minimal_domain, started, virsh
-from test_hook import CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
+from fixtures.libvirt_env import minimal_domain, started, virsh
+from fixtures.hook import CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
+from fixtures.wait import wait_until
 from vmtune import cli, cpuset
 from vmtune import hookfile as install
 
@@ -48,20 +48,13 @@ def restart_libvirtd(extra_env: dict[str, str]) -> None:
     pid = _libvirtd_pid()
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"libvirtd (pid {pid}) did not stop")
-            time.sleep(0.1)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), 30, f"libvirtd (pid {pid}) to stop")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("VMTUNE_")}
     environ.update(extra_env)
     subprocess.run(["libvirtd", "-d"], env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=True, timeout=60)
-    deadline = time.monotonic() + 30
-    while subprocess.run(["virsh", "-c", URI, "version"], capture_output=True).returncode:
-        if time.monotonic() > deadline:
-            raise TimeoutError("libvirtd does not answer after a restart")
-        time.sleep(0.2)
+    wait_until(lambda: subprocess.run(["virsh", "-c", URI, "version"], capture_output=True).returncode == 0, 30,
+               "libvirtd to answer after a restart", interval=0.2)
 
 
 @pytest.fixture
@@ -118,15 +111,6 @@ def _leases(state: Path) -> dict:
     return json.loads(state.read_text())["leases"] if state.exists() else {}
 
 
-def _wait_for(predicate, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys, monkeypatch):
     """A latency-tagged and an untagged domain run together: one lease (the tagged one), the fake host
     tuned; after both stop, no leases and every fake sysfs value as it was.
@@ -147,7 +131,8 @@ def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys, monkeypatc
         assert list(ours) == [virsh("domuuid", tagged.name).strip()]
         # started begin recorded its QEMU (issue 19): the pid libvirt keeps, and that process's start time
         pid = int(Path(f"/run/libvirt/qemu/{tagged.name}.pid").read_text())
-        assert _wait_for(lambda: "qemu" in _leases(state).get(list(ours)[0], {})), _leases(state)
+        wait_until(lambda: "qemu" in _leases(state).get(list(ours)[0], {}), 20,
+                   lambda: f"the lease to name its QEMU: {_leases(state)}")
         qemu = _leases(state)[list(ours)[0]]["qemu"]
         start = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
         assert qemu == {"pid": pid, "start": start}
@@ -158,7 +143,8 @@ def test_daemon_runs_the_hook_for_tagged_domains_only(hooked, capsys, monkeypatc
         assert value(sysfs, "kernel/mm/ksm/run") == "0"
         assert json.loads(state.read_text())["baseline"]
         _check_live_map(hooked, monkeypatch, capsys, tagged.name, plain.name)
-    assert _wait_for(lambda: tagged.name not in [lease["name"] for lease in _leases(state).values()]), _leases(state)
+    wait_until(lambda: tagged.name not in [lease["name"] for lease in _leases(state).values()], 20,
+               lambda: f"the lease of {tagged.name} to go: {_leases(state)}")
     foreign = _leases(state)
     if foreign:
         pytest.skip(f"other sessions' tagged domains hold leases here: {sorted(v['name'] for v in foreign.values())}")
@@ -193,7 +179,7 @@ def test_libvirtd_scrubs_the_hook_environment(hooked):
     with started(minimal_domain(), hold=30) as g:
         assert virsh("domstate", g.name).strip() == "running"
         seen = hooked["probe"] / f"{g.name}-prepare-begin.env"
-        assert _wait_for(seen.exists)
+        wait_until(seen.exists, 20, f"{seen} to exist")
         environ = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
     daemon = Path(f"/proc/{_libvirtd_pid()}/environ").read_bytes().split(b"\0")
     assert f"VMTUNE_SYSFS={hooked['settings']['VMTUNE_SYSFS']}".encode() in daemon  # the daemon has it

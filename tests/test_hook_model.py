@@ -1,5 +1,5 @@
 """A model of the hook (issue 19, part 2): a hypothesis ``RuleBasedStateMachine`` that drives the
-real hook entry (``vmtune.hook.main``) as libvirt calls it, on a fake host (hookhost.py: test_hook's
+real hook entry (``vmtune.hook.main``) as libvirt calls it, on a fake host (hookhost.py: fixtures/hook.py's
 sysfs with isotrees' IRQs, masks, sysctls, groups and tasks, a hugepage pool and irqbalance's
 socket answered in-process), with libvirt's run dir holding a status file, a pid file and a live
 process whose command line is a QEMU's for every domain that runs.
@@ -42,12 +42,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
-from hookhost import build as build_host
-from hookhost import fake_task_write
-from isotrees import FakeIrqbalance, tree
-from killpoints import KILLED, killed_at
-from test_hook import UUID_A, UUID_B, build_sysfs, domain
-from test_hook_reliability import POINTS
+from fixtures.hookhost import build as build_host
+from fixtures.hookhost import fake_task_write
+from fixtures.isotrees import FakeIrqbalance, tree
+from fixtures.killpoints import KILLED, killed_at
+from fixtures.hook import UUID_A, UUID_B, build_sysfs, domain
+from fixtures.reliability import POINTS
+from fixtures.wait import wait_until
 
 from vmtune import cli, cpuset, hook
 from vmtune.host.sysfs import cpu_limit
@@ -143,8 +144,8 @@ class HookModel(RuleBasedStateMachine):
         uuid, _ = LATENCY[name]
         proc = subprocess.Popen(["/bin/sh", "-c", "read _", "-name", f"guest={name},debug-threads=on", "-uuid", uuid],
                                 stdin=subprocess.PIPE)
-        while not Path(f"/proc/{proc.pid}/cmdline").read_bytes():
-            time.sleep(0.001)
+        wait_until(Path(f"/proc/{proc.pid}/cmdline").read_bytes, 30, f"{name}'s QEMU to have its command line",
+                   interval=0.001)
         self.qemu[name] = proc
         folder = self.root / "libvirt"
         (folder / f"{name}.xml").write_text(f"<domstatus state='running' pid='{proc.pid}'><domain><name>{name}</name>"

@@ -1,4 +1,5 @@
-"""``[hook] cstate_scope = "pinned"``: deep C-states off only on the leased domains' pinned CPUs.
+"""The hook's C-state scope (vmtune/hoststate/tuning.py): ``[hook] cstate_scope = "pinned"`` turns
+deep C-states off only on the leased domains' pinned CPUs.
 
 "Restore exactly" with per-lease records: each lease records the C-state values it changed on its
 CPUs. When it goes, the records of CPUs another lease still pins pass to that lease (the value
@@ -9,15 +10,15 @@ before the first one, whatever the order of the releases.
 from __future__ import annotations
 
 import pytest
-from test_hook import CPU, UUID_A, UUID_B, call, domain, env, snapshot, state, value  # noqa: F401 - env: fixture
+from fixtures.hook import CPU, UUID_A, UUID_B, call, domain, snapshot, state, value
 
 UUID_C = "33333333-3333-3333-3333-333333333333"
 
 
 @pytest.fixture
-def pinned(env):  # noqa: F811
-    (env / "vmtune.toml").write_text('[hook]\ncstate_scope = "pinned"\non_conflict = "warn"\n')
-    return env
+def pinned(fake_host_tree):
+    (fake_host_tree / "vmtune.toml").write_text('[hook]\ncstate_scope = "pinned"\non_conflict = "warn"\n')
+    return fake_host_tree
 
 
 def deep(sysfs, cpu: int) -> str:

@@ -1,7 +1,7 @@
 """No stale lease waits for a hook call (issue 19, part 1): the reaper's units (vmtune/reaper.py),
 the reap's fast path, and no grace once a domain's QEMU has started (vmtune/hoststate/alive.py).
 
-The host is test_hook_reliability's (a fake sysfs with isotrees' IRQs, masks and groups, and
+The host is fixtures/reliability.py's (a fake sysfs with isotrees' IRQs, masks and groups, and
 libvirt's run dir with fake QEMU processes); units go to a folder of the test, and ``systemctl`` is
 isotrees' stub, first on PATH.
 """
@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from isotrees import stub_systemctl, tree
-from test_hook import HOOK, UUID_A, UUID_B, call, env, state  # noqa: F401 - env
-from test_hook_reliability import A, B, clean, host, lv, prepare, release  # noqa: F401 - host
+from fixtures.isotrees import stub_systemctl, tree
+from fixtures.hook import A, B, HOOK, UUID_A, UUID_B, call, state
+from fixtures.reliability import clean, lv, prepare, release
+from fixtures.wait import wait_until
 
 from vmtune import cli, hook, reaper
 from vmtune.doctor import hookstate
@@ -170,48 +171,48 @@ def imported(done: subprocess.CompletedProcess) -> list[str]:
 
 
 @pytest.mark.parametrize("how", ["no state", "no lease"])
-def test_an_idle_reap_exits_before_importing_anything_heavy(host, how):
+def test_an_idle_reap_exits_before_importing_anything_heavy(running_host_tree, how):
     """With no state file, or one that holds nothing, the reap imports neither the CLI nor lxml nor
     the host-state engine, writes nothing, and says one line (none with ``--quiet``)."""
     if how == "no lease":
-        prepare(host, "vm-a", UUID_A, A, 2)
-        release(host, "vm-a", A)
-        clean(host)
-    before = sorted(os.listdir(host / "state")) if (host / "state").exists() else None
-    done = reap_process(host / "state")
+        prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+        release(running_host_tree, "vm-a", A)
+        clean(running_host_tree)
+    before = sorted(os.listdir(running_host_tree / "state")) if (running_host_tree / "state").exists() else None
+    done = reap_process(running_host_tree / "state")
     assert done.returncode == 0 and done.stdout == reaper.NOTHING + "\n"
     heavy = [m for m in imported(done) if m.startswith(("vmtune.cli", "vmtune.hoststate", "lxml", "argparse",
                                                           "logging"))]
     assert not heavy
-    after = sorted(os.listdir(host / "state")) if (host / "state").exists() else None
+    after = sorted(os.listdir(running_host_tree / "state")) if (running_host_tree / "state").exists() else None
     assert after == before
-    quiet = reap_process(host / "state", "--quiet")
+    quiet = reap_process(running_host_tree / "state", "--quiet")
     assert (quiet.returncode, quiet.stdout) == (0, "")
 
 
-def test_a_reap_with_a_lease_takes_the_full_path(host):
-    prepare(host, "vm-a", UUID_A, A, 2)
-    done = reap_process(host / "state", "--quiet")
+def test_a_reap_with_a_lease_takes_the_full_path(running_host_tree):
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    done = reap_process(running_host_tree / "state", "--quiet")
     assert done.returncode == 0 and done.stdout == ""
     assert "vmtune.hoststate.leases" in imported(done)
     lv().kill("vm-a")  # its QEMU gone, the status files left: stale whatever the grace
     done = subprocess.run([sys.executable, "-m", "vmtune", "hook", "reap", "--quiet", "--hooks-dir",
-                           str(host / "no-hooks")], capture_output=True, text=True, timeout=60, check=False)
+                           str(running_host_tree / "no-hooks")], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0 and "reaped the lease of vm-a" in done.stdout
-    clean(host)
+    clean(running_host_tree)
 
 
-def test_the_reap_reads_the_hooks_dirs_env_file(host, tmp_path):
+def test_the_reap_reads_the_hooks_dirs_env_file(running_host_tree, tmp_path):
     """The timer's reap finds the state the hook uses through ``HOOKS_DIR/vmtune.env``, as the hook does."""
-    prepare(host, "vm-a", UUID_A, A, 2)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     settings = {k: v for k, v in os.environ.items() if k.startswith("VMTUNE_")}
     (hooks / "vmtune.env").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     lv().kill("vm-a")
-    done = reap_process(host / "state", hooks_dir=hooks)
+    done = reap_process(running_host_tree / "state", hooks_dir=hooks)
     assert done.returncode == 0 and "reaped the lease of vm-a" in done.stdout, done.stderr[-2000:]
-    clean(host)
+    clean(running_host_tree)
 
 
 def test_the_fast_path_decides_as_the_state_reader(tmp_path):
@@ -238,14 +239,14 @@ def started(name: str, xml: str) -> None:
 
 
 @pytest.mark.parametrize("status_files", ["left behind", "removed"])
-def test_a_crashed_domain_is_stale_at_once_once_started(host, capsys, monkeypatch, status_files):
+def test_a_crashed_domain_is_stale_at_once_once_started(running_host_tree, capsys, monkeypatch, status_files):
     """With libvirt's 2-minute grace: a lease whose recorded QEMU is gone is reaped at once, whether
     or not libvirt left its status files."""
     monkeypatch.setattr(alive, "GRACE_S", 120.0)
-    before = tree(host)
-    prepare(host, "vm-a", UUID_A, A, 2)
+    before = tree(running_host_tree)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     started("vm-a", A)
-    qemu = state(host)["leases"][UUID_A]["qemu"]
+    qemu = state(running_host_tree)["leases"][UUID_A]["qemu"]
     assert qemu["pid"] == int((lv().folder / "vm-a.pid").read_text())
     lv().kill("vm-a")
     if status_files == "removed":
@@ -253,18 +254,18 @@ def test_a_crashed_domain_is_stale_at_once_once_started(host, capsys, monkeypatc
     capsys.readouterr()
     assert cli.main(["hook", "reap"]) == 0
     assert f"reaped the lease of vm-a: its QEMU (pid {qemu['pid']}) is gone" in capsys.readouterr().out
-    assert tree(host) == before
-    clean(host)
+    assert tree(running_host_tree) == before
+    clean(running_host_tree)
 
 
-def test_a_pid_that_is_another_process_now_is_stale(host, capsys, monkeypatch):
+def test_a_pid_that_is_another_process_now_is_stale(running_host_tree, capsys, monkeypatch):
     monkeypatch.setattr(alive, "GRACE_S", 120.0)
-    prepare(host, "vm-a", UUID_A, A, 2)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     started("vm-a", A)
-    doc = state(host)
+    doc = state(running_host_tree)
     doc["leases"][UUID_A]["qemu"]["start"] += 1  # the same pid, started at another time
     for name in ("state.json", "baseline.json"):
-        (host / "state" / name).write_text(json.dumps(doc))
+        (running_host_tree / "state" / name).write_text(json.dumps(doc))
     capsys.readouterr()
     assert cli.main(["hook", "reap"]) == 0
     assert "is another process now" in capsys.readouterr().out
@@ -273,11 +274,11 @@ def test_a_pid_that_is_another_process_now_is_stale(host, capsys, monkeypatch):
 def test_a_zombie_qemu_has_exited():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     pid = child.pid
-    for _ in range(500):
+    def zombie() -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rpartition(")")[2].split()[0] == "Z":
-            break
-        time.sleep(0.01)
+        return stat if stat.rpartition(")")[2].split()[0] == "Z" else None
+
+    stat = wait_until(zombie, 5, f"the child {pid} to be a zombie", interval=0.01)
     start = int(stat.rpartition(")")[2].split()[19])
     try:
         assert alive.why_gone("/proc", alive.Qemu(pid, start), UUID_A, "vm-a") == f"its QEMU (pid {pid}) has exited"
@@ -286,23 +287,23 @@ def test_a_zombie_qemu_has_exited():
     assert alive.why_gone("/proc", alive.Qemu(pid, start), UUID_A, "vm-a") == f"its QEMU (pid {pid}) is gone"
 
 
-def test_a_domain_still_starting_keeps_its_grace(host, monkeypatch):
+def test_a_domain_still_starting_keeps_its_grace(running_host_tree, monkeypatch):
     """prepare ran, libvirt has no pid yet: the lease waits out the grace, and a started hook with
     no QEMU to name records nothing."""
     monkeypatch.setattr(alive, "GRACE_S", 120.0)
     assert call(A, "vm-a", "prepare", "begin") == 0
     started("vm-a", A)  # no status file, no pid file
-    assert "qemu" not in state(host)["leases"][UUID_A]
+    assert "qemu" not in state(running_host_tree)["leases"][UUID_A]
     assert cli.main(["hook", "reap"]) == 0
-    assert list(state(host)["leases"]) == [UUID_A]
+    assert list(state(running_host_tree)["leases"]) == [UUID_A]
 
 
-def test_reconnect_records_the_qemu_too(host, monkeypatch, capsys):
+def test_reconnect_records_the_qemu_too(running_host_tree, monkeypatch, capsys):
     monkeypatch.setattr(alive, "GRACE_S", 120.0)
-    prepare(host, "vm-a", UUID_A, A, 2)
-    assert "qemu" not in state(host)["leases"][UUID_A]
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    assert "qemu" not in state(running_host_tree)["leases"][UUID_A]
     assert call(A, "vm-a", "reconnect", "begin") == 0
-    pid = state(host)["leases"][UUID_A]["qemu"]["pid"]
+    pid = state(running_host_tree)["leases"][UUID_A]["qemu"]["pid"]
     assert pid == int((lv().folder / "vm-a.pid").read_text())
     lv().kill("vm-a")
     lv().stop("vm-a")
@@ -311,26 +312,26 @@ def test_reconnect_records_the_qemu_too(host, monkeypatch, capsys):
     assert f"vm-a: lease reaped: its QEMU (pid {pid}) is gone" in capsys.readouterr().err
 
 
-def test_a_recorded_qemu_is_judged_without_libvirts_run_dir(host, monkeypatch, capsys):
+def test_a_recorded_qemu_is_judged_without_libvirts_run_dir(running_host_tree, monkeypatch, capsys):
     """The process alone decides: a missing run dir does not keep a lease whose QEMU is gone."""
     monkeypatch.setattr(alive, "GRACE_S", 120.0)
-    prepare(host, "vm-a", UUID_A, A, 2)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     started("vm-a", A)
     lv().kill("vm-a")
-    monkeypatch.setenv("VMTUNE_LIBVIRT_RUNDIR", str(host / "nowhere"))
+    monkeypatch.setenv("VMTUNE_LIBVIRT_RUNDIR", str(running_host_tree / "nowhere"))
     capsys.readouterr()
     assert cli.main(["hook", "reap"]) == 0
     assert "reaped the lease of vm-a: its QEMU" in capsys.readouterr().out
 
 
-def test_a_started_hook_never_fails_and_an_untagged_one_writes_nothing(host, monkeypatch):
-    from test_hook import domain
+def test_a_started_hook_never_fails_and_an_untagged_one_writes_nothing(running_host_tree, monkeypatch):
+    from fixtures.hook import domain
 
     untagged = domain("vm-x", UUID_B, profile=None)
     assert call(untagged, "vm-x", "started", "begin") == 0
-    assert not (host / "state").exists()
-    prepare(host, "vm-a", UUID_A, A, 2)
-    (host / "state" / "state.json").write_text("{")  # damaged: the started hook says so, and exits 0
+    assert not (running_host_tree / "state").exists()
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    (running_host_tree / "state" / "state.json").write_text("{")  # damaged: the started hook says so, and exits 0
     assert call(A, "vm-a", "started", "begin") == 0
 
 
@@ -381,13 +382,13 @@ def _reaps(stop, failures, reaped) -> None:
     os._exit(0)
 
 
-def test_a_reap_beside_hook_calls_is_serialized_by_the_lock(host, monkeypatch):
+def test_a_reap_beside_hook_calls_is_serialized_by_the_lock(running_host_tree, monkeypatch):
     """Reaps run without pause while a domain starts and stops 30 times (each time at least one
     whole reap while it runs): every reap exits 0, no running domain loses its lease, and the host
     ends exact with no lease. (Without the state lock in the reap it fails: a lease lost, reaps
     that read a half-made state.)"""
     monkeypatch.setattr(alive, "GRACE_S", 120.0)  # libvirt's: the domain between prepare and its pid
-    before = tree(host)
+    before = tree(running_host_tree)
     qemu = lv().qemu("vm-a", UUID_A)
     ctx = multiprocessing.get_context("fork")
     failures, stop, reaped = ctx.Queue(), ctx.Event(), ctx.Value("i", 0)
@@ -404,8 +405,8 @@ def test_a_reap_beside_hook_calls_is_serialized_by_the_lock(host, monkeypatch):
     count = [int(s.split()[1]) for s in seen if s.startswith("reaps ")]
     assert [s for s in seen if not s.startswith("reaps ")] == [] and count and count[0] >= 30, seen
     print(f"reliability: {count[0]} reaps beside 30 starts and stops of a domain held")  # RELIABILITY.md
-    assert tree(host) == before
-    clean(host)
+    assert tree(running_host_tree) == before
+    clean(running_host_tree)
 
 
 # -- the doctor ------------------------------------------------------------------------------------
@@ -415,32 +416,32 @@ def _doctor(host: Path, root: Path) -> list:
     return [f for f in hookstate.check(Context(roots=roots)) if "reaper" in f.found]
 
 
-def test_the_doctor_warns_when_leases_are_held_and_nothing_reaps_them(host, tmp_path):
+def test_the_doctor_warns_when_leases_are_held_and_nothing_reaps_them(running_host_tree, tmp_path):
     root = tmp_path / "root"
     root.mkdir()
-    (finding,) = _doctor(host, root)
+    (finding,) = _doctor(running_host_tree, root)
     assert finding.level == "INFO" and "not installed" in finding.found
-    prepare(host, "vm-a", UUID_A, A, 2)
-    (finding,) = _doctor(host, root)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    (finding,) = _doctor(running_host_tree, root)
     assert finding.level == "WARN" and "1 lease(s) held" in finding.found and "vmtune hook install" in finding.fix
     units = root / "etc" / "systemd" / "system"
     units.mkdir(parents=True)
     for name, text in reaper.units().items():
         (units / name).write_text(text)
-    (finding,) = _doctor(host, root)
+    (finding,) = _doctor(running_host_tree, root)
     assert finding.level == "WARN" and "installed but not enabled" in finding.found
     (units / "timers.target.wants").mkdir()
     (units / "timers.target.wants" / reaper.TIMER).symlink_to(units / reaper.TIMER)
-    (finding,) = _doctor(host, root)
+    (finding,) = _doctor(running_host_tree, root)
     assert finding.level == "OK" and "enabled" in finding.found
 
 
-def test_the_doctor_counts_a_cron_line_as_a_reaper(host, tmp_path):
+def test_the_doctor_counts_a_cron_line_as_a_reaper(running_host_tree, tmp_path):
     root = tmp_path / "root"
     (root / "etc" / "cron.d").mkdir(parents=True)
     (root / "etc" / "cron.d" / "vmtune").write_text(reaper.cron_line() + "\n")
-    prepare(host, "vm-a", UUID_A, A, 2)
-    (finding,) = _doctor(host, root)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    (finding,) = _doctor(running_host_tree, root)
     assert finding.level == "OK" and "cron.d/vmtune" in finding.found
 
 
@@ -453,33 +454,33 @@ def test_the_repo_hook_handles_started(tmp_path):
 
 # -- restore: every lease released, the running domains' too (the package's removal) ----------------
 
-def test_restore_releases_every_lease_and_gives_the_host_back(host, capsys, monkeypatch):
+def test_restore_releases_every_lease_and_gives_the_host_back(running_host_tree, capsys, monkeypatch):
     """Two running latency domains and one that died: ``hook restore`` releases all three, the host
     is exactly as before the first lease, and the state holds nothing; a second restore has
     nothing to do. A reap alone would have kept the two running domains' leases."""
     monkeypatch.setattr(alive, "GRACE_S", 120.0)
-    before = tree(host)
-    prepare(host, "vm-a", UUID_A, A, 2)
+    before = tree(running_host_tree)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     started("vm-a", A)
-    prepare(host, "vm-b", UUID_B, B, 2)
+    prepare(running_host_tree, "vm-b", UUID_B, B, 2)
     started("vm-b", B)
-    assert tree(host) != before
+    assert tree(running_host_tree) != before
     capsys.readouterr()
     assert cli.main(["hook", "reap"]) == 0
-    assert set(state(host)["leases"]) == {UUID_A, UUID_B}  # both run: a reap keeps them
+    assert set(state(running_host_tree)["leases"]) == {UUID_A, UUID_B}  # both run: a reap keeps them
     lv().kill("vm-b")
     capsys.readouterr()
     assert cli.main(["hook", "restore"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "released the lease of vm-a: its domain still runs, no longer tuned" in out
     assert any(line.startswith("released the lease of vm-b: its QEMU") for line in out)
-    assert tree(host) == before
-    assert not state(host).get("leases") and state(host).get("baseline") is None
+    assert tree(running_host_tree) == before
+    assert not state(running_host_tree).get("leases") and state(running_host_tree).get("baseline") is None
     assert cli.main(["hook", "restore"]) == 0
     assert capsys.readouterr().out == "nothing to restore: no lease is held\n"
     assert cli.main(["hook", "restore", "--quiet"]) == 0
     assert capsys.readouterr().out == ""
-    clean(host)
+    clean(running_host_tree)
 
 
 def test_restore_takes_no_unit_options(capsys):

@@ -1,7 +1,7 @@
 """The hook's state is verified, never assumed: kills at every write point, a full disk, damage,
 hostile inputs, a held lock, a stdin that never closes (vmtune/hoststate/leases.py, document.py, alive.py).
 
-The host is test_hook's fake sysfs (4 CPUs, cpufreq, cpuidle, KSM) with isotrees' IRQs, workqueue
+The host is fixtures/hook.py's fake sysfs (4 CPUs, cpufreq, cpuidle, KSM) with isotrees' IRQs, workqueue
 and cgroup v2 groups; the kill-point sweep's host adds hugepages, host tasks and systemd units
 (hookhost.py). libvirt's run dir is a folder of the test with a status file and a fake QEMU
 process (its command line is a QEMU's: ``-name guest=NAME``, ``-uuid UUID``) for every domain
@@ -16,7 +16,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -27,14 +26,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hookhost import FakeSystemctl, Libvirt, fake_task_write, memory_dir
-from isotrees import FakeIrqbalance
-from hookhost import build as build_sweep
-from killpoints import KILLED, killed_at
-from isotrees import build, irq, tree
-from test_hook import (HOOK, UUID_A, UUID_B, assert_tuned, build_sysfs, call, domain, env,  # noqa: F401 - env
-                       state)
-from test_hook_hugepages import hp_domain
+from fixtures.killpoints import KILLED, killed_at
+from fixtures.isotrees import tree
+from fixtures.hook import A, B, HOOK, UUID_A, UUID_B, assert_tuned, call, domain, state
+from fixtures.reliability import POINTS, SA, SB, clean, lv, orders, prepare, release, tuned_for_every_lease
 
 from vmtune import atomic, cli, cpuset, hook
 from vmtune.hoststate import alive
@@ -42,60 +37,10 @@ from vmtune.hoststate.document import Damaged, read_state as decode
 from vmtune.hoststate.kinds import base, groups, irqbalance, tasks
 from vmtune.hoststate.statedir import BASELINE_FILE, StateDir
 
-A = domain("vm-a", UUID_A, pins="2")
-B = domain("vm-b", UUID_B, pins="3")
-LV: dict[str, Libvirt] = {}  # the test's libvirt run dir (tests run one at a time)
-
-
-@pytest.fixture
-def host(env, monkeypatch):  # noqa: F811 - env is test_hook's fixture
-    build(env)
-    (env / "vmtune.toml").write_text('reserved_cpus = "0"\n')
-    LV["lv"] = lv = Libvirt(env / "libvirt")
-    monkeypatch.setenv("VMTUNE_LIBVIRT_RUNDIR", str(lv.folder))
-    monkeypatch.setattr(alive, "GRACE_S", 0.0)
-    yield env
-    lv.close()
-
-
-def lv() -> Libvirt:
-    return LV["lv"]
-
-
-def clean(host) -> None:
-    """No lease, no baseline, nothing isolated (or no state written at all)."""
-    if (host / "state" / "state.json").exists():
-        assert state(host)["leases"] == {}
-        assert state(host).get("isolation") is None and state(host)["baseline"] is None
-
-
-def prepare(host, name: str, uuid: str, xml: str, cpu: int) -> None:
-    assert call(xml, name, "prepare", "begin") == 0
-    lv().start(name, uuid)
-    assert_tuned(host / "sys")
-    assert cpu not in cpuset.parse(irq(host, 1))  # isolated
-
-
-def release(host, name: str, xml: str) -> None:
-    lv().stop(name)
-    assert call(xml, name, "release", "end") == 0
-
 
 # -- a kill at every write point, then every order of what may come next ----------------------------
 
-POINTS = [(base, "write_file"),  # every file: sysfs knobs, C-states, hugepage pools (hookhost's FakeKernel),
-          # IRQs, the default IRQ mask, the workqueue mask, cgroups: the one writer of host files
-          (tasks.TaskAffinity, "write"),  # task affinities (they override Kind.write)
-          (groups.SystemdUnit, "write"),  # systemd units' AllowedCPUs (they override Kind.write)
-          (irqbalance.IrqbalanceBan, "write"),  # irqbalance's ban, over its socket (issue 17)
-          (os, "replace"),  # inside every state commit: before the rename
-          (os, "fsync")]  # inside every state commit: before the temporary file is whole, after the rename
 GRACE = 120.0
-
-
-def orders(steps: tuple[str, ...], first: list[tuple[str, str]]) -> list[list[str]]:
-    """Every order of ``steps`` in which, for each (x, y) of ``first``, x comes before y."""
-    return [list(p) for p in itertools.permutations(steps) if all(p.index(x) < p.index(y) for x, y in first)]
 
 
 # After a killed prepare of vm-a: its release R, a reconnect C (libvirt reconnects only to a domain
@@ -104,55 +49,6 @@ AFTER_PREPARE = orders(("R", "C", "Bp", "Br"), [("Bp", "Br"), ("C", "R")]) + [["
 # After a killed release of vm-a: the release again (libvirt never repeats one, but it must be
 # harmless), Bp and Br; and no second release.
 AFTER_RELEASE = orders(("R", "Bp", "Br"), [("Bp", "Br")]) + [["Bp", "Br"]]
-# vm-a's prepare raises the hugepage pool; vm-b takes none, so that no page vm-a was promised (and
-# whose QEMU never takes them here) counts against vm-b's (test_hook_hugepages has that arithmetic).
-SA = hp_domain("vm-a", UUID_A, mib=128, pins="2")
-SB = hp_domain("vm-b", UUID_B, pins="3", backing=False)
-
-
-@pytest.fixture(params=["host", "pinned"])
-def sweep_host(request, tmp_path, monkeypatch):
-    """The sweep's host (hookhost.py) on a memory filesystem: cstate_scope ``host`` with cgroup v2
-    groups, or ``pinned`` with systemd units; hugepages and host tasks in both."""
-    root = memory_dir(tmp_path)
-    pinned = request.param == "pinned"
-    build_sysfs(root / "sys")
-    kernel = build_sweep(root, systemd=pinned)
-    (root / "profiles").mkdir()
-    (root / "vmtune.toml").write_text('reserved_cpus = "0"\n' + ('[hook]\ncstate_scope = "pinned"\n' if pinned else ""))
-    for name, value in (("SYSFS", root / "sys"), ("STATE_DIR", root / "state"), ("CONFIG", root / "vmtune.toml"),
-                        ("PROFILES", root / "profiles"), ("LIBVIRT_RUNDIR", root / "libvirt")):
-        monkeypatch.setenv(f"VMTUNE_{name}", str(value))
-    monkeypatch.setenv("VMTUNE_SYSLOG", "0")
-    monkeypatch.delenv("VMTUNE_DRY_RUN", raising=False)
-    monkeypatch.setattr(base, "write_file", kernel.write)
-    monkeypatch.setattr(tasks.TaskAffinity, "write", fake_task_write(root / "proc"))
-    monkeypatch.setattr(groups, "systemctl", FakeSystemctl(root / "run" / "units"))
-    monkeypatch.setattr(irqbalance, "request", FakeIrqbalance(root))
-    monkeypatch.setattr(os, "fsync", lambda fd: None)  # a memory filesystem: still a kill point
-    monkeypatch.setattr(alive, "GRACE_S", 0.0)
-    LV["lv"] = Libvirt(root / "libvirt")
-    yield root, pinned
-    LV["lv"].close()
-    if root != tmp_path:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def tuned_for_every_lease(host: Path, pinned: bool) -> None:
-    """The host as the leases in the state file want it: governors, EPP, KSM; deep C-states off on
-    every CPU (scope host) or on every leased CPU (scope pinned); each leased CPU but the reserved
-    CPU 0 kept clear of IRQ 1 and of the host's tasks."""
-    sysfs = host / "sys"
-    held = frozenset().union(*(cpuset.parse(lease["cpus"]) for lease in state(host)["leases"].values()))
-    for cpu in range(4):
-        assert (sysfs / f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor").read_text().strip() == "performance"
-        if not pinned or cpu in held:
-            assert (sysfs / f"devices/system/cpu/cpu{cpu}/cpuidle/state3/disable").read_text().strip() == "1", cpu
-    assert (sysfs / "kernel/mm/ksm/run").read_text().strip() == "0"
-    for cpu in held - {0}:
-        assert cpu not in cpuset.parse(irq(host, 1))
-        for status in (host / "proc").glob("*/task/*/status"):
-            assert cpu not in cpuset.parse(status.read_text().rsplit("\t", 1)[1])
 
 
 def sweep_steps(host: Path, pinned: bool, seen: Counter) -> dict:
@@ -291,12 +187,12 @@ def killed(n: int, argv: list[str], xml: str) -> int:
     return killed_at(n, argv, xml, POINTS)
 
 
-def test_a_killed_commit_leaves_no_temporary_file_behind(host):
+def test_a_killed_commit_leaves_no_temporary_file_behind(running_host_tree):
     """A kill between a commit's temporary file and its rename leaves ``.state-*.tmp``; the next
     call removes it under the lock."""
     killed(1, ["vm-a", "prepare", "begin", "-"], A)  # point 1: the first fsync is point 0
     call(A, "vm-a", "release", "end")
-    assert not [p.name for p in (host / "state").iterdir() if p.name.endswith(".tmp")]
+    assert not [p.name for p in (running_host_tree / "state").iterdir() if p.name.endswith(".tmp")]
 
 
 # -- a full or read-only state dir ---------------------------------------------------------------------
@@ -305,9 +201,9 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: root 
 
 
 @pytest.fixture
-def tiny(host):
+def tiny(running_host_tree):
     """The state dir on a 64 KiB tmpfs of its own."""
-    folder = host / "state"
+    folder = running_host_tree / "state"
     folder.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(folder)], check=True)
     yield folder
@@ -327,10 +223,10 @@ def _fill(folder: Path) -> None:
 @needs_root
 @pytest.mark.parametrize("fault", ["ENOSPC", "EROFS"])
 @pytest.mark.parametrize("phase", ["prepare", "release"])
-def test_a_full_or_read_only_state_dir_at_each_commit(host, tiny, monkeypatch, fault, phase):
+def test_a_full_or_read_only_state_dir_at_each_commit(running_host_tree, tiny, monkeypatch, fault, phase):
     """The state dir fills up (or turns read-only) at the n-th commit of prepare or release: the
     call fails (a prepare with exit 1), and once there is room again, what comes next ends exact."""
-    before = tree(host)
+    before = tree(running_host_tree)
     real = StateDir.commit
     for n in range(8):
         seen = [0]
@@ -345,7 +241,7 @@ def test_a_full_or_read_only_state_dir_at_each_commit(host, tiny, monkeypatch, f
             return real(self, st, final)
 
         if phase == "release":
-            prepare(host, "vm-a", UUID_A, A, 2)
+            prepare(running_host_tree, "vm-a", UUID_A, A, 2)
             lv().stop("vm-a")
         monkeypatch.setattr(StateDir, "commit", commit)
         rc = call(A, "vm-a", phase, "begin" if phase == "prepare" else "end")
@@ -356,12 +252,12 @@ def test_a_full_or_read_only_state_dir_at_each_commit(host, tiny, monkeypatch, f
             assert rc == 1
         if phase == "prepare" and rc == 0:
             lv().start("vm-a", UUID_A)
-            release(host, "vm-a", A)
+            release(running_host_tree, "vm-a", A)
         else:
-            prepare(host, "vm-b", UUID_B, B, 3)  # the next event reaps what a failed call left
-            release(host, "vm-b", B)
-        assert tree(host) == before, f"{fault} at commit {n} of {phase}"
-        clean(host)
+            prepare(running_host_tree, "vm-b", UUID_B, B, 3)  # the next event reaps what a failed call left
+            release(running_host_tree, "vm-b", B)
+        assert tree(running_host_tree) == before, f"{fault} at commit {n} of {phase}"
+        clean(running_host_tree)
 
 
 # -- damage fails closed -----------------------------------------------------------------------------
@@ -421,14 +317,14 @@ def fingerprint(path: Path) -> tuple[str, bytes | None] | None:
 
 
 @pytest.mark.parametrize("kind", DAMAGE)
-def test_damage_fails_closed_and_reap_goes_on_from_the_last_good_copy(host, capsys, kind):
+def test_damage_fails_closed_and_reap_goes_on_from_the_last_good_copy(running_host_tree, capsys, kind):
     """A damaged state while vm-a runs on a tuned host: vm-b's prepare is refused with one line
     naming the file, nothing is tuned or restored, no baseline is recorded; ``vmtune hook reap``
     sets the file aside and goes on from baseline.json; then every release ends exact."""
-    before = tree(host)
-    prepare(host, "vm-a", UUID_A, A, 2)
-    tuned = tree(host)
-    path = host / "state" / "state.json"
+    before = tree(running_host_tree)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    tuned = tree(running_host_tree)
+    path = running_host_tree / "state" / "state.json"
     DAMAGE[kind](path)
     damaged = fingerprint(path)
     capsys.readouterr()
@@ -436,31 +332,31 @@ def test_damage_fails_closed_and_reap_goes_on_from_the_last_good_copy(host, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "state.json" in err[0] and "vmtune hook reap" in err[0], err
     assert call(A, "vm-a", "release", "end") == 0
-    assert tree(host) == tuned  # fail closed: nothing restored from a state that cannot be read
+    assert tree(running_host_tree) == tuned  # fail closed: nothing restored from a state that cannot be read
     assert fingerprint(path) == damaged
     assert cli.main(["hook", "reap"]) == 0
     out = capsys.readouterr().out
     assert "damaged" in out and "going on from" in out
-    release(host, "vm-a", A)
-    assert tree(host) == before
-    aside = [p.name for p in (host / "state").iterdir() if ".damaged-" in p.name]
+    release(running_host_tree, "vm-a", A)
+    assert tree(running_host_tree) == before
+    aside = [p.name for p in (running_host_tree / "state").iterdir() if ".damaged-" in p.name]
     assert len(aside) == (0 if kind == "missing" else 1)
 
 
-def test_a_damaged_baseline_while_the_state_is_missing_is_damage(host, capsys):
+def test_a_damaged_baseline_while_the_state_is_missing_is_damage(running_host_tree, capsys):
     """state.json deleted and baseline.json damaged while vm-a runs tuned: no state is assumed
     empty, so vm-b's prepare is refused (one line naming the file and what to do) and takes no
     baseline from the tuned host; ``vmtune hook reap`` sets the copy aside and says to check by hand."""
-    prepare(host, "vm-a", UUID_A, A, 2)
-    tuned = tree(host)
-    folder = host / "state"
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    tuned = tree(running_host_tree)
+    folder = running_host_tree / "state"
     (folder / "state.json").unlink()
     (folder / "baseline.json").write_text('{"trunc')
     capsys.readouterr()
     assert call(B, "vm-b", "prepare", "begin") == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "baseline.json" in err[0] and "check by hand" in err[0], err
-    assert not (folder / "state.json").exists() and tree(host) == tuned
+    assert not (folder / "state.json").exists() and tree(running_host_tree) == tuned
     assert cli.main(["hook", "reap"]) == 0
     assert "original host values are lost" in capsys.readouterr().out
 
@@ -476,13 +372,13 @@ def _places(node, where: str = ""):
 FALSY = [0, 0.0, "", [], {}, False]
 
 
-def test_every_value_of_the_wrong_type_is_damage(host):
+def test_every_value_of_the_wrong_type_is_damage(running_host_tree):
     """Any value of a complete state (leases with hugepages and C-states, baseline, isolation
     records and pairs) replaced by a falsy value of another type is damage: nothing falsy stands in
     for an empty dict or list, no number for a string."""
-    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\ncstate_scope = "pinned"\n')
+    (running_host_tree / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\ncstate_scope = "pinned"\n')
     assert call(A, "vm-a", "prepare", "begin") == 0
-    good = state(host)
+    good = state(running_host_tree)
     good["leases"][UUID_A]["hugepages"] = {"0:2048": {"need": 1, "added": 1, "raising": {"from": 0, "to": 1}}}
     assert good["leases"][UUID_A]["cstates"] and good["isolation"]["pairs"] and good["isolation"]["records"]
     decode(good, 5)
@@ -507,10 +403,10 @@ def test_every_value_of_the_wrong_type_is_damage(host):
 BOMB = ",".join(f"{i * 65536}-{i * 65536 + 65535}" for i in range(300))
 
 
-def test_a_cpuset_bomb_is_refused_without_expanding_it(host, capsys):
+def test_a_cpuset_bomb_is_refused_without_expanding_it(running_host_tree, capsys):
     """300 ranges of 65,536 CPUs each in one vcpupin: refused in one line, found before any range
     is expanded (memory stays small), and the host is untouched."""
-    before = tree(host)
+    before = tree(running_host_tree)
     tracemalloc.start()
     rc = call(domain("vm-bomb", UUID_A, pins=BOMB), "vm-bomb", "prepare", "begin")
     peak = tracemalloc.get_traced_memory()[1]
@@ -518,13 +414,13 @@ def test_a_cpuset_bomb_is_refused_without_expanding_it(host, capsys):
     assert rc == 1 and peak < 8 << 20
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "beyond the host's last CPU 4" in err[0]
-    assert tree(host) == before
+    assert tree(running_host_tree) == before
 
 
 @pytest.mark.parametrize("op", [("prepare", "begin"), ("migrate", "begin"), ("restore", "begin"),
                                 ("reconnect", "begin"), ("release", "end")])
 @pytest.mark.parametrize("where", ["vcpupin", "emulatorpin", "numatune"])
-def test_the_bomb_is_refused_in_every_hook_path_before_it_is_expanded(host, capsys, monkeypatch, op, where):
+def test_the_bomb_is_refused_in_every_hook_path_before_it_is_expanded(running_host_tree, capsys, monkeypatch, op, where):
     """The issue's bomb in any CPU or node list, through every op the hook handles: refused (or, at
     release, ignored) before any of its ranges is expanded (no parse ever sees it, and the memory
     stays small), one line, no re-pinned XML, the host untouched. How long it took is printed for
@@ -535,7 +431,7 @@ def test_the_bomb_is_refused_in_every_hook_path_before_it_is_expanded(host, caps
               "numatune": xml.replace("</domain>", f"<numatune><memory nodeset='{BOMB}'/></numatune></domain>")}[where]
     call(A, "vm-a", op[0], op[1])  # warm: modules imported, caches filled
     call(A, "vm-a", "release", "end")
-    before = tree(host)
+    before = tree(running_host_tree)
     parsed: list[str] = []
     for name in ("parse", "parse_mask"):
         real = getattr(cpuset, name)
@@ -555,7 +451,7 @@ def test_the_bomb_is_refused_in_every_hook_path_before_it_is_expanded(host, caps
     assert rc == (1 if op[0] in ("prepare", "migrate", "restore") else 0) and out == ""
     if op[0] != "release":
         assert len(err.strip().splitlines()) == 1 and "beyond" in err, err
-    assert tree(host) == before
+    assert tree(running_host_tree) == before
 
 
 def test_a_cpuset_expands_each_cpu_once(monkeypatch):
@@ -579,10 +475,10 @@ def test_a_cpuset_expands_each_cpu_once(monkeypatch):
     assert expanded[0] == 4096 + 1 + 4096
 
 
-def test_a_held_lock_times_out_naming_its_holder(host, capsys):
-    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nlock_timeout_s = 0.3\n')
-    (host / "state").mkdir()
-    fd = os.open(host / "state" / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+def test_a_held_lock_times_out_naming_its_holder(running_host_tree, capsys):
+    (running_host_tree / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nlock_timeout_s = 0.3\n')
+    (running_host_tree / "state").mkdir()
+    fd = os.open(running_host_tree / "state" / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         assert call(A, "vm-a", "prepare", "begin") == 1
@@ -592,7 +488,7 @@ def test_a_held_lock_times_out_naming_its_holder(host, capsys):
     assert len(err) == 1 and f"held by pid {os.getpid()}" in err[0] and "0.3 s" in err[0]
 
 
-def test_a_stdin_that_never_closes_times_out(host):
+def test_a_stdin_that_never_closes_times_out(running_host_tree):
     """The installed-style hook gives up on a stdin that is never closed, and lets the domain be."""
     env = {**os.environ, "VMTUNE_STDIN_TIMEOUT_S": "0.5"}
     proc = subprocess.Popen([sys.executable, str(HOOK), "vm-a", "prepare", "begin", "-"], stdin=subprocess.PIPE,
@@ -609,18 +505,18 @@ def test_a_stdin_that_never_closes_times_out(host):
 
 # -- the filesystem ------------------------------------------------------------------------------------
 
-def test_a_dangling_lock_symlink_is_refused(host, tmp_path, capsys):
-    (host / "state").mkdir()
+def test_a_dangling_lock_symlink_is_refused(running_host_tree, tmp_path, capsys):
+    (running_host_tree / "state").mkdir()
     outside = tmp_path / "outside-lock"
-    (host / "state" / "lock").symlink_to(outside)
+    (running_host_tree / "state" / "lock").symlink_to(outside)
     assert call(A, "vm-a", "prepare", "begin") == 1
     assert not outside.exists()
     assert "a symlink" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["dangling symlink", "group-writable", "a file"])
-def test_an_untrusted_state_dir_is_refused_in_one_line(host, tmp_path, capsys, kind):
-    folder = host / "state"
+def test_an_untrusted_state_dir_is_refused_in_one_line(running_host_tree, tmp_path, capsys, kind):
+    folder = running_host_tree / "state"
     if kind == "dangling symlink":
         folder.symlink_to(tmp_path / "nowhere")
     elif kind == "group-writable":
@@ -635,29 +531,29 @@ def test_an_untrusted_state_dir_is_refused_in_one_line(host, tmp_path, capsys, k
 
 # -- identity and logs -------------------------------------------------------------------------------
 
-def test_a_domain_with_a_uuid_is_released_by_uuid_only(host):
+def test_a_domain_with_a_uuid_is_released_by_uuid_only(running_host_tree):
     """Another domain with vm-a's name and another UUID never drops vm-a's lease."""
-    prepare(host, "vm-a", UUID_A, A, 2)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     impostor = domain("vm-a", "99999999-9999-9999-9999-999999999999", pins="2")
     assert call(impostor, "vm-a", "release", "end") == 0
-    assert list(state(host)["leases"]) == [UUID_A]
-    assert_tuned(host / "sys")
+    assert list(state(running_host_tree)["leases"]) == [UUID_A]
+    assert_tuned(running_host_tree / "sys")
 
 
 @pytest.mark.parametrize("xml", ["no UUID", "unreadable"])
-def test_a_release_that_cannot_name_a_uuid_keeps_a_lease_kept_by_uuid(host, capsys, xml):
+def test_a_release_that_cannot_name_a_uuid_keeps_a_lease_kept_by_uuid(running_host_tree, capsys, xml):
     """A release whose XML has no UUID, or cannot be read, matches only a lease kept by name: vm-a's
     lease (kept by its UUID) stays, the host stays tuned, and the log says why."""
-    prepare(host, "vm-a", UUID_A, A, 2)
-    tuned = tree(host)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    tuned = tree(running_host_tree)
     capsys.readouterr()
     bad = A.replace(f"<uuid>{UUID_A}</uuid>", "") if xml == "no UUID" else A.replace("</domain>", "")
     assert call(bad, "vm-a", "release", "end") == 0
-    assert list(state(host)["leases"]) == [UUID_A] and tree(host) == tuned
+    assert list(state(running_host_tree)["leases"]) == [UUID_A] and tree(running_host_tree) == tuned
     assert f"the lease of vm-a under UUID {UUID_A} is kept" in capsys.readouterr().err
 
 
-def test_control_characters_in_a_name_cannot_forge_log_lines(host, capsys):
+def test_control_characters_in_a_name_cannot_forge_log_lines(running_host_tree, capsys):
     evil = domain("vm\nvmtune-hook: forged", UUID_A, pins="2")
     call(evil, "vm\nvmtune-hook: forged", "prepare", "begin")  # libvirt passes the name as NAME too
     err = capsys.readouterr().err
@@ -667,10 +563,10 @@ def test_control_characters_in_a_name_cannot_forge_log_lines(host, capsys):
 # -- stale leases --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("how", ["no status file", "QEMU gone", "another domain's status"])
-def test_a_stale_lease_is_reaped_at_the_next_prepare(host, capsys, how):
+def test_a_stale_lease_is_reaped_at_the_next_prepare(running_host_tree, capsys, how):
     """vm-a's release never came; at vm-b's prepare its lease is reaped exactly as a release would."""
-    before = tree(host)
-    prepare(host, "vm-a", UUID_A, A, 2)
+    before = tree(running_host_tree)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     if how == "no status file":
         lv().stop("vm-a")
     elif how == "QEMU gone":
@@ -679,34 +575,34 @@ def test_a_stale_lease_is_reaped_at_the_next_prepare(host, capsys, how):
         lv().stop("vm-a")
         lv().start("vm-a", "99999999-9999-9999-9999-999999999999")
     capsys.readouterr()
-    prepare(host, "vm-b", UUID_B, B, 3)
+    prepare(running_host_tree, "vm-b", UUID_B, B, 3)
     assert "vm-a: lease reaped" in capsys.readouterr().err
-    assert list(state(host)["leases"]) == [UUID_B]
-    release(host, "vm-b", B)
-    assert tree(host) == before
+    assert list(state(running_host_tree)["leases"]) == [UUID_B]
+    release(running_host_tree, "vm-b", B)
+    assert tree(running_host_tree) == before
 
 
 @pytest.mark.parametrize("name", ["db,1", "a,,b,", "plain"])
 @pytest.mark.parametrize("with_uuid", [True, False], ids=["-uuid", "-name only"])
-def test_a_running_domain_is_never_reaped(host, name, with_uuid):
+def test_a_running_domain_is_never_reaped(running_host_tree, name, with_uuid):
     """A domain that runs keeps its lease, whatever its name: QEMU's ``-name guest=`` doubles a
     comma (``db,1`` is ``guest=db,,1``), and ``-uuid`` (which libvirt always passes) decides."""
     xml = domain(name, UUID_A, pins="2")
     assert call(xml, name, "prepare", "begin") == 0
     lv().start(name, UUID_A, with_uuid=with_uuid)
-    prepare(host, "vm-b", UUID_B, B, 3)
-    assert set(state(host)["leases"]) == {UUID_A, UUID_B}
+    prepare(running_host_tree, "vm-b", UUID_B, B, 3)
+    assert set(state(running_host_tree)["leases"]) == {UUID_A, UUID_B}
     assert call(xml, name, "reconnect", "begin") == 0 and cli.main(["hook", "reap"]) == 0
-    assert set(state(host)["leases"]) == {UUID_A, UUID_B}
+    assert set(state(running_host_tree)["leases"]) == {UUID_A, UUID_B}
 
 
-def test_a_pid_reused_by_another_qemu_is_not_the_domain(host, capsys):
+def test_a_pid_reused_by_another_qemu_is_not_the_domain(running_host_tree, capsys):
     """vm-a's pid file names a QEMU whose ``-uuid`` is another domain's, under vm-a's name: stale."""
-    prepare(host, "vm-a", UUID_A, A, 2)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     other = lv().qemu("vm-a", "99999999-9999-9999-9999-999999999999")
     (lv().folder / "vm-a.pid").write_text(f"{other.pid}\n")
     capsys.readouterr()
-    prepare(host, "vm-b", UUID_B, B, 3)
+    prepare(running_host_tree, "vm-b", UUID_B, B, 3)
     assert f"vm-a: lease reaped: pid {other.pid} is not its QEMU" in capsys.readouterr().err
 
 
@@ -720,50 +616,50 @@ def test_qemu_options_read_a_name_as_qemu_does(name):
         UUID_A, name)
 
 
-def test_a_missing_run_dir_reaps_nothing_and_says_so(host, capsys, monkeypatch):
+def test_a_missing_run_dir_reaps_nothing_and_says_so(running_host_tree, capsys, monkeypatch):
     """Without libvirt's run dir nothing can be known: no lease is reaped, and one warning says why."""
-    prepare(host, "vm-a", UUID_A, A, 2)
-    monkeypatch.setenv("VMTUNE_LIBVIRT_RUNDIR", str(host / "nowhere"))
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    monkeypatch.setenv("VMTUNE_LIBVIRT_RUNDIR", str(running_host_tree / "nowhere"))
     capsys.readouterr()
     assert call(B, "vm-b", "prepare", "begin") == 0
     err = capsys.readouterr().err
     assert "nowhere does not exist: cannot tell which domains run, no lease reaped" in err
-    assert set(state(host)["leases"]) == {UUID_A, UUID_B}
+    assert set(state(running_host_tree)["leases"]) == {UUID_A, UUID_B}
 
 
-def test_a_lease_from_the_future_is_reaped_too(host, capsys, monkeypatch):
+def test_a_lease_from_the_future_is_reaped_too(running_host_tree, capsys, monkeypatch):
     """A ``since`` in the future (the clock was set back) counts the grace from now, not forever."""
     monkeypatch.setattr(alive, "GRACE_S", 120.0)
-    prepare(host, "vm-a", UUID_A, A, 2)
-    doc = state(host)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    doc = state(running_host_tree)
     doc["leases"][UUID_A]["since"] = time.time() + 10 * 365 * 86400
     for name in ("state.json", "baseline.json"):
-        (host / "state" / name).write_text(json.dumps(doc))
+        (running_host_tree / "state" / name).write_text(json.dumps(doc))
     lv().stop("vm-a")
     capsys.readouterr()
-    prepare(host, "vm-b", UUID_B, B, 3)
+    prepare(running_host_tree, "vm-b", UUID_B, B, 3)
     assert "vm-a: lease reaped: libvirt has no status file" in capsys.readouterr().err
 
 
-def test_a_starting_domain_is_not_reaped(host, monkeypatch):
+def test_a_starting_domain_is_not_reaped(running_host_tree, monkeypatch):
     """Within the grace period a lease without a status file belongs to a domain that is starting."""
     monkeypatch.setattr(alive, "GRACE_S", 120.0)
     assert call(A, "vm-a", "prepare", "begin") == 0
-    prepare(host, "vm-b", UUID_B, B, 3)
-    assert set(state(host)["leases"]) == {UUID_A, UUID_B}
+    prepare(running_host_tree, "vm-b", UUID_B, B, 3)
+    assert set(state(running_host_tree)["leases"]) == {UUID_A, UUID_B}
 
 
-def test_hook_reap_for_an_operator(host, capsys):
-    before = tree(host)
-    prepare(host, "vm-a", UUID_A, A, 2)
+def test_hook_reap_for_an_operator(running_host_tree, capsys):
+    before = tree(running_host_tree)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     lv().stop("vm-a")
     assert cli.main(["hook", "reap"]) == 0
     assert "reaped the lease of vm-a" in capsys.readouterr().out
-    assert tree(host) == before
-    clean(host)
+    assert tree(running_host_tree) == before
+    clean(running_host_tree)
 
 
-def test_hook_reap_prints_a_name_on_one_line(host, capsys):
+def test_hook_reap_prints_a_name_on_one_line(running_host_tree, capsys):
     """A newline in a domain's name is escaped in ``vmtune hook reap``'s output as in the logs."""
     evil = domain("vm\nforged: x", UUID_A, pins="2")
     assert call(evil, "vm\nforged: x", "prepare", "begin") == 0
@@ -774,22 +670,22 @@ def test_hook_reap_prints_a_name_on_one_line(host, capsys):
 
 
 @pytest.mark.parametrize("scope", ["host", "pinned"])
-def test_every_prepare_completes_what_a_crash_left(host, scope):
+def test_every_prepare_completes_what_a_crash_left(running_host_tree, scope):
     """Class 1 of the trials: vm-a's prepare is killed half-way, vm-b prepares before vm-a's release
     arrives (vm-a still starting): vm-b's prepare leaves the host fully tuned for both, vm-a's
     CPU's C-states included with scope ``pinned``."""
-    (host / "vmtune.toml").write_text(f'reserved_cpus = "0"\n[hook]\ncstate_scope = "{scope}"\n')
+    (running_host_tree / "vmtune.toml").write_text(f'reserved_cpus = "0"\n[hook]\ncstate_scope = "{scope}"\n')
     completed = 0
     for n in itertools.count():
         code = killed(n, ["vm-a", "prepare", "begin", "-"], A)
         lv().start("vm-a", UUID_A)  # libvirt goes on starting it
         assert call(B, "vm-b", "prepare", "begin") == 0
         lv().start("vm-b", UUID_B)
-        if UUID_A in state(host)["leases"]:
+        if UUID_A in state(running_host_tree)["leases"]:
             completed += 1
-        tuned_for_every_lease(host, scope == "pinned")
-        release(host, "vm-a", A)
-        release(host, "vm-b", B)
+        tuned_for_every_lease(running_host_tree, scope == "pinned")
+        release(running_host_tree, "vm-a", A)
+        release(running_host_tree, "vm-b", B)
         if code != KILLED:
             break
     assert completed > 5
@@ -808,11 +704,11 @@ def _storm(i: int, barrier) -> None:
     os._exit(0)
 
 
-def test_a_storm_of_twenty_domains_ends_exact(host):
+def test_a_storm_of_twenty_domains_ends_exact(running_host_tree):
     """20 domains start and stop three times each, all at once (pins overlap: on_conflict warn):
     every call waits its turn at the lock, and the host ends exact with no lease."""
-    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\non_conflict = "warn"\n')
-    before = tree(host)
+    (running_host_tree / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\non_conflict = "warn"\n')
+    before = tree(running_host_tree)
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(20)
     procs = [ctx.Process(target=_storm, args=(i, barrier)) for i in range(20)]
@@ -821,5 +717,5 @@ def test_a_storm_of_twenty_domains_ends_exact(host):
     for p in procs:
         p.join(120)
     assert [p.exitcode for p in procs] == [0] * 20
-    assert tree(host) == before
-    clean(host)
+    assert tree(running_host_tree) == before
+    clean(running_host_tree)

@@ -1,18 +1,19 @@
-"""The kill-point sweep of test_hook_reliability kills only the first and only
-lease's prepare and the last lease's release. These kill a *second* domain's prepare (vm-a holds a
-lease) and a *non-last* release (vm-b still holds one), then every order of what may follow, and
-check that the end is exact with no lease, and that each prepare/reconnect leaves the host tuned."""
+"""The hook's leases under kills (vmtune/hoststate/leases.py), beyond test_hook_reliability's sweep,
+which kills only the first and only lease's prepare and the last lease's release. These kill a
+*second* domain's prepare (vm-a holds a lease) and a *non-last* release (vm-b still holds one), then
+every order of what may follow, and check that the end is exact with no lease, and that each
+prepare/reconnect leaves the host tuned."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 import pytest
-from hookhost import Libvirt  # noqa: F401
-from killpoints import KILLED, killed_at
-from isotrees import tree
-from test_hook_reliability import (POINTS, SA, SB, UUID_A, UUID_B, call, clean, lv, orders,  # noqa: F401
-                                   release, state, sweep_host, tuned_for_every_lease)
+from fixtures.hookhost import Libvirt  # noqa: F401
+from fixtures.killpoints import KILLED, killed_at
+from fixtures.isotrees import tree
+from fixtures.hook import UUID_A, UUID_B, call
+from fixtures.reliability import POINTS, SA, SB, clean, lv, orders, release, tuned_for_every_lease
 
 from vmtune.hoststate import alive
 

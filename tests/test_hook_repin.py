@@ -7,8 +7,8 @@ import re
 import pytest
 
 import vmtune
-from hosttrees import write_sysfs
-from test_placement import make_host
+from fixtures.hosttrees import write_sysfs
+from fixtures.gridhost import make_host
 from vmtune import cpuset, hook
 from vmtune.hook import repin
 from vmtune.hoststate.document import Lease
@@ -157,8 +157,8 @@ def test_repin_follows_the_l3_domains_and_a_required_device(tmp_path):
     L3 domain, in the same bytes everywhere else."""
     from pathlib import Path
 
-    from devtrees import Pci, Tree
-    from devtrees import write_sysfs as write_devices
+    from fixtures.devtrees import Pci, Tree
+    from fixtures.devtrees import write_sysfs as write_devices
 
     amd = Host.from_capabilities((Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hosts" /
                                   "lv-caps-x86_64-amd-2socket-8die-smt.xml").read_bytes())

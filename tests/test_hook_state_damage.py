@@ -1,7 +1,8 @@
-"""The hook's state and inputs, against the ways they go wrong in the field (issue 10).
+"""The hook's state and inputs (vmtune/hoststate/document.py, statedir.py, vmtune/hook), against the
+ways they go wrong in the field (issue 10).
 
 Each test states what the issue (or the developers' guide) requires; each failed before the fixes
-of the issue-10 audit. They use test_hook_reliability's fake host (sysfs, IRQs, cgroups, libvirt run
+of the issue-10 audit. They use fixtures/reliability.py's fake host (sysfs, IRQs, cgroups, libvirt run
 dir).
 """
 
@@ -16,9 +17,9 @@ import subprocess
 import sys
 
 import pytest
-from isotrees import tree
-from test_hook import HOOK, UUID_A, UUID_B, call, domain, env, state  # noqa: F401 - env
-from test_hook_reliability import A, B, host, lv  # noqa: F401 - host
+from fixtures.isotrees import tree
+from fixtures.hook import A, B, HOOK, UUID_A, UUID_B, call, domain, state
+from fixtures.reliability import lv
 
 from vmtune import cli
 from vmtune.hoststate.kinds import base
@@ -54,28 +55,28 @@ LOST = {
 
 
 @pytest.mark.parametrize("kind", LOST)
-def test_a_state_that_lost_a_key_is_damage(host, kind):
+def test_a_state_that_lost_a_key_is_damage(running_host_tree, kind):
     """Issue 10, "Fail closed on damage": the original values are never lost. The writer always
     writes version/leases/baseline (and isolation while anything is isolated); a document without
     them, read while vm-a runs on a tuned host, must be damage (vm-b refused), not an empty state
     from which vm-b records a new baseline off the tuned host."""
-    before = tree(host)
+    before = tree(running_host_tree)
     assert call(A, "vm-a", "prepare", "begin") == 0
     lv().start("vm-a", UUID_A)
-    _edit(host, LOST[kind])
+    _edit(running_host_tree, LOST[kind])
     rc = call(B, "vm-b", "prepare", "begin")
     lv().stop("vm-a")
     call(B, "vm-b", "release", "end"), call(A, "vm-a", "release", "end")
     assert rc == 1, f"{kind}: a latency start went on over a damaged state"
     assert cli.main(["hook", "reap"]) == 0  # goes on from baseline.json, as for the other damage kinds
-    assert tree(host) == before
+    assert tree(running_host_tree) == before
 
 
-def test_cstates_key_lost_with_scope_pinned(host):
-    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\ncstate_scope = "pinned"\n')
+def test_cstates_key_lost_with_scope_pinned(running_host_tree):
+    (running_host_tree / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\ncstate_scope = "pinned"\n')
     assert call(A, "vm-a", "prepare", "begin") == 0
     lv().start("vm-a", UUID_A)
-    _edit(host, _drop("leases", UUID_A, "cstates"))
+    _edit(running_host_tree, _drop("leases", UUID_A, "cstates"))
     assert call(B, "vm-b", "prepare", "begin") == 1  # damage: vm-a's C-state records are gone
 
 
@@ -94,42 +95,42 @@ def _governor_busy(monkeypatch):
     return real
 
 
-def test_a_restore_that_fails_once_is_tried_again(host, monkeypatch):
+def test_a_restore_that_fails_once_is_tried_again(running_host_tree, monkeypatch):
     """Issue 10: "The original values are never lost". A knob whose restore write fails (EBUSY)
     must keep its record, as an isolation record does, so that a later call restores it."""
-    before = tree(host)
+    before = tree(running_host_tree)
     assert call(A, "vm-a", "prepare", "begin") == 0
     real = _governor_busy(monkeypatch)
     assert call(A, "vm-a", "release", "end") == 0
     monkeypatch.setattr(base, "write_file", real)
     assert call(A, "vm-a", "prepare", "begin") == 0  # the next cycle, the kernel takes writes again
     assert call(A, "vm-a", "release", "end") == 0
-    assert tree(host) == before  # cpu1's governor too, restored by the next call
+    assert tree(running_host_tree) == before  # cpu1's governor too, restored by the next call
 
 
 # 3. A name libvirt accepts with surrounding whitespace: the running domain's lease is reaped ------------
 
 @pytest.mark.parametrize("name", [" vm-a", "vm-a\t"])
-def test_a_running_domain_whose_name_has_outer_whitespace_is_not_reaped(host, monkeypatch, name):
+def test_a_running_domain_whose_name_has_outer_whitespace_is_not_reaped(running_host_tree, monkeypatch, name):
     """libvirt only forbids a newline in <name>; its status file is NAME.xml with the exact name.
     The hook strips the name (model.Prop), looks for "vm-a.xml", and reaps a running domain."""
     xml = domain(name, UUID_A, pins="2")
     assert call(xml, name, "prepare", "begin") == 0
     lv().start(name, UUID_A)
     assert call(B, "vm-b", "prepare", "begin") == 0  # host fixture: GRACE_S = 0
-    assert UUID_A in state(host)["leases"]
+    assert UUID_A in state(running_host_tree)["leases"]
 
 
 # 4. A knob path inside sysfs that vmtune never writes is trusted --------------------------------------
 
-def test_a_knob_path_vmtune_never_writes_is_damage(host):
+def test_a_knob_path_vmtune_never_writes_is_damage(running_host_tree):
     """"Every path read from the state file must resolve inside its root, or it is damage", and the
     validator's own message says "not a sysfs path vmtune writes"; but any file under
     devices/system/cpu/ passes: a baseline record for cpu1/online takes CPU 1 offline at release."""
-    online = host / "sys" / "devices/system/cpu/cpu1/online"
+    online = running_host_tree / "sys" / "devices/system/cpu/cpu1/online"
     online.write_text("1\n")
     assert call(A, "vm-a", "prepare", "begin") == 0
-    _edit(host, lambda d: d["baseline"].append({"path": "devices/system/cpu/cpu1/online", "before": "0",
+    _edit(running_host_tree, lambda d: d["baseline"].append({"path": "devices/system/cpu/cpu1/online", "before": "0",
                                                   "after": "1"}))
     call(A, "vm-a", "release", "end")
     assert online.read_text().strip() == "1"
@@ -141,14 +142,14 @@ def _prepare_in_child(q):
     q.put(call(A, "vm-a", "prepare", "begin"))
 
 
-def test_a_nan_lock_timeout_does_not_wait_forever(host):
+def test_a_nan_lock_timeout_does_not_wait_forever(running_host_tree):
     """Issue 10, "Bounded": the lock wait has a cap. TOML's nan passes the schema's minimum and
     maximum (NaN compares false), and ``monotonic() >= now + nan`` is never true."""
     import fcntl
 
-    (host / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nlock_timeout_s = nan\n')
-    (host / "state").mkdir(mode=0o755)
-    fd = os.open(host / "state" / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    (running_host_tree / "vmtune.toml").write_text('reserved_cpus = "0"\n[hook]\nlock_timeout_s = nan\n')
+    (running_host_tree / "state").mkdir(mode=0o755)
+    fd = os.open(running_host_tree / "state" / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
@@ -166,7 +167,7 @@ def test_a_nan_lock_timeout_does_not_wait_forever(host):
 # 6. A broken vmtune.env stops domains vmtune does not manage ------------------------------------------
 
 @pytest.mark.parametrize("profile", [None, "throughput"])
-def test_an_unreadable_env_file_never_stops_a_domain_vmtune_does_not_tune(host, tmp_path, profile):
+def test_an_unreadable_env_file_never_stops_a_domain_vmtune_does_not_tune(running_host_tree, tmp_path, profile):
     """"A hook bug must never stop a VM that vmtune does not manage from starting." main() calls
     load_env_file() outside its try; a vmtune.env that is not UTF-8 raises UnicodeDecodeError (only
     OSError is caught): traceback, exit 1 for any domain whose XML holds the vmtune URL (an
@@ -184,7 +185,7 @@ def test_an_unreadable_env_file_never_stops_a_domain_vmtune_does_not_tune(host, 
     assert done.returncode == 0, done.stderr.decode()[-300:]
 
 
-def test_the_doctor_warns_of_a_value_not_restored_yet(host, monkeypatch):
+def test_the_doctor_warns_of_a_value_not_restored_yet(running_host_tree, monkeypatch):
     """What a refused restore left is a WARN in ``vmtune doctor``'s state area until it is restored."""
     from vmtune.doctor import hookstate as doctor_state
     from vmtune.doctor.findings import Context, Roots
@@ -192,9 +193,9 @@ def test_the_doctor_warns_of_a_value_not_restored_yet(host, monkeypatch):
     assert call(A, "vm-a", "prepare", "begin") == 0
     _governor_busy(monkeypatch)
     assert call(A, "vm-a", "release", "end") == 0
-    assert [r["path"] for r in state(host)["unrestored"]] == [GOVERNOR]
+    assert [r["path"] for r in state(running_host_tree)["unrestored"]] == [GOVERNOR]
     here = Roots.from_env(os.environ)  # the state: $VMTUNE_STATE_DIR
-    ctx = Context(Roots.given(sysfs=str(host / "sys"), root="/", here=here))
+    ctx = Context(Roots.given(sysfs=str(running_host_tree / "sys"), root="/", here=here))
     found = [f for f in doctor_state.check(ctx) if f.level == "WARN" and "not restored yet" in f.found]
     assert found and GOVERNOR in found[0].found
 

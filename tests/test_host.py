@@ -1,4 +1,5 @@
-"""Host loaders: libvirt capabilities XML and sysfs must describe the same machine the same way."""
+"""The host loaders (vmtune/host/capabilities.py, sysfs.py): libvirt capabilities XML and sysfs must
+describe the same machine the same way."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hosttrees import caps_view, caps_xml, hosts, machines, write_sysfs
+from fixtures.hosttrees import caps_view, caps_xml, hosts, machines, write_sysfs
 from vmtune import cpuset, xmlsafe
 from vmtune.errors import InvalidInput
 from vmtune.host import Cpu, Host

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from conftest import CORPUS, EXAMPLES, ROOT
-import devtrees
-from hosttrees import caps_xml, hosts, machines, write_sysfs
+from fixtures import devtrees
+from fixtures.hosttrees import caps_xml, hosts, machines, write_sysfs
 from vmtune import facts
 from vmtune.model import Domain
 from vmtune import cpuset

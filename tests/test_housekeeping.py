@@ -11,8 +11,8 @@ from lxml import etree
 
 import vmtune
 from conftest import EXAMPLES
-from hosttrees import hosts
-from strategies import domains
+from fixtures.hosttrees import hosts
+from fixtures.strategies import domains
 from vmtune import audit, cpuset, housekeeping
 from vmtune.errors import DoesNotFit
 

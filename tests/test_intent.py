@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from lxml import etree
 
 import vmtune
-from hosttrees import hosts
-from strategies import domains
+from fixtures.hosttrees import hosts
+from fixtures.strategies import domains
 from vmtune import cpuset, intent
 from vmtune.errors import DoesNotFit
 from vmtune.model import Domain
@@ -197,7 +197,7 @@ def test_among_the_l3_domains_that_fit_the_larger_cache_wins(xml, host):
 def test_an_x3d_gaming_vm_pinned_to_the_vcache_ccd_stays_there():
     """A 7950X3D VM given the 96 MiB CCD keeps it (14 of its 16 CPUs are free: 2 vCPUs go to the
     other CCD, named); without a cpuset, the larger cache wins too."""
-    from hosttrees import x3d
+    from fixtures.hosttrees import x3d
 
     host = x3d()
     vcache = cpuset.parse("0-7,16-23")

@@ -96,7 +96,8 @@ def test_no_module_imports_another_modules_underscore_names():
 def test_no_module_reads_another_modules_underscore_attributes():
     """``module._name`` on an imported vmtune module (tests included) is a private reach too."""
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "tests").glob("*.py")):
+    tests = sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "tests" / "fixtures").glob("*.py"))
+    for path in sorted(PACKAGE.rglob("*.py")) + tests:
         tree = ast.parse(path.read_text())
         local = {alias.asname or alias.name.split(".")[-1] for node in ast.walk(tree)
                  if isinstance(node, (ast.Import, ast.ImportFrom))

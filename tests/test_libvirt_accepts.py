@@ -1,4 +1,5 @@
-"""Every domain libvirt itself accepts: no traceback, no invalid output, no wrong refusal (issue 11).
+"""The rewriter (vmtune.rewrite) and libvirt's parser: for every domain libvirt itself accepts, no
+traceback, no invalid output, no wrong refusal (issue 11).
 
 libvirt's parser is the judge: ``virsh -c test:///default define`` runs libvirt's own XML parsing
 and validation in-process, with no daemon, and keeps nothing. When it accepts an input, it must
@@ -9,9 +10,6 @@ from __future__ import annotations
 
 import random
 import re
-import shutil
-import subprocess
-import tempfile
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -21,6 +19,7 @@ from lxml import etree
 import vmtune
 import vmtune.model
 from conftest import CORPUS, EXAMPLES
+from fixtures.virsh import libvirt_accepts, libvirt_reads, needs_virsh
 from vmtune import xmltext
 from vmtune.errors import DoesNotFit, Unsupported
 
@@ -31,20 +30,6 @@ HOST4 = vmtune.Host.from_capabilities((CORPUS / "hosts" / "lv-caps-x86_64-4node-
 HOSTS = [HOST] + [vmtune.Host.from_capabilities(p.read_bytes()) for p in sorted((CORPUS / "hosts").glob("*.xml"))]
 PROFILES = ("balanced", "latency", "realtime", "throughput")
 DOMAINS = sorted((CORPUS / "domains").glob("*.xml"))
-VIRSH = shutil.which("virsh")
-needs_virsh = pytest.mark.skipif(VIRSH is None, reason="virsh is not installed")
-
-
-def libvirt_accepts(xml: str | bytes) -> str | None:
-    """None when libvirt's parser accepts the domain; else its error."""
-    with tempfile.NamedTemporaryFile("wb", suffix=".xml") as fh:
-        fh.write(xml.encode() if isinstance(xml, str) else xml)
-        fh.flush()
-        done = subprocess.run([VIRSH, "-q", "-c", "test:///default", "define", fh.name],
-                              capture_output=True, text=True, timeout=60, check=False)
-    return None if done.returncode == 0 else (done.stderr.strip() or done.stdout.strip())
-
-
 def rewrite_or_none(xml, profile, host=HOST):
     try:
         return vmtune.rewrite(xml, host, profile)
@@ -443,21 +428,6 @@ def test_a_comment_anywhere_changes_nothing_but_itself(path, host, profile, targ
         assert _strip(noted.xml) == _strip(plain.xml)
         if target is not None and root.find(target) is not None:
             assert ("<?note" if pi else "<!-- a note -->") in noted.xml
-
-
-def libvirt_reads(xml: str) -> str:
-    """The domain as libvirt parses it (``define`` then ``dumpxml --inactive``, uuid left out), or
-    the last line of its refusal."""
-    name = vmtune.model.Domain(etree.fromstring(xml.encode())).name
-    with tempfile.NamedTemporaryFile("w", suffix=".xml") as fh:
-        fh.write(xml)
-        fh.flush()
-        done = subprocess.run([VIRSH, "-q", "-c", "test:///default", f"define {fh.name}; dumpxml --inactive {name}"],
-                              capture_output=True, text=True, timeout=60, check=False)
-    if done.returncode:
-        return "refused: " + (done.stderr.strip().splitlines() or ["?"])[-1]
-    # vmtune's record of its changes is metadata libvirt keeps, not a value it reads
-    return re.sub(r"<vmtune:undo[^>]*>.*?</vmtune:undo>", "", re.sub(r"<uuid>.*</uuid>", "", done.stdout), flags=re.S)
 
 
 @needs_virsh

@@ -1,13 +1,14 @@
-"""The integration harness itself: libvirtd comes up, a test guest boots, the schema validates."""
+"""The integration harness itself (tests/fixtures/libvirt_env.py, guest.py): libvirtd comes up, a test
+guest boots, the schema validates."""
 
 from __future__ import annotations
 
 import pytest
 
-import guest
+from fixtures import guest
 from conftest import CORPUS
-from libvirt_env import VirshError, define, minimal_domain, started, virsh
-from libvirt_schema import schema_available, validate_domain
+from fixtures.libvirt_env import VirshError, define, minimal_domain, started, virsh
+from fixtures.libvirt_schema import schema_available, validate_domain
 
 # Corpus domains that the installed domain.rng (libvirt 9.0, Debian 12) rejects; the comment is the
 # element whose removal makes the file valid (found by bisection), usually syntax of a newer libvirt.

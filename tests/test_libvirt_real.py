@@ -1,4 +1,5 @@
-"""The rewriter against the real libvirtd: virsh define accepts the output, and a tuned guest boots.
+"""The rewriter (vmtune.rewrite) against the real libvirtd: virsh define accepts the output, and a
+tuned guest boots.
 
 Needs root (scripts/setup-libvirt installs and starts libvirtd); guests run under TCG, so kvm
 domains are defined as type='qemu' (libvirt refuses type='kvm' without /dev/kvm).
@@ -13,11 +14,11 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-import guest
+from fixtures import guest
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from libvirt_env import VirshError, boot, define, undefine, virsh
-from test_corpus import NEWER_THAN_SCHEMA, REFUSED
+from fixtures.libvirt_env import VirshError, boot, define, undefine, virsh
+from fixtures.corpus import NEWER_THAN_SCHEMA, REFUSED
 from vmtune.errors import DoesNotFit
 
 EXAMPLE_HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
@@ -67,7 +68,7 @@ def disk_image():
 def test_tuned_example_boots_on_this_machine(libvirtd, disk_image):
     """The README's example, tuned for this very host, boots to a shell under libvirt, with
     its pins, iothread, virtio disk and virtio NIC in place."""
-    from libvirt_env import private_bridge
+    from fixtures.libvirt_env import private_bridge
 
     with private_bridge() as bridge:
         # the NIC on a bridge of the test's own: libvirt's 'default' network needs dnsmasq and a
@@ -94,7 +95,7 @@ def test_tuned_example_boots_on_this_machine(libvirtd, disk_image):
 
 def test_windows_tuning_boots_under_tcg(libvirtd):
     """A Windows-flagged domain gets only the Hyper-V enlightenments TCG can start with."""
-    from libvirt_env import minimal_domain
+    from fixtures.libvirt_env import minimal_domain
 
     xml = minimal_domain(features="<hyperv mode='custom'><relaxed state='on'/></hyperv>")
     result = vmtune.rewrite(xml, vmtune.Host.probe(), "latency")
@@ -108,7 +109,7 @@ FREE_2M = Path("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
 def test_hugepage_backed_guest_runs_from_the_pool(libvirtd):
     """A latency guest small enough for the free 2 MiB pages gets hugepages, and while it runs
     its memory comes out of the hugepage pool, with its vCPU on the pinned host CPU."""
-    from libvirt_env import minimal_domain, started
+    from fixtures.libvirt_env import minimal_domain, started
 
     host = vmtune.Host.probe()
     free = host.cell(host.node_ids[0]).pages.get(2048, 0)

@@ -1,4 +1,5 @@
-"""vmtune tag / untag / apply / revert / plan against the real libvirtd (qemu:///system, TCG).
+"""vmtune tag / untag / apply / revert / plan (vmtune/live/) against the real libvirtd
+(qemu:///system, TCG).
 
 Needs root and libvirt-python (scripts/bootstrap --test installs it as root). The host here has
 2 CPUs on one node and the default reserved set is its first core (CPU 0), so one 1-vCPU latency
@@ -19,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from libvirt_env import URI, define, minimal_domain, undefine, virsh
+from fixtures.libvirt_env import URI, define, minimal_domain, undefine, virsh
 from lxml import etree
 
 import vmtune.config
@@ -41,7 +42,7 @@ UNREACHABLE = "qemu+unix:///system?socket=/nonexistent/libvirt-sock"
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path, tmp_path_factory, monkeypatch):
+def no_machine_config_temp_originals(tmp_path, tmp_path_factory, monkeypatch):
     """No /etc/vmtune of the machine; originals in a temporary folder."""
     empty = tmp_path_factory.mktemp("no-profiles")
     monkeypatch.delenv("VMTUNE_CONFIG", raising=False)
@@ -551,7 +552,7 @@ def test_plan_as_a_process(live, tmp_path):
 
 def _two_node_tree(tmp_path) -> str:
     """A sysfs tree (and proc beside it) of a 2-node, 8-CPU host with isolcpus 2-3,6-7."""
-    from hosttrees import write_sysfs
+    from fixtures.hosttrees import write_sysfs
 
     from vmtune.host import Cell, Cpu, Host
 

@@ -1,5 +1,6 @@
-"""Issue 24 through the command line, ``vmtune plan``'s audit and the doctor: --nodedev, what
---explain and topology say, device-remote and device-shared, the doctor's WARN, bad input."""
+"""Device locality (vmtune/locality.py, issue 24) through the command line, ``vmtune plan``'s audit
+and the doctor: --nodedev, what --explain and topology say, device-remote and device-shared, the
+doctor's WARN, bad input."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
-import doctortrees as trees
-from devtrees import Pci, Tree
-from devtrees import write_sysfs as write_devices
-from doctortrees import isolated, tree  # noqa: F401 - the doctor's fixtures
+from fixtures import doctortrees as trees
+from fixtures.devtrees import Pci, Tree
+from fixtures.devtrees import write_sysfs as write_devices
 from vmtune import cli
 from vmtune.audit import DEVICE_REMOTE, DEVICE_SHARED, audit
 from vmtune.doctor import diagnose
 from vmtune.host import Host, nodedev
+
+# No /etc/vmtune, $VMTUNE_* or user profiles of the machine (doctortrees.py).
+pytestmark = pytest.mark.usefixtures("no_machine_vmtune")
 
 AMD = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hosts" / "lv-caps-x86_64-amd-2socket-8die-smt.xml"
 GPU = ("<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x3b' "
@@ -108,7 +111,7 @@ def test_a_cache_bank_naming_cpus_the_host_lacks_is_one_line(capsys, tmp_path):
 
 
 def test_a_shared_cpu_list_naming_cpus_the_host_lacks_is_one_line(capsys, tmp_path):
-    from hosttrees import write_sysfs
+    from fixtures.hosttrees import write_sysfs
 
     root = Path(write_sysfs(Host.from_capabilities(AMD.read_bytes()), str(tmp_path)))
     (root / "devices/system/cpu/cpu0/cache/index3/shared_cpu_list").write_text("0-3,32-35,200\n")
@@ -137,17 +140,17 @@ def test_plan_reports_a_latency_domain_away_from_its_device(tmp_path):
 
 
 # -- the doctor -------------------------------------------------------------------------------------
-def test_doctor_warns_for_a_running_latency_domain_away_from_its_device(tree):  # noqa: F811
+def test_doctor_warns_for_a_running_latency_domain_away_from_its_device(healthy_host_tree):  # noqa: F811
     """The doctor's host tree with the GPU on node 1 (as sysfs lays it out) and a running latency
     domain pinned to node 0: a WARN naming the device; a second one beside the device adds none."""
-    write_devices(Tree([Pci("0000:3b:00.0", 1)]), str(tree.base / "sys"))
+    write_devices(Tree([Pci("0000:3b:00.0", 1)]), str(healthy_host_tree.base / "sys"))
     xml = trees.domain("far", [1, 5], node=0, hugepage_kib=None).replace("<devices/>", f"<devices>{GPU}</devices>")
-    trees.running(tree, xml)
-    report = diagnose(tree.roots(), measure=False)
+    trees.running(healthy_host_tree, xml)
+    report = diagnose(healthy_host_tree.roots(), measure=False)
     warned = [f for f in report.findings if f.area == "domains" and "device-remote" in f.source]
     assert len(warned) == 1 and warned[0].level == "WARN" and "hostdev 0000:3b:00.0 is on node 1" in warned[0].found
-    trees.running(tree, trees.domain("near", [3, 7], node=1, hugepage_kib=None)
+    trees.running(healthy_host_tree, trees.domain("near", [3, 7], node=1, hugepage_kib=None)
                   .replace("<devices/>", f"<devices>{GPU}</devices>"), state="paused")
-    report = diagnose(tree.roots(), measure=False)
+    report = diagnose(healthy_host_tree.roots(), measure=False)
     assert [f.source for f in report.findings if f.area == "domains" and "device-remote" in f.source] == \
         [warned[0].source]

@@ -1,4 +1,5 @@
-"""vmtune as a package: the wheel that ``python -m build`` makes works when installed alone.
+"""vmtune as a package (setup.cfg, pyproject.toml): the wheel that ``python -m build`` makes works
+when installed alone.
 
 The wheel is built offline (``--no-isolation``, with the setuptools and wheel of the test venv) from
 a copy of the sources, installed into a fresh venv (lxml from the configured index), and run from a
@@ -16,35 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.wheel import build_wheel, run as _run
 
 import vmtune
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-SOURCES = ("vmtune", "setup.cfg", "pyproject.toml", "README.md")
 PROFILES = {"balanced", "latency", "realtime", "throughput"}
-
-
-def _run(argv: list, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-def build_wheel(dest: Path) -> Path:
-    """Build vmtune's wheel from a copy of the sources into ``dest``; return its path."""
-    src = dest / "src"
-    src.mkdir(parents=True)
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(ROOT / name, src / name)
-    _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", dest / "dist", src], cwd=dest)
-    wheels = list((dest / "dist").glob("vmtune-*.whl"))
-    assert len(wheels) == 1, wheels
-    return wheels[0]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Each pass alone: golden before/after pairs, and no edits on an already tuned domain.
+"""Each pass alone (vmtune/passes/): golden before/after pairs, and no edits on an already tuned domain.
 
 Inputs are files of examples/ or the shared corpus; the expected outputs live in
 tests/golden/PASS/CASE.xml. Regenerate them after an intended change with

@@ -1,5 +1,6 @@
-"""The paths vmtune prints (``--explain``, ``Change.element``, the notes of what the hand changed)
-are XPath: each selects what it names in the domain it describes, 1-based as XPath is."""
+"""The paths vmtune prints (vmtune/edits.py; ``--explain``, ``Change.element``, the notes of what
+the hand changed) are XPath: each selects what it names in the domain it describes, 1-based as XPath
+is."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from test_placement import make_host
+from fixtures.gridhost import make_host
 from vmtune import xmlsafe
 from vmtune.cli import format as fmt
 from vmtune.errors import VmtuneError

@@ -1,4 +1,4 @@
-"""Placement and the guest topology built from it, on hand-made hosts."""
+"""Placement (vmtune/placement.py) and the guest topology built from it, on hand-made hosts."""
 
 from __future__ import annotations
 
@@ -6,24 +6,10 @@ import pytest
 from lxml import etree
 
 import vmtune
-from bench.costs import grid_host
+from fixtures.gridhost import GIB, domain, make_host
 from vmtune import Config, cpuset
 from vmtune.errors import DoesNotFit
 from vmtune.host import Cell, Host
-
-GIB = 1024 * 1024
-
-
-def make_host(nodes=2, cores=4, threads=2, mem_gib=16, pages=None, vendor="Intel", isolated=()):
-    """``nodes`` x ``cores`` x ``threads``; thread t of core k on node n is n*cores + k + t*nodes*cores."""
-    return grid_host(nodes, cores, threads, mem_gib * GIB, pages or {}, vendor=vendor, isolated=frozenset(isolated))
-
-
-def domain(vcpus=4, mib=4096, virt="kvm", extra=""):
-    return (f"<domain type='{virt}'><name>vm</name><uuid>11111111-1111-4111-8111-111111111111</uuid>"
-            f"<memory unit='MiB'>{mib}</memory><vcpu>{vcpus}</vcpu>"
-            f"<os><type arch='x86_64' machine='q35'>hvm</type></os>{extra}"
-            "<devices><disk type='file' device='disk'><source file='/x.img'/><target dev='sda' bus='sata'/></disk></devices></domain>")
 
 
 def named(xml, name):

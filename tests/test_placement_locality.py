@@ -1,6 +1,7 @@
-"""The placement's rules of issue 24 over generated hosts, loaded from sysfs or from capabilities
-with node-device XML: L3 domains (none, per socket, contiguous, interleaved; with SMT and without;
-several nodes), hybrid hosts, PCI trees with devices on every node and with none.
+"""The placement's locality rules (vmtune/placement.py, vmtune/locality.py; issue 24) over generated
+hosts, loaded from sysfs or from capabilities with node-device XML: L3 domains (none, per socket,
+contiguous, interleaved; with SMT and without; several nodes), hybrid hosts, PCI trees with devices
+on every node and with none.
 
 Invariants, for domains placed one after another, each with the ones before as claims:
 - no dedicated domain spans more L3 domains than the fewest that could hold it, on each node it
@@ -22,11 +23,11 @@ from hypothesis import strategies as st
 from lxml import etree
 
 import vmtune
-from devtrees import Tree, expected, nodedev_xmls, pci_trees
-from devtrees import write_sysfs as write_devices
-from hosttrees import caps_xml, machines
-from hosttrees import write_sysfs as write_host
-from libvirt_schema import schema_available, validate_domain
+from fixtures.devtrees import Tree, expected, nodedev_xmls, pci_trees
+from fixtures.devtrees import write_sysfs as write_devices
+from fixtures.hosttrees import caps_xml, machines
+from fixtures.hosttrees import write_sysfs as write_host
+from fixtures.libvirt_schema import schema_available, validate_domain
 from vmtune import cpuset
 from vmtune.config import Config
 from vmtune.errors import DoesNotFit
@@ -297,7 +298,7 @@ def test_required_device_that_cannot_be_met_exits_3_naming_it(amd, tmp_path, cap
 def test_performance_cores_full_exits_3_unless_any(tmp_path):
     """A hybrid host whose performance cores are taken: exit 3 saying so; cpu_kinds = "any" uses
     the efficiency cores."""
-    from hosttrees import write_sysfs
+    from fixtures.hosttrees import write_sysfs
     from vmtune.host import Cell, Cpu
     from vmtune.host.topology import EFFICIENCY, PERFORMANCE
 
@@ -323,7 +324,7 @@ def test_performance_cores_full_exits_3_unless_any(tmp_path):
 def _grid(nodes: int, l3_per_node: int, cores_per_l3: int, smt: bool, l3_of=None, distances=None) -> Host:
     """``nodes`` x ``l3_per_node`` L3 domains of ``cores_per_l3`` cores; thread t of core k is
     k + t*cores (siblings i and i+N, as on EPYC); ``l3_of(node, index)`` overrides the L3 id."""
-    from hosttrees import caps_xml
+    from fixtures.hosttrees import caps_xml
     from vmtune.host import Cell, Cpu
     from vmtune.host.topology import L3
 

@@ -1,4 +1,5 @@
-"""Tuning profiles: the built-ins, user profiles, inheritance, and the schema check behind them."""
+"""Tuning profiles (vmtune/profiles.py, vmtune/profiles/): the built-ins, user profiles,
+inheritance, and the schema check behind them."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from hypothesis import strategies as st
 from vmtune import cli, profiles, schema
 from vmtune.errors import InvalidInput
 from vmtune.profiles import BUILTIN, Profile
-from schema_paths import jsonschema_paths as _paths
-from schema_paths import keywords
+from fixtures.schema_paths import jsonschema_paths as _paths
+from fixtures.schema_paths import keywords
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "examples" / "hosts" / "2node-smt.xml"

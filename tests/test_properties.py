@@ -1,4 +1,5 @@
-"""The rewriter's invariants over generated domains and generated hosts."""
+"""The rewriter's invariants (vmtune.rewrite, vmtune/driver.py) over generated domains and generated
+hosts."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from hosttrees import hosts
-from strategies import domains
+from fixtures.hosttrees import hosts
+from fixtures.strategies import domains
 from vmtune import cpuset, xmltext
 from vmtune.errors import DoesNotFit
 from vmtune.placement import taken_cores

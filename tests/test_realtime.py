@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from lxml import etree
 
 import vmtune
-from hosttrees import hosts
-from strategies import domains
+from fixtures.hosttrees import hosts
+from fixtures.strategies import domains
 from vmtune import cpuset
 from vmtune.errors import DoesNotFit
 from vmtune.passes.memory import QEMU_OVERHEAD_KIB

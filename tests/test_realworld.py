@@ -1,4 +1,5 @@
-"""Issue 32, item 8: vmtune over domains and hosts that people published (tests/data/realworld/).
+"""The rewriter (vmtune.rewrite) over domains and hosts that people published (tests/data/realworld/;
+issue 32, item 8).
 
 VFIO gaming VMs (Windows and Linux guests, hand pins, hugepages, hidden KVM, V-cache CCD pins),
 OpenStack Nova (pinned, real-time mask), oVirt, KubeVirt; real and constructed `virsh capabilities`
@@ -18,33 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from functools import cache
-from pathlib import Path
 
 import pytest
 from lxml import etree
 
 import vmtune
-from conftest import EXAMPLES
-from libvirt_schema import schema_available, validate_domain
+from fixtures.realworld import DATA, DOMAINS, PROFILES, REALWORLD_HOSTS, VMTUNE_NS, outcomes, tuned
+from fixtures.libvirt_schema import schema_available, validate_domain
 from vmtune import cpuset, units, xmltext
 from vmtune.errors import DoesNotFit, InvalidInput, VmtuneError
-
-DATA = Path(__file__).resolve().parent / "data" / "realworld"
-LIBVIRT_CAPS = Path(__file__).resolve().parent / "data" / "libvirt" / "capabilities"
-DOMAINS = sorted((DATA / "domains").glob("*.xml"))
-PROFILES = ("balanced", "latency", "realtime", "throughput")
-VMTUNE_NS = "https://vmtune.dev/xmlns/1"
-
-
-def _load(paths) -> dict:
-    return {p.name: vmtune.Host.from_capabilities(p.read_bytes()) for p in paths}
-
-
-REALWORLD_HOSTS = _load(sorted((DATA / "hosts").glob("*.xml")))
-OTHER_HOSTS = {name: host for name, host in _load(sorted(LIBVIRT_CAPS.glob("*.xml"))).items()
-               if host.arch == "x86_64"}
-EXAMPLE_HOST = ("2node-smt.xml", vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes()))
 
 # Valid XML that this machine's libvirt schema (Debian 12, libvirt 9.0) refuses: the output is
 # checked against the schema for every other input (test_schema_verdicts_are_as_listed keeps this honest).
@@ -70,13 +53,6 @@ SCHEMA_REFUSES = {
 }
 # Inputs vmtune refuses in one line on every host, and the words that say why (libvirt refuses them too).
 REFUSED = {"nova-fake-kvm-guest-sev-hugepages-nodesets.xml": "no such guest NUMA cell"}
-
-
-def hosts_for(index: int) -> list[tuple[str, vmtune.Host]]:
-    """Four hosts for the domain at ``index``: the bundled 2-node host, two real-world hosts and one
-    of libvirt's, rotating so that every host meets many domains."""
-    rw, other = list(REALWORLD_HOSTS.items()), list(OTHER_HOSTS.items())
-    return [EXAMPLE_HOST] + [rw[(index + k) % len(rw)] for k in (0, 5)] + [other[index % len(other)]]
 
 
 # -- the corpus ----------------------------------------------------------------------------------------
@@ -158,25 +134,6 @@ def assert_honestly_does_not_fit(exc: DoesNotFit, host: vmtune.Host, profile: st
         assert int(found[1]) > biggest, f"{where}: {message} (the biggest node has {biggest} KiB)"
     else:
         pytest.fail(f"{where}: a DoesNotFit this test does not know: {message}")
-
-
-@cache
-def outcomes(path: Path, profile: str) -> list[tuple[str, vmtune.Host, object]]:
-    """(host name, host, Result or the VmtuneError raised) for the domain on each of its sample hosts."""
-    out = []
-    for name, host in hosts_for(DOMAINS.index(path)):
-        try:
-            out.append((name, host, vmtune.rewrite(path.read_bytes(), host, profile)))
-        except VmtuneError as exc:  # anything else is a traceback, and fails the test
-            out.append((name, host, exc))
-    return out
-
-
-def tuned(path: Path, profile: str):
-    """(where, host, Result, the output's root) of each sample host the domain was tuned on."""
-    for name, host, result in outcomes(path, profile):
-        if not isinstance(result, VmtuneError):
-            yield f"{path.name} on {name} ({profile})", host, result, etree.fromstring(result.xml.encode())
 
 
 EVERY = pytest.mark.parametrize("path", DOMAINS, ids=lambda p: p.stem)

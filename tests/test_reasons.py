@@ -1,4 +1,5 @@
-"""Every reason ``--explain`` prints is true of the XML it describes.
+"""The reasons of the changes (vmtune/edits.py, vmtune/passes/): every reason ``--explain`` prints
+is true of the XML it describes.
 
 A property over generated domains, hosts and profiles: each change's reason (and each placement
 line) that states a fact about the output -- which node the pins are on, which CPUs the emulator
@@ -15,8 +16,8 @@ from hypothesis import strategies as st
 from lxml import etree
 
 import vmtune
-from hosttrees import hosts
-from strategies import domains
+from fixtures.hosttrees import hosts
+from fixtures.strategies import domains
 from vmtune import cpuset
 from vmtune.errors import DoesNotFit
 from vmtune.units import to_kib

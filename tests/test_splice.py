@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from lxml import etree
 
-import strategies
+from fixtures import strategies
 from vmtune import splice
 
 PIN = etree.fromstring("<cputune><vcpupin vcpu='0' cpuset='7'/></cputune>")

@@ -2,7 +2,7 @@
 in vmtune/hook/ then) reads, round-trips and is released by the new code (vmtune/hoststate/).
 
 tests/data/state-v2.json was written by the old hook on the fake host this module builds again
-(test_hook's sysfs, 4 online CPUs and cpu4 offline; hookhost's IRQs, CPU masks, cgroup v2 groups,
+(fixtures/hook.py's sysfs, 4 online CPUs and cpu4 offline; hookhost's IRQs, CPU masks, cgroup v2 groups,
 host tasks 7001 and 7002, the hugepage pool 0:2048), with ``reserved_cpus = "0"`` and
 ``[hook] cstate_scope = "pinned"``: prepare vm-c (pinned to CPU 1), vm-a (CPU 2, 64 pages of pool
 0:2048) and vm-b (CPU 3), then release vm-c with its C-state restore refused (EBUSY), which left
@@ -22,11 +22,11 @@ import json
 from pathlib import Path
 
 import pytest
-from hookhost import build as build_host
-from hookhost import fake_task_write
-from isotrees import tree
-from test_hook import UUID_A, UUID_B, call, domain, env  # noqa: F401 - env is a fixture
-from test_hook_hugepages import hp_domain
+from fixtures.hookhost import build as build_host
+from fixtures.hookhost import fake_task_write
+from fixtures.isotrees import tree
+from fixtures.hook import UUID_A, UUID_B, call, domain
+from fixtures.hugepages import hp_domain
 
 from vmtune.hoststate import alive
 from vmtune.hoststate.document import Pair, State, pool_step, read_state
@@ -177,25 +177,25 @@ def tuned_tree(before: dict[str, str], doc: dict) -> dict[str, str]:
 
 
 @pytest.fixture
-def old_host(env, monkeypatch):  # noqa: F811 - env is test_hook's fixture
+def old_host(fake_host_tree, monkeypatch):
     """The host the old hook tuned, as its state file says it left it, with that file in the state dir."""
-    kernel = build_host(env)
-    (env / "vmtune.toml").write_text(CONFIG)
+    kernel = build_host(fake_host_tree)
+    (fake_host_tree / "vmtune.toml").write_text(CONFIG)
     monkeypatch.setattr(base, "write_file", kernel.write)
-    monkeypatch.setattr(tasks.TaskAffinity, "write", fake_task_write(env / "proc"))
+    monkeypatch.setattr(tasks.TaskAffinity, "write", fake_task_write(fake_host_tree / "proc"))
     monkeypatch.setattr(alive, "GRACE_S", 1e12)  # the leases are old and no domain runs here: none is reaped
-    before = tree(env)
+    before = tree(fake_host_tree)
     tuned = tuned_tree(before, document())
     for rel, value in tuned.items():
         if value != before[rel]:
-            (env / rel).write_text(value + "\n")
-    assert tree(env) == tuned
-    folder = env / "state"
+            (fake_host_tree / rel).write_text(value + "\n")
+    assert tree(fake_host_tree) == tuned
+    folder = fake_host_tree / "state"
     folder.mkdir(mode=0o755)
     folder.chmod(0o755)
     (folder / "state.json").write_bytes(DATA.read_bytes())
     (folder / "state.json").chmod(0o644)
-    return env, before, kernel
+    return fake_host_tree, before, kernel
 
 
 def test_the_new_hook_releases_the_old_leases_and_restores_the_host(old_host):

@@ -1,5 +1,5 @@
 """``vmtune status`` (vmtune/status.py) and the hook's own file (vmtune/hookcheck.py), which the
-doctor checks too (area ``hook``, vmtune/doctor/hookinstall.py). The host is test_hook_reliability's
+doctor checks too (area ``hook``, vmtune/doctor/hookinstall.py). The host is fixtures/reliability.py's
 fake tree with libvirt's run dir and fake QEMU processes."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from isotrees import tree
-from test_hook import UUID_A, UUID_B, call, env, state  # noqa: F401 - env
-from test_hook_reliability import A, B, clean, host, lv, prepare, release  # noqa: F401 - host
+from fixtures.isotrees import tree
+from fixtures.hook import A, B, UUID_A, UUID_B, call, state
+from fixtures.reliability import clean, lv, prepare, release
 
 from vmtune import cli, hookcheck, hookfile
 from vmtune.doctor import hookinstall
@@ -33,7 +33,7 @@ def as_json(capsys, *args: str) -> dict:
     return json.loads(out)
 
 
-def test_nothing_installed_nothing_held(host, tmp_path, capsys):
+def test_nothing_installed_nothing_held(running_host_tree, tmp_path, capsys):
     code, out = status(capsys, "--hooks-dir", str(tmp_path / "hooks"), "-n", "0")
     assert code == 0
     assert out.splitlines()[0] == "vmtune hook: not installed"
@@ -42,16 +42,16 @@ def test_nothing_installed_nothing_held(host, tmp_path, capsys):
     assert doc["hook"]["problems"] == [f"{tmp_path}/hooks/qemu.d/50-vmtune does not exist: the hook is not installed"]
 
 
-def test_leases_isolation_and_the_host_before_while_held_then_nothing(host, tmp_path, capsys):
+def test_leases_isolation_and_the_host_before_while_held_then_nothing(running_host_tree, tmp_path, capsys):
     hooks = str(tmp_path / "hooks")
     assert cli.main(["hook", "install", "--hooks-dir", hooks, "--no-timer"]) == 0
-    prepare(host, "vm-a", UUID_A, A, 2)
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     assert call(A, "vm-a", "started", "begin") == 0
-    prepare(host, "vm-b", UUID_B, B, 3)
-    held = tree(host)
-    saved = state(host)
+    prepare(running_host_tree, "vm-b", UUID_B, B, 3)
+    held = tree(running_host_tree)
+    saved = state(running_host_tree)
     code, out = status(capsys, "--hooks-dir", hooks)
-    assert tree(host) == held  # read-only
+    assert tree(running_host_tree) == held  # read-only
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "vmtune hook: installed, 2 lease(s) held: the host is tuned"
@@ -70,28 +70,28 @@ def test_leases_isolation_and_the_host_before_while_held_then_nothing(host, tmp_
     assert doc["isolated"] == saved["isolation"]["cpus"]
     assert doc["before"] == [{k: r[k] for k in ("path", "before", "after")} for r in saved["baseline"]]
     assert doc["before"]  # the fake host's governor and friends were saved
-    release(host, "vm-a", A)
-    release(host, "vm-b", B)
-    clean(host)
+    release(running_host_tree, "vm-a", A)
+    release(running_host_tree, "vm-b", B)
+    clean(running_host_tree)
     code, out = status(capsys, "--hooks-dir", hooks)
     assert out.splitlines()[0] == "vmtune hook: installed, no lease held: the host is as it was"
     assert "leases:" not in out and "isolated:" not in out
 
 
-def test_a_lease_whose_domain_died_is_shown_stale(host, tmp_path, capsys):
-    prepare(host, "vm-a", UUID_A, A, 2)
+def test_a_lease_whose_domain_died_is_shown_stale(running_host_tree, tmp_path, capsys):
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
     assert call(A, "vm-a", "started", "begin") == 0
     lv().kill("vm-a")
     doc = as_json(capsys, "--hooks-dir", str(tmp_path / "hooks"))
     assert "is gone" in doc["leases"][0]["stale"] or "exited" in doc["leases"][0]["stale"]
     assert "STALE:" in status(capsys, "--hooks-dir", str(tmp_path / "hooks"))[1]
     assert cli.main(["hook", "reap", "--quiet"]) == 0
-    clean(host)
+    clean(running_host_tree)
 
 
-def test_a_damaged_state_is_exit_1_with_the_reason(host, tmp_path, capsys):
-    (host / "state").mkdir(exist_ok=True)
-    (host / "state" / "state.json").write_text("{not json")
+def test_a_damaged_state_is_exit_1_with_the_reason(running_host_tree, tmp_path, capsys):
+    (running_host_tree / "state").mkdir(exist_ok=True)
+    (running_host_tree / "state" / "state.json").write_text("{not json")
     code, out = status(capsys, "--hooks-dir", str(tmp_path / "hooks"))
     assert code == 1 and "state:" in out
     assert json.loads(status(capsys, "--json", "--hooks-dir", str(tmp_path / "hooks"))[1])["state_error"]
@@ -197,14 +197,14 @@ def test_the_log_lines_come_from_syslog_files(tmp_path):
     assert hook_log(3, str(tmp_path / "nothing")) == (None, [])
 
 
-def test_status_is_quick(host, tmp_path):
+def test_status_is_quick(running_host_tree, tmp_path):
     """Read-only and quick: no lock is taken (a held lock does not make it wait)."""
     from vmtune.hoststate.statedir import StateDir
 
-    prepare(host, "vm-a", UUID_A, A, 2)
-    store = StateDir(str(host / "state"))
+    prepare(running_host_tree, "vm-a", UUID_A, A, 2)
+    store = StateDir(str(running_host_tree / "state"))
     with store.lock():
         assert cli.main(["status", "--hooks-dir", str(tmp_path / "hooks"), "-n", "0"]) == 0
-    release(host, "vm-a", A)
-    clean(host)
-    assert os.path.exists(host / "state" / "state.json")
+    release(running_host_tree, "vm-a", A)
+    clean(running_host_tree)
+    assert os.path.exists(running_host_tree / "state" / "state.json")

@@ -1,4 +1,5 @@
-"""Issue 32, item 4: the bytes vmtune did not change stay as they were (vmtune/textkeep.py).
+"""The text kept (vmtune/textkeep.py; issue 32, item 4): the bytes vmtune did not change stay as
+they were.
 
 Over the corpus and the examples for every profile, and over generated domains laid out as
 ``virsh dumpxml``, virt-manager and people write them: the text outside the units vmtune changed
@@ -21,9 +22,9 @@ from lxml import etree
 
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from hosttrees import hosts
-from strategies import blank_domains, domains, laid_out
-from test_libvirt_accepts import VIRSH, libvirt_accepts, needs_virsh
+from fixtures.hosttrees import hosts
+from fixtures.strategies import blank_domains, domains, laid_out
+from fixtures.virsh import VIRSH, libvirt_accepts, needs_virsh
 from vmtune import xmlsafe
 from vmtune.markup import LAZY, Source, Unplaced, scan
 from vmtune.errors import DoesNotFit, InvalidInput, Unsupported, VmtuneError

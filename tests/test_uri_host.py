@@ -1,6 +1,7 @@
-"""Issue 27, one host per URI: every live command (map, plan, apply, doctor --connect) takes the host
-from the URI it was given (vmtune/live/hostview.py ``of``): this machine's sysfs for its system
-daemon, the host libvirt describes for any other URI, and never this machine's for another.
+"""The host of a URI (vmtune/live/hostview.py; issue 27, one host per URI): every live command (map,
+plan, apply, doctor --connect) takes the host from the URI it was given (vmtune/live/hostview.py
+``of``): this machine's sysfs for its system daemon, the host libvirt describes for any other URI,
+and never this machine's for another.
 
 libvirt's test driver (``test:///default``: i686, 2 nodes, CPUs 0-7 and 8-15, one running domain
 "test") is the other daemon; no libvirtd is needed. Where the test driver stands in for this
@@ -20,8 +21,7 @@ from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hosttrees import machines, write_sysfs
-from test_cli import isolated  # noqa: F401 - autouse there; no_state asks for it here
+from fixtures.hosttrees import machines, write_sysfs
 
 from vmtune import cli, cpuset
 from vmtune.host import Cell, Cpu, Host
@@ -35,7 +35,7 @@ SKIPPED = "not this machine's system daemon"
 
 
 @pytest.fixture(autouse=True)
-def no_state(isolated, tmp_path_factory, monkeypatch):  # isolated: test_cli's, no /etc/vmtune of this machine
+def no_state(no_machine_config, tmp_path_factory, monkeypatch):
     """No hook state and no originals of this machine."""
     empty = tmp_path_factory.mktemp("no-state")
     monkeypatch.setenv("VMTUNE_ORIGINALS_DIR", str(empty / "originals"))
@@ -157,7 +157,7 @@ def test_the_doctor_and_plan_judge_the_domains_alike(tmp_path):
     the same problems: the overlap on CPU 12 and the domain on a reserved CPU (judged against this
     machine's /sys, the doctor missed the second). Given --sysfs/--proc/--root, the doctor reads
     those trees and still judges the domains against the connection's host."""
-    import doctortrees
+    from fixtures import doctortrees
 
     conn = libvirt.open(URI)  # keeps the driver's state while the commands run
     try:

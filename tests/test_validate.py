@@ -1,4 +1,5 @@
-"""Issue 25, part 4: the values vmtune reads are checked as libvirt checks them.
+"""The value checks (vmtune/validate.py; issue 25, part 4): the values vmtune reads are checked as
+libvirt checks them.
 
 The judge is libvirt itself: ``virsh -c test:///default define`` (libvirt 9.0 here). For a
 domain with one value changed to an odd or a wrong one, vmtune refuses (one line, exit 1, nothing
@@ -12,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vmtune
-from test_libvirt_accepts import HOST, libvirt_accepts, needs_virsh
+from fixtures.corpus import EXAMPLE_HOST
+from fixtures.virsh import libvirt_accepts, needs_virsh
 from vmtune import validate
 from vmtune.errors import InvalidInput, VmtuneError
 
@@ -108,7 +110,7 @@ def one_value_changed(draw) -> str:
 
 def vmtune_accepts(xml: str) -> bool:
     try:
-        vmtune.rewrite(xml, HOST, "balanced")
+        vmtune.rewrite(xml, EXAMPLE_HOST, "balanced")
     except InvalidInput as exc:
         assert "\n" not in str(exc)
         return False

@@ -1,5 +1,6 @@
-"""What the user must know (issue 32, item 6): live migration after host-passthrough, a manager
-that regenerates the domain, a hybrid host whose core kinds its description does not say."""
+"""The rewrite's warnings (vmtune/driver.py, vmtune/managers.py): what the user must know (issue 32,
+item 6): live migration after host-passthrough, a manager that regenerates the domain, a hybrid host
+whose core kinds its description does not say."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from hypothesis import strategies as st
 
 import vmtune
 from conftest import EXAMPLES
-from hosttrees import caps_view, hosts
-from strategies import domains
+from fixtures.hosttrees import caps_view, hosts
+from fixtures.strategies import domains
 from vmtune import cpuset
 from vmtune.errors import DoesNotFit
 
