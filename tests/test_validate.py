@@ -182,7 +182,7 @@ def test_one_vcpu_count_limit_for_the_rewriter_the_claims_and_the_hook(count, ok
     xml = f"<domain type='kvm'><name>big</name><vcpu>{count}</vcpu><memory>1048576</memory></domain>"
     root = etree.fromstring(xml)
     checks = [lambda: validate.check_counts(Domain(root)), lambda: bounds.check(root, 64),
-              lambda: claims.read(xml, HOST)]
+              lambda: claims.read(xml, EXAMPLE_HOST)]
     for check in checks:
         if ok:
             check()
