@@ -135,8 +135,7 @@ def test_locked_memory_comes_with_a_hard_limit(xml, host, profile, locked):
     except DoesNotFit:
         assume(False)
     root = etree.fromstring(result.xml.encode())
-    if root.find("memoryBacking/locked") is None:
-        return
+    assume(root.find("memoryBacking/locked") is not None)
     limit = root.find("memtune/hard_limit")
     assert limit is not None
     memory = to_kib(root.findtext("memory"), root.find("memory").get("unit"))
