@@ -296,7 +296,7 @@ class Leases:
         """``started begin``: record the lease's QEMU (pid and start time), so that from now on the
         lease is stale as soon as that process is gone (alive.py). Never refuses: 0. With no lease
         held, nothing is locked or written."""
-        from ..reaper import idle
+        from ..install.reaper import idle
 
         if idle(self.store.folder):
             return 0
