@@ -125,8 +125,11 @@ def _release(name: str, data: bytes, roots, dry_run: bool) -> int:
 
 
 def _started(name: str, data: bytes, roots, dry_run: bool) -> int:
+    from ..install.reaper import idle
+
     name, uuid, leases = _leases_of(name, data, roots, dry_run, "recording its QEMU")
-    leases.started(uuid, name)
+    if not idle(leases.store.folder):  # no lease held: nothing to lock nor write (as the idle reap)
+        leases.started(uuid, name)
     return 0  # libvirt stops a domain whose started hook fails: never
 
 

@@ -294,12 +294,9 @@ class Leases:
     # -- started: the domain's QEMU runs -------------------------------------------------------
     def started(self, uuid: str | None, name: str) -> int:
         """``started begin``: record the lease's QEMU (pid and start time), so that from now on the
-        lease is stale as soon as that process is gone (alive.py). Never refuses: 0. With no lease
-        held, nothing is locked or written."""
-        from ..install.reaper import idle
-
-        if idle(self.store.folder):
-            return 0
+        lease is stale as soon as that process is gone (alive.py). Never refuses: 0. The hook calls it
+        only when the state holds something (``install.reaper.idle``, the reap's fast path): with no
+        lease held, nothing is locked or written."""
         try:
             with self.store.locked() as state:
                 key = state.find(uuid, name)
