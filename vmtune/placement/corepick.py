@@ -1,6 +1,6 @@
 """Which cores of one NUMA node a dedicated domain takes, and how few L3 domains hold it.
 
-Pure functions of the host and a node's free cores (placement.py calls them for every node and
+Pure functions of the host and a node's free cores (search.py calls them for every node and
 share it weighs): on a hybrid host the performance cores only, or those first (``usable``); the
 cores by L3 domain (``by_l3``); how few L3 domains hold a share (``fewest``); and the threads a
 share takes: from one L3 domain when one holds it all, the best fit (the fewest whole cores left),

@@ -6,13 +6,13 @@ it, and then a warning says what changed and why. This module reads the domain a
 
 - **CPUs**: a ``<vcpu cpuset>`` (ignored by libvirt under ``placement='auto'``, and so here), and
   hand ``<vcpupin>``s that stay inside one L3 domain or one node, bound the placement: its vCPUs
-  go there as far as the room there holds them (placement.py). The CPUs the pins name are taken
+  go there as far as the room there holds them (search.py). The CPUs the pins name are taken
   first, and pins of one CPU per vCPU are kept as they are when the placement takes exactly those.
 - **Real-time threads**: a ``<vcpusched>``, ``<emulatorsched>`` or ``<iothreadsched>`` with
   ``fifo`` or ``rr``: the domain's own real-time subset, kept where the profile gives those threads
   CPUs of their own (passes/pinning.py).
 - **Hugepages**: a ``<hugepages>`` in ``<memoryBacking>``, with the page size it names, kept
-  unless it can never fit (placement.py).
+  unless it can never fit (search.py).
 - **Helper pins**: ``<emulatorpin>`` and ``<iothreadpin>`` set by hand, kept where they avoid the
   dedicated CPUs (passes/pinning.py).
 """
