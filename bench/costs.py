@@ -242,7 +242,7 @@ def placement(sizes: tuple[int, ...], runs: int, inner: int, virt_type: str, log
 
 def _fleet_facts(host: vmtune.Host, outputs: list[str]) -> dict:
     """What the planned fleet holds, to show the host really is loaded (not timed)."""
-    from vmtune import claims as claims_mod
+    from vmtune.placement import claims as claims_mod
 
     ledger = claims_mod.ledger(outputs, host)
     return {

@@ -16,7 +16,7 @@ Variants:
 - ``tagged-ignored-op``: ``start begin`` of a latency domain (decided on argv, stdin unread; before
   issue 19 this was ``started begin``, which the hook now handles);
 - ``reap-idle``: ``sys.executable -m vmtune hook reap --quiet`` with an empty state dir, as the
-  reaper's timer runs it every minute on a host with no lease (vmtune/reaper.py's fast path);
+  reaper's timer runs it every minute on a host with no lease (vmtune/install/reaper.py's fast path);
 - ``tagged-prepare`` / ``tagged-release``: ``prepare begin`` then ``release end`` of a latency
   domain (examples/stock-latency.xml rewritten for examples/hosts/2node-smt.xml) on the fake
   sysfs tree on ``/dev/shm`` (tmpfs, as ``/run`` is on a real host; the state dir too): the
@@ -114,7 +114,7 @@ class Bench:
 
     def __init__(self, tmp: Path, against: tuple[str, Path] | None = None):
         """``against``: (label, worktree) of an older revision whose hook is timed too."""
-        from vmtune import model, xmlsafe
+        from vmtune.xml import model, xmlsafe
         from vmtune.hoststate import pages
 
         self.tmp = tmp
@@ -203,7 +203,7 @@ class Bench:
         if not prefix:  # the idle reap takes the fast path: the reaper's module, never the CLI's
             self.call("reap-idle", ("-X", "importtime"))
             modules = {line.rsplit("|", 1)[-1].strip() for line in self.last_stderr.splitlines()}
-            if "vmtune.reaper" not in modules or "vmtune.cli" in modules:
+            if "vmtune.install.reaper" not in modules or "vmtune.cli" in modules:
                 raise SystemExit("bench: the idle reap did not take its fast path")
         if prefix:
             facts |= {"vmtune_loaded_from": str(package), "vmtune_modules_per_prepare": len(loaded)}

@@ -340,7 +340,7 @@ def test_redact_matches_each_quote_style(attr, hidden):
 def test_redact_hides_a_password_lxml_wrote():
     """apply --json's `before` and `xml` go through lxml, which writes passwd="it's" (double quotes, the
     apostrophe raw): the redaction still hides it."""
-    from vmtune import xmlsafe
+    from vmtune.xml import xmlsafe
     from vmtune.driver import serialize
 
     xml = serialize(xmlsafe.parse("<domain><devices><graphics type='vnc' passwd='it&apos;s-secret'/>"

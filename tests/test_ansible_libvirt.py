@@ -23,7 +23,8 @@ from fixtures.ansible_env import COLLECTION, playbook, tasks
 from fixtures.libvirt_env import PREFIX, URI, define, minimal_domain, undefine, virsh
 
 import vmtune.config
-from vmtune import cli, cpuset, reaper
+from vmtune import cli, cpuset
+from vmtune.install import reaper
 
 VMTUNE = Path(sys.executable).parent / "vmtune"
 PIDFILE = Path("/run/libvirtd.pid")
@@ -66,7 +67,7 @@ def names():
 
 
 def _plan() -> dict:
-    from vmtune.audit import audit
+    from vmtune.placement.audit import audit
     from vmtune.live import connect, domains, hostview
 
     with connect.connection(URI) as conn:

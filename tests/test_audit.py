@@ -1,4 +1,4 @@
-"""vmtune.audit: the problems of a whole host's domains, without libvirt.
+"""vmtune.placement.audit: the problems of a whole host's domains, without libvirt.
 
 Hand-made cases on the example 2-node host, then properties over generated fleets: the problems
 found are exactly the pairs that overlap (complete and sound against an oracle computed from what
@@ -21,9 +21,9 @@ from lxml import etree
 from fixtures.strategies import domains as domain_xmls
 
 import vmtune
-import vmtune.model
+import vmtune.xml.model
 from vmtune import Config, cpuset
-from vmtune.audit import (
+from vmtune.placement.audit import (
     CORE_OVERLAP,
     CPU_OVERLAP,
     FLOAT,
@@ -362,7 +362,7 @@ def test_order_of_domains_does_not_matter(fleet, rnd):
     a, b = audit(host, pairs), audit(host, shuffled)
     assert a.problems == b.problems
     assert a.nodes == b.nodes
-    assert [r.name for r in b.rows] == [vmtune.model.Domain(etree.fromstring(x)).name for x, _ in shuffled]
+    assert [r.name for r in b.rows] == [vmtune.xml.model.Domain(etree.fromstring(x)).name for x, _ in shuffled]
 
 
 @given(fleets(max_domains=4))

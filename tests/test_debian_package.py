@@ -147,7 +147,7 @@ if "pytest" in sys.modules:
 
     import vmtune
     from fixtures.hook import A, CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
-    from vmtune import hookfile, reaper
+    from vmtune.install import hookfile, reaper
 
     @pytest.fixture(scope="module")
     def built(tmp_path_factory):
@@ -247,11 +247,11 @@ if "pytest" in sys.modules:
         listed = [p for p in _run(["dpkg", "-L", "vmtune"]).stdout.splitlines() if p != "/."]
         assert set(listed) == set(paths), set(listed) ^ set(paths)
 
-        # the hook: a symlink to the script for Debian's python3 (vmtune.hookfile's text)
+        # the hook: a symlink to the script for Debian's python3 (vmtune.install.hookfile's text)
         assert HOOK.is_symlink() and Path(os.readlink(HOOK)) == HOOK_TARGET
         assert HOOK_TARGET.read_text() == hookfile.script("/usr/bin/python3")
         assert os.access(HOOK_TARGET, os.X_OK)
-        # the reaper's units (vmtune.reaper.units, the first line aside), recognised as vmtune's; the timer enabled
+        # the reaper's units (vmtune.install.reaper.units, the first line aside), recognised as vmtune's; the timer enabled
         for name, text in reaper.units("/usr/bin/python3", None).items():
             assert reaper.ours(str(UNITS / name)), name
             assert (UNITS / name).read_text().partition("\n")[2] == text.partition("\n")[2], name

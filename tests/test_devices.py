@@ -1,4 +1,4 @@
-"""Where a host's devices hang (vmtune/host/devices.py, nodedev.py, vmtune/locality.py): sysfs and
+"""Where a host's devices hang (vmtune/host/devices.py, nodedev.py, vmtune/placement/locality.py): sysfs and
 libvirt's node devices give the same node for the same machine; a domain's devices are read as
 libvirt reads them; bad input is one line."""
 
@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 from fixtures.devtrees import Pci, Tree, assignable, expected, nodedev_xmls, pci_trees, write_sysfs
 from fixtures.hosttrees import hosts
 from fixtures.hosttrees import write_sysfs as write_host
-from vmtune import locality, xmlsafe
+from vmtune.placement import locality
+from vmtune.xml import xmlsafe
 from vmtune.errors import InvalidInput
 from vmtune.host import Host, nodedev
 from vmtune.host.devices import NO_DEVICES, SysfsDevices, Table
-from vmtune.model import Domain
+from vmtune.xml.model import Domain
 
 LIBVIRT_NODEDEV = Path(__file__).parent / "data" / "libvirt" / "nodedev"
 

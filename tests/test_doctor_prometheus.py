@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from vmtune import cli
-from vmtune.audit import KINDS
+from vmtune.placement.audit import KINDS
 from vmtune.doctor import diagnose, prometheus
 
 # No /etc/vmtune, $VMTUNE_* or user profiles of the machine (doctortrees.py).

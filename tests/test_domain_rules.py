@@ -17,7 +17,7 @@ from lxml import etree
 import vmtune
 from conftest import EXAMPLES
 from fixtures.libvirt_schema import schema_available, validate_domain
-from vmtune.model import Domain
+from vmtune.xml.model import Domain
 
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
 PROFILES = ("balanced", "latency", "realtime", "throughput")

@@ -15,7 +15,7 @@ from conftest import CORPUS, EXAMPLES
 from fixtures.gridhost import GIB, domain, make_host
 from vmtune.cli import format as fmt
 from vmtune.config import Config
-from vmtune.edits import Change
+from vmtune.xml.edits import Change
 from vmtune.errors import VmtuneError
 
 HOST = make_host(pages={2048: 8192})

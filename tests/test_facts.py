@@ -1,4 +1,4 @@
-"""The domain facts (vmtune/facts.py): each rule once, and every reader of a rule agrees."""
+"""The domain facts (vmtune/placement/facts.py): each rule once, and every reader of a rule agrees."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from hypothesis import given
 from fixtures import strategies
 import vmtune
 from conftest import EXAMPLES
-from vmtune import audit, claims, facts, profiles, xmlsafe
+from vmtune.placement import audit, claims, facts
+from vmtune import profiles
+from vmtune.xml import xmlsafe
 from vmtune.hoststate import pages as hugepages
 from vmtune.hoststate.kinds import Pool
 from vmtune.live import apply
-from vmtune.model import Domain
+from vmtune.xml.model import Domain
 
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())  # 2 MiB is its smallest
 EVERY = frozenset(HOST.cpus)

@@ -1,4 +1,4 @@
-"""The guest OS (vmtune/guestos.py, issue 32, parts 2, 5 and 7): the guest OS from the strongest
+"""The guest OS (vmtune/xml/guestos.py, issue 32, parts 2, 5 and 7): the guest OS from the strongest
 evidence, safe when unknown; KVM hints that work; a direct kernel boot's root disk; a Ceph RBD
 disk's cache.
 
@@ -22,11 +22,12 @@ from fixtures.strategies import domains, guest_evidence
 from fixtures.gridhost import domain, make_host
 from fixtures.realworld import DOMAINS as REALWORLD
 from fixtures.realworld import tuned
-from vmtune import guestos, profiles
+from vmtune.xml import guestos
+from vmtune import profiles
 from vmtune.cli import format as fmt
 from vmtune.config import Config
 from vmtune.errors import DoesNotFit
-from vmtune.model import LIBOSINFO_NS, Domain
+from vmtune.xml.model import LIBOSINFO_NS, Domain
 
 PROFILES = ("balanced", "latency", "realtime", "throughput")
 x86 = hosts(arches=("x86_64",), max_nodes=3)

@@ -14,7 +14,7 @@ import pytest
 from fixtures.hook import A, B, CPU, HOOK, UUID_A, UUID_B, assert_tuned, call, domain, snapshot, state, value
 
 from vmtune import cli, hook
-from vmtune import hookfile as install
+from vmtune.install import hookfile as install
 from vmtune.hoststate import engine, tuning
 from vmtune.hoststate.kinds import base, parse_key
 from vmtune.hoststate.record import Record

@@ -15,7 +15,7 @@ import pytest
 from fixtures.hook import UUID_A, UUID_B, call, snapshot, state
 from fixtures.hugepages import FakeKernel, hp_domain, pool
 
-from vmtune import model, xmlsafe
+from vmtune.xml import model, xmlsafe
 from vmtune.hoststate import pages as hugepages
 from vmtune.hoststate.document import Lease, PoolShare
 from vmtune.hoststate.kinds import Pool, base, parse_key

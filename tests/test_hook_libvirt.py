@@ -22,7 +22,7 @@ from fixtures.libvirt_env import minimal_domain, started, virsh
 from fixtures.hook import CPU, ORIGINAL_GOVERNOR, build_sysfs, snapshot, value
 from fixtures.wait import wait_until
 from vmtune import cli, cpuset
-from vmtune import hookfile as install
+from vmtune.install import hookfile as install
 
 HOOKS_DIR = Path("/etc/libvirt/hooks")
 ENV_FILE = HOOKS_DIR / "vmtune.env"

@@ -187,7 +187,7 @@ def test_every_extra_is_an_option_of_the_hook_settings():
 
     options = set(extra_options().values())
     assert options <= {f.name for f in fields(HookSettings)}
-    assert set(extra_options()) == set(HookSettings().extras())  # all on by default
+    assert set(extra_options()) == set(HookSettings().extras(extra_options()))  # all on by default
 
 
 A_UUID = "11111111-1111-1111-1111-111111111111"

@@ -1,4 +1,4 @@
-"""No stale lease waits for a hook call (issue 19, part 1): the reaper's units (vmtune/reaper.py),
+"""No stale lease waits for a hook call (issue 19, part 1): the reaper's units (vmtune/install/reaper.py),
 the reap's fast path, and no grace once a domain's QEMU has started (vmtune/hoststate/alive.py).
 
 The host is fixtures/reliability.py's (a fake sysfs with isotrees' IRQs, masks and groups, and
@@ -23,7 +23,8 @@ from fixtures.hook import A, B, HOOK, UUID_A, UUID_B, call, state
 from fixtures.reliability import clean, lv, prepare, release
 from fixtures.wait import wait_until
 
-from vmtune import cli, hook, reaper
+from vmtune import cli, hook
+from vmtune.install import reaper
 from vmtune.doctor import hookstate
 from vmtune.doctor.findings import Context
 from vmtune.hoststate import alive

@@ -14,7 +14,7 @@ from vmtune.hook import repin
 from vmtune.hoststate.document import Lease
 from vmtune.hoststate.statedir import StateDir
 from vmtune.host import Host
-from vmtune.model import Domain
+from vmtune.xml.model import Domain
 
 UUID = "33333333-3333-4333-8333-333333333333"
 # Hand-formatted (single quotes, odd spacing) so that "byte for byte" means something.
@@ -49,7 +49,7 @@ def strip_mutable(xml: str) -> str:
 
 
 def pins(xml: str) -> dict[int, frozenset[int]]:
-    from vmtune import xmlsafe
+    from vmtune.xml import xmlsafe
 
     return Domain(xmlsafe.parse(xml, "x")).vcpupins()
 

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fixtures.hosttrees import caps_view, caps_xml, hosts, machines, write_sysfs
-from vmtune import cpuset, xmlsafe
+from vmtune import cpuset
+from vmtune.xml import xmlsafe
 from vmtune.errors import InvalidInput
 from vmtune.host import Cpu, Host
 from vmtune.host.topology import L3

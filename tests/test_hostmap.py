@@ -25,8 +25,8 @@ from lxml import etree
 from conftest import CORPUS, EXAMPLES, ROOT
 from fixtures import devtrees
 from fixtures.hosttrees import caps_xml, hosts, machines, write_sysfs
-from vmtune import facts
-from vmtune.model import Domain
+from vmtune.placement import facts
+from vmtune.xml.model import Domain
 from vmtune import cpuset
 from vmtune.cli import main
 from vmtune.driver import rewrite
@@ -452,7 +452,7 @@ def test_cli_never_replaces_what_is_not_a_file(capsys, tmp_path):
 def test_cli_counts_no_reader_can_iterate(capsys, tmp_path, claim, what):
     """A claim with a vCPU or iothread count out of bounds is one line, before anything iterates it,
     for the map and for rewrite's --claim and input alike (an input libvirt would refuse says so as
-    libvirt's parser does: vmtune/validate.py)."""
+    libvirt's parser does: vmtune/xml/validate.py)."""
     bad = tmp_path / "bad.xml"
     bad.write_text(claim)
     host = str(EXAMPLES / "hosts" / "2node-smt.xml")

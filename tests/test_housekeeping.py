@@ -1,4 +1,4 @@
-"""The housekeeping CPUs (vmtune/housekeeping.py): latency domains' emulators and iothreads go to
+"""The housekeeping CPUs (vmtune/placement/housekeeping.py): latency domains' emulators and iothreads go to
 the housekeeping CPUs nearest their vCPUs, are counted, and a crowded one is said by the rewrite and
 reported by ``vmtune plan``."""
 
@@ -13,7 +13,8 @@ import vmtune
 from conftest import EXAMPLES
 from fixtures.hosttrees import hosts
 from fixtures.strategies import domains
-from vmtune import audit, cpuset, housekeeping
+from vmtune.placement import audit, housekeeping
+from vmtune import cpuset
 from vmtune.errors import DoesNotFit
 
 # half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
@@ -45,7 +46,7 @@ def test_crowded_housekeeping_cpus_are_said_and_planned():
         xmls.append(result.xml)
         warned.append(any(w.startswith("housekeeping CPU") for w in result.warnings))
         report = audit.audit(HOST, [(x, "shut off") for x in xmls])
-        loads = housekeeping.load(pin for x in xmls for pin in vmtune.claims.read(x, HOST).helpers)
+        loads = housekeeping.load(pin for x in xmls for pin in vmtune.placement.claims.read(x, HOST).helpers)
         over = housekeeping.crowded(loads)
         assert bool(over) == any(p.kind == audit.HOUSEKEEPING for p in report.problems)
         assert warned[-1] == bool(over)

@@ -1,4 +1,4 @@
-"""vmtune/intent.py: what the user set on purpose bounds the tuning, and every override is said.
+"""vmtune/placement/intent.py: what the user set on purpose bounds the tuning, and every override is said.
 
 Properties over generated domains and hosts: the domain's own hugepages stay when the pool is short
 (and go only where they can never fit, saying why); a <vcpu cpuset> bounds a dedicated placement
@@ -18,10 +18,11 @@ from lxml import etree
 import vmtune
 from fixtures.hosttrees import hosts
 from fixtures.strategies import domains
-from vmtune import cpuset, intent
+from vmtune import cpuset
+from vmtune.placement import intent
 from vmtune.errors import DoesNotFit
-from vmtune.model import Domain
-from vmtune.placement import taken_cores
+from vmtune.xml.model import Domain
+from vmtune.placement.search import taken_cores
 
 # half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
 FEWER = settings(max_examples=max(20, settings.default.max_examples // 2),

@@ -1,9 +1,11 @@
-"""The package's shape: no import cycle inside vmtune/ (imports inside functions count), and no
-module reaching into another module's underscore names."""
+"""The package's shape: no import cycle inside vmtune/ (imports inside functions count), none between
+its top-level parts either (a loose module or a top-level subpackage: the layers of ARCHITECTURE.md,
+at most 12 modules loose), and no module reaching into another module's underscore names."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,3 +122,96 @@ def test_class_names_are_unique():
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(name)
     assert {k: v for k, v in where.items() if len(v) > 1} == {}
+
+
+# -- the folders are the layers (issue 33) ------------------------------------------------------------
+
+LOOSE_MOST = 12
+
+
+def _part(name: str) -> str:
+    """The top-level part of vmtune a module belongs to: a loose module itself, or the top-level
+    subpackage it is in (``vmtune.xml.model`` -> ``xml``); the package's own ``__init__`` is ``vmtune``."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_at_most_twelve_modules_are_loose():
+    """vmtune/ holds at most 12 modules beside its subpackages (``__init__`` and ``__main__`` count):
+    the rest live in the folders that are ARCHITECTURE.md's layers."""
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(loose) <= LOOSE_MOST, loose
+
+
+def test_every_folder_of_modules_is_a_package():
+    """A folder of modules has its ``__init__.py`` (setup.cfg's ``packages = find:`` installs only
+    packages)."""
+    assert [str(d.relative_to(ROOT)) for d in sorted(PACKAGE.rglob("*"))
+            if d.is_dir() and any(d.glob("*.py")) and not (d / "__init__.py").is_file()] == []
+
+
+def test_no_import_cycle_between_top_level_parts():
+    """No top-level part of vmtune/ (a loose module or a top-level subpackage) reaches itself again
+    through the imports of its modules, lazy imports inside functions counted: the layers stack."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for name, targets in _graph().items():
+        for target in targets:
+            if _part(name) != _part(target):
+                edges.setdefault((_part(name), _part(target)), []).append(f"{name} -> {target}")
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    cycle = _cycle(graph)
+    assert cycle is None, [(a, b, edges[a, b][:3]) for a, b in zip(cycle, cycle[1:])]
+
+
+def test_config_is_a_leaf():
+    """``config`` imports nothing of vmtune but the modules below every layer (issue 33)."""
+    assert {_part(t) for t in _graph()["vmtune.config"]} <= {"cpuset", "errors", "schema"}
+
+
+# ARCHITECTURE.md's drawing, top to bottom (its shared row split: profiles over config over the rest): a
+# part imports only the parts of its own row or below it
+# (``vmtune`` is the package's __init__: its version, and its public names imported on first use)
+ROWS = (
+    ("__main__",),
+    ("cli", "hook", "doctor", "live"),  # the adapters
+    ("hostmap",),
+    ("install",),  # the hook's install and status side
+    ("hoststate",),
+    ("driver", "context", "passes"),  # the rewriter
+    ("placement",),
+    ("record",),
+    ("host",),
+    ("xml",),
+    ("profiles",),
+    ("config",),
+    ("schema", "cpuset", "atomic", "roots", "oneline", "errors", "vmtune"),
+)
+
+
+def test_every_part_has_its_row():
+    assert sorted({_part(name) for name in MODULES}) == sorted(p for row in ROWS for p in row)
+
+
+def test_imports_go_down_the_drawing():
+    """Every import between two parts goes from a row of ARCHITECTURE.md's drawing to its own or one
+    below it."""
+    row = {part: i for i, parts in enumerate(ROWS) for part in parts}
+    up = [f"{name} -> {target}" for name, targets in sorted(_graph().items()) for target in sorted(targets)
+          if row.get(_part(target), -1) < row.get(_part(name), -1)]
+    assert up == []
+
+
+def test_the_drawing_names_every_folder():
+    """ARCHITECTURE.md's drawing names each top-level subpackage (``xml/``) and each loose module
+    (``config.py``) of vmtune/, and every ``vmtune/...`` path it names exists."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    drawing = text.split("```")[1]
+    folders = sorted(d.name for d in PACKAGE.iterdir() if (d / "__init__.py").is_file())
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if not p.name.startswith("__"))
+    assert [f for f in folders if f"{f}/" not in drawing] == []
+    assert [m for m in loose if m not in drawing] == []
+    named = set(re.findall(r"vmtune/[\w/]+(?:\.py|/)", text))
+    assert sorted(p for p in named if not (ROOT / p).exists()) == []

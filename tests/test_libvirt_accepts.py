@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from lxml import etree
 
 import vmtune
-import vmtune.model
+import vmtune.xml.model
 from conftest import CORPUS, EXAMPLES
 from fixtures.virsh import libvirt_accepts, libvirt_reads, needs_virsh
-from vmtune import xmltext
+from vmtune.xml import xmltext
 from vmtune.errors import DoesNotFit, Unsupported
 
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
@@ -238,7 +238,7 @@ def value(dom: etree._Element, path: str) -> str:
 def test_a_comment_in_a_value_changes_no_value(case, profile):
     """vmtune reads a value around a comment or PI as libvirt does (the text, joined), writes the
     whole value when it changes one, and never indents inside one."""
-    assert vmtune.model.Domain(etree.fromstring(CASES[case].encode())).vcpus == 4
+    assert vmtune.xml.model.Domain(etree.fromstring(CASES[case].encode())).vcpus == 4
     source = etree.fromstring(CASES[case].encode())
     dom = etree.fromstring(vmtune.rewrite(CASES[case], HOST, profile).xml.encode())
     plain = etree.fromstring(vmtune.rewrite(VALUES.format(a="", b=""), HOST, profile).xml.encode())
@@ -343,7 +343,7 @@ def test_a_dimm_the_page_size_does_not_divide_gets_its_own():
     assert dom.find("memoryBacking/hugepages/page").get("size") == "1048576"
     assert value(dom, "devices/memory/source/pagesize") == "2048"
     assert any("not a whole number of 1048576 KiB pages" in c.reason for c in result.changes)
-    for dev in vmtune.model.Domain(dom).memory_devices:
+    for dev in vmtune.xml.model.Domain(dom).memory_devices:
         assert dev.granule_kib % dev.pagesize_kib == 0
 
 

@@ -109,7 +109,7 @@ def vmtune_tag(xml: str) -> str | None:
 
 def free_dedicated_or_skip(count: int = 1) -> None:
     """Skip unless ``count`` CPUs are free for dedicated vCPUs (another session's domains may hold them)."""
-    from vmtune.audit import audit
+    from vmtune.placement.audit import audit
     from vmtune.live import connect, domains, hostview
 
     with connect.connection(URI) as conn:

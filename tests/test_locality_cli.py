@@ -1,4 +1,4 @@
-"""Device locality (vmtune/locality.py, issue 24) through the command line, ``vmtune plan``'s audit
+"""Device locality (vmtune/placement/locality.py, issue 24) through the command line, ``vmtune plan``'s audit
 and the doctor: --nodedev, what --explain and topology say, device-remote and device-shared, the
 doctor's WARN, bad input."""
 
@@ -13,7 +13,7 @@ from fixtures import doctortrees as trees
 from fixtures.devtrees import Pci, Tree
 from fixtures.devtrees import write_sysfs as write_devices
 from vmtune import cli
-from vmtune.audit import DEVICE_REMOTE, DEVICE_SHARED, audit
+from vmtune.placement.audit import DEVICE_REMOTE, DEVICE_SHARED, audit
 from vmtune.doctor import diagnose
 from vmtune.host import Host, nodedev
 

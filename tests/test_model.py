@@ -1,4 +1,4 @@
-"""The XML declarations (vmtune/model.py): one declaration reads a field and gives the edit that writes it."""
+"""The XML declarations (vmtune/xml/model.py): one declaration reads a field and gives the edit that writes it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from vmtune import edits, model, profiles
-from vmtune.edits import Set
-from vmtune.model import CellRef, Controller, Disk, Domain, Interface, MemoryDevice, Tag
+from vmtune.xml import edits, model
+from vmtune import profiles
+from vmtune.xml.edits import Set
+from vmtune.xml.model import CellRef, Controller, Disk, Domain, Interface, MemoryDevice, Tag
 from vmtune.passes import disks
 
 # each view, and the element it is a view of
@@ -225,7 +226,7 @@ def test_xmltext_find_is_lxmls_find_over_the_corpus():
     element of every corpus domain, for plain, predicate and wildcard paths alike."""
     from conftest import CORPUS
 
-    from vmtune import xmltext
+    from vmtune.xml import xmltext
 
     paths = sorted((CORPUS / "domains").glob("*.xml"))
     assert paths

@@ -14,7 +14,8 @@ import pytest
 
 import vmtune
 from conftest import CORPUS, EXAMPLES
-from vmtune import markup, passes, textkeep, xmlsafe
+from vmtune.xml import markup, textkeep, xmlsafe
+from vmtune import passes
 from vmtune.driver import prepare, run_passes
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -1,4 +1,4 @@
-"""The paths vmtune prints (vmtune/edits.py; ``--explain``, ``Change.element``, the notes of what
+"""The paths vmtune prints (vmtune/xml/edits.py; ``--explain``, ``Change.element``, the notes of what
 the hand changed) are XPath: each selects what it names in the domain it describes, 1-based as XPath
 is."""
 
@@ -9,11 +9,11 @@ from lxml import etree
 import vmtune
 from conftest import CORPUS, EXAMPLES
 from fixtures.gridhost import make_host
-from vmtune import xmlsafe
+from vmtune.xml import xmlsafe
 from vmtune.cli import format as fmt
 from vmtune.errors import VmtuneError
-from vmtune.retune import _value_at
-from vmtune.xmlkeys import keyed, where_of
+from vmtune.record.retune import _value_at
+from vmtune.xml.xmlkeys import keyed, where_of
 
 DOMAINS = sorted((CORPUS / "domains").glob("*.xml")) + sorted(EXAMPLES.glob("*.xml"))
 DB = EXAMPLES / "db-4vcpu.xml"

@@ -1,4 +1,4 @@
-"""Placement (vmtune/placement.py) and the guest topology built from it, on hand-made hosts."""
+"""Placement (vmtune/placement/search.py) and the guest topology built from it, on hand-made hosts."""
 
 from __future__ import annotations
 
@@ -299,7 +299,7 @@ def test_throughput_vms_spread_by_memory():
 
 def test_claims_are_read_once():
     """Planning many domains reads each claim's XML once, not once per rewrite."""
-    from vmtune import claims
+    from vmtune.placement import claims
 
     host = make_host()
     xml = vmtune.rewrite(named(domain(2), "c"), host, "latency").xml

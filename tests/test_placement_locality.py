@@ -1,4 +1,4 @@
-"""The placement's locality rules (vmtune/placement.py, vmtune/locality.py; issue 24) over generated
+"""The placement's locality rules (vmtune/placement/search.py, vmtune/placement/locality.py; issue 24) over generated
 hosts, loaded from sysfs or from capabilities with node-device XML: L3 domains (none, per socket,
 contiguous, interleaved; with SMT and without; several nodes), hybrid hosts, PCI trees with devices
 on every node and with none.
@@ -32,7 +32,7 @@ from vmtune import cpuset
 from vmtune.config import Config
 from vmtune.errors import DoesNotFit
 from vmtune.host import Host, nodedev
-from vmtune.placement import taken_cores
+from vmtune.placement.search import taken_cores
 
 PROFILE_DIR = None
 

@@ -13,9 +13,10 @@ import vmtune
 from conftest import CORPUS, EXAMPLES
 from fixtures.hosttrees import hosts
 from fixtures.strategies import domains
-from vmtune import cpuset, xmltext
+from vmtune import cpuset
+from vmtune.xml import xmltext
 from vmtune.errors import DoesNotFit
-from vmtune.placement import taken_cores
+from vmtune.placement.search import taken_cores
 
 PROFILES = ("balanced", "latency", "realtime", "throughput")
 x86_hosts = hosts(arches=("x86_64",), max_nodes=4)

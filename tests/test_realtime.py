@@ -1,4 +1,4 @@
-"""No real-time thread floats, and none crowds the host (passes/pinning.py, vmtune/housekeeping.py).
+"""No real-time thread floats, and none crowds the host (passes/pinning.py, vmtune/placement/housekeeping.py).
 
 Properties over generated domains with real-time schedulers of their own (vCPUs, emulator,
 iothreads): under every profile, each real-time thread of the output has a CPU of its own, which
@@ -21,7 +21,7 @@ from fixtures.strategies import domains
 from vmtune import cpuset
 from vmtune.errors import DoesNotFit
 from vmtune.passes.memory import QEMU_OVERHEAD_KIB
-from vmtune.units import to_kib
+from vmtune.xml.units import to_kib
 
 # half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
 FEWER = settings(max_examples=max(20, settings.default.max_examples // 2),

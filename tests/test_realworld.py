@@ -26,7 +26,8 @@ from lxml import etree
 import vmtune
 from fixtures.realworld import DATA, DOMAINS, PROFILES, REALWORLD_HOSTS, VMTUNE_NS, outcomes, tuned
 from fixtures.libvirt_schema import schema_available, validate_domain
-from vmtune import cpuset, units, xmltext
+from vmtune import cpuset
+from vmtune.xml import units, xmltext
 from vmtune.errors import DoesNotFit, InvalidInput, VmtuneError
 
 # Valid XML that this machine's libvirt schema (Debian 12, libvirt 9.0) refuses: the output is

@@ -1,4 +1,4 @@
-"""The reasons of the changes (vmtune/edits.py, vmtune/passes/): every reason ``--explain`` prints
+"""The reasons of the changes (vmtune/xml/edits.py, vmtune/passes/): every reason ``--explain`` prints
 is true of the XML it describes.
 
 A property over generated domains, hosts and profiles: each change's reason (and each placement
@@ -20,7 +20,7 @@ from fixtures.hosttrees import hosts
 from fixtures.strategies import domains
 from vmtune import cpuset
 from vmtune.errors import DoesNotFit
-from vmtune.units import to_kib
+from vmtune.xml.units import to_kib
 
 # half the profile's examples (HYPOTHESIS_PROFILE=thorough runs more): the rewrites here are whole ones
 FEWER = settings(max_examples=max(20, settings.default.max_examples // 2),

@@ -1,4 +1,4 @@
-"""vmtune/splice.py: an element found and replaced in the text, every other byte kept."""
+"""vmtune/xml/splice.py: an element found and replaced in the text, every other byte kept."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given
 from lxml import etree
 
 from fixtures import strategies
-from vmtune import splice
+from vmtune.xml import splice
 
 PIN = etree.fromstring("<cputune><vcpupin vcpu='0' cpuset='7'/></cputune>")
 NEW = '<cputune>\n    <vcpupin vcpu="0" cpuset="7"/>\n  </cputune>'

@@ -1,4 +1,4 @@
-"""``vmtune status`` (vmtune/status.py) and the hook's own file (vmtune/hookcheck.py), which the
+"""``vmtune status`` (vmtune/install/status.py) and the hook's own file (vmtune/install/hookcheck.py), which the
 doctor checks too (area ``hook``, vmtune/doctor/hookinstall.py). The host is fixtures/reliability.py's
 fake tree with libvirt's run dir and fake QEMU processes."""
 
@@ -14,11 +14,12 @@ from fixtures.isotrees import tree
 from fixtures.hook import A, B, UUID_A, UUID_B, call, state
 from fixtures.reliability import clean, lv, prepare, release
 
-from vmtune import cli, hookcheck, hookfile
+from vmtune import cli
+from vmtune.install import hookcheck, hookfile
 from vmtune.doctor import hookinstall
 from vmtune.doctor.findings import Context
 from vmtune.roots import Roots
-from vmtune.status import hook_log
+from vmtune.install.status import hook_log
 
 
 def status(capsys, *args: str) -> tuple[int, str]:

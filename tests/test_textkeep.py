@@ -1,4 +1,4 @@
-"""The text kept (vmtune/textkeep.py; issue 32, item 4): the bytes vmtune did not change stay as
+"""The text kept (vmtune/xml/textkeep.py; issue 32, item 4): the bytes vmtune did not change stay as
 they were.
 
 Over the corpus and the examples for every profile, and over generated domains laid out as
@@ -25,10 +25,10 @@ from conftest import CORPUS, EXAMPLES
 from fixtures.hosttrees import hosts
 from fixtures.strategies import blank_domains, domains, laid_out
 from fixtures.virsh import VIRSH, libvirt_accepts, needs_virsh
-from vmtune import xmlsafe
-from vmtune.markup import LAZY, Source, Unplaced, scan
+from vmtune.xml import xmlsafe
+from vmtune.xml.markup import LAZY, Source, Unplaced, scan
 from vmtune.errors import DoesNotFit, InvalidInput, Unsupported, VmtuneError
-from vmtune.xmlkeys import canon, find
+from vmtune.xml.xmlkeys import canon, find
 
 PROFILES = ("balanced", "latency", "realtime", "throughput")
 HOST = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
@@ -185,7 +185,7 @@ def test_the_text_written_reads_back_as_the_domain_vmtune_made(xml, profile):
     lxml writes that tree whole: what vmtune wrote before issue 32), whitespace between elements
     apart."""
     from vmtune import driver
-    from vmtune.xmlkeys import canon
+    from vmtune.xml.xmlkeys import canon
 
     result = rewrite_or_skip(xml, HOST, profile)
     whole = driver.serialize(driver.tune(xml, HOST, profile, record=True).root)
@@ -221,7 +221,7 @@ def test_whitespace_only_elements_keep_the_record_idempotent(xml, a, b):
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.sampled_from(FILES).map(lambda p: p.read_text()), domains().flatmap(laid_out)))
 def test_a_node_found_by_its_line_is_where_reading_the_text_finds_it(xml):
-    """Where the writer finds nodes by the line lxml read them on (vmtune/locate.py), each is
+    """Where the writer finds nodes by the line lxml read them on (vmtune/xml/locate.py), each is
     where reading the whole text finds it (``markup.scan``); where it cannot, it says so."""
     assert found_by_line(xml) <= sum(1 for _ in xmlsafe.parse(xml).iter())
 

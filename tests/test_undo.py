@@ -1,4 +1,4 @@
-"""The record of a rewrite (vmtune/undo.py, vmtune/retune.py; issue 25, parts 1-3): re-tuning is exact
+"""The record of a rewrite (vmtune/record/undo.py, vmtune/record/retune.py; issue 25, parts 1-3): re-tuning is exact
 and reversible from the XML alone.
 
 Every rewrite records what it changed inside the domain's vmtune tag; a rewrite of a tuned domain
@@ -125,7 +125,7 @@ def test_a_profile_change_leaves_nothing_of_the_old_one():
 # -- the hand wins ----------------------------------------------------------------------------------------------
 def _tuned_nodes(root) -> list:
     """The elements of the units vmtune's record keeps (what a pass may have written), all through."""
-    from vmtune.undo import TUNED, TUNED_DEVICES
+    from vmtune.record.undo import TUNED, TUNED_DEVICES
 
     units = [c for c in root if c.tag in TUNED]
     units += [c for d in root.iterfind("devices") for c in d if c.tag in TUNED_DEVICES]

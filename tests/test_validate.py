@@ -1,4 +1,4 @@
-"""The value checks (vmtune/validate.py; issue 25, part 4): the values vmtune reads are checked as
+"""The value checks (vmtune/xml/validate.py; issue 25, part 4): the values vmtune reads are checked as
 libvirt checks them.
 
 The judge is libvirt itself: ``virsh -c test:///default define`` (libvirt 9.0 here). For a
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import vmtune
 from fixtures.corpus import EXAMPLE_HOST
 from fixtures.virsh import libvirt_accepts, needs_virsh
-from vmtune import validate
+from vmtune.xml import validate
 from vmtune.errors import InvalidInput, VmtuneError
 
 # odd and wrong spellings: what C's strtoul, libvirt's bitmaps and scaled values take or refuse
@@ -174,9 +174,9 @@ def test_one_vcpu_count_limit_for_the_rewriter_the_claims_and_the_hook(count, ok
     hook's bounds take or refuse the same counts, each in one line."""
     from lxml import etree
 
-    from vmtune import claims
+    from vmtune.placement import claims
     from vmtune.hook import bounds
-    from vmtune.model import Domain
+    from vmtune.xml.model import Domain
 
     assert validate.MAX_VCPUS == 4096
     xml = f"<domain type='kvm'><name>big</name><vcpu>{count}</vcpu><memory>1048576</memory></domain>"

@@ -1,4 +1,4 @@
-"""The rewrite's warnings (vmtune/driver.py, vmtune/managers.py): what the user must know (issue 32,
+"""The rewrite's warnings (vmtune/driver.py, vmtune/placement/managers.py): what the user must know (issue 32,
 item 6): live migration after host-passthrough, a manager that regenerates the domain, a hybrid host
 whose core kinds its description does not say."""
 

@@ -1,11 +1,11 @@
-"""Untrusted XML (vmtune/xmlsafe.py): a bare DOCTYPE is read as libvirt reads it; anything a DTD
+"""Untrusted XML (vmtune/xml/xmlsafe.py): a bare DOCTYPE is read as libvirt reads it; anything a DTD
 could expand or fetch is refused in one line."""
 
 from __future__ import annotations
 
 import pytest
 
-from vmtune import xmlsafe
+from vmtune.xml import xmlsafe
 from vmtune.errors import InvalidInput
 
 DOMAIN = "<domain type='kvm'><name>d</name></domain>"

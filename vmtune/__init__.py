@@ -21,11 +21,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Cell": ("host", "Cell"), "Cpu": ("host", "Cpu"), "Host": ("host", "Host"), "L3": ("host", "L3"),
     "load_nodedevs": ("host.nodedev", "load"),
-    "Change": ("edits", "Change"), "Config": ("config", "Config"), "load_config": ("config", "load"),
+    "Change": ("xml.edits", "Change"), "Config": ("config", "Config"), "load_config": ("config", "load"),
     "DoesNotFit": ("errors", "DoesNotFit"), "InvalidInput": ("errors", "InvalidInput"),
     "Unsupported": ("errors", "Unsupported"), "Unavailable": ("errors", "Unavailable"),
     "VmtuneError": ("errors", "VmtuneError"),
-    "Placement": ("placement", "Placement"), "Profile": ("profiles", "Profile"),
+    "Placement": ("placement.search", "Placement"), "Profile": ("profiles", "Profile"),
     "load_profile": ("profiles", "load"), "Result": ("driver", "Result"), "rewrite": ("driver", "rewrite"),
     "untune": ("driver", "untune"), "Untuned": ("driver", "Untuned"),
     "HostMap": ("hostmap.build", "HostMap"), "host_map": ("hostmap.build", "build"),

@@ -58,12 +58,11 @@ class HookSettings:
     isolate_workqueues: Isolate = Isolate.ON  # /sys/bus/workqueue/devices/*/cpumask less them
     isolate_irqbalance: Isolate = Isolate.ON  # a running irqbalance bans them too
 
-    def extras(self) -> frozenset[str]:
-        """The names of the extra isolation items that are on: each kind declares its extras and the
-        option of this class that turns each on (hoststate/kinds, ``Kind.extras``)."""
-        from .hoststate.kinds import extra_options
-
-        return frozenset(name for name, option in extra_options().items() if getattr(self, option) == Isolate.ON)
+    def extras(self, options: dict[str, str]) -> frozenset[str]:
+        """The names of the extra isolation items that are on. Each kind declares its extras and the
+        option of this class that turns each on (hoststate/kinds, ``Kind.extras``); the caller passes
+        them all, ``kinds.extra_options()``, so that config imports nothing above it."""
+        return frozenset(name for name, option in options.items() if getattr(self, option) == Isolate.ON)
 
     @classmethod
     def of(cls, table: dict) -> HookSettings:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .claims import Ledger
+from .placement.claims import Ledger
 from .config import Config
-from .guestos import GuestOS
+from .xml.guestos import GuestOS
 from .host import Host
-from .intent import NONE, Intent
-from .placement import Placement
+from .placement.intent import NONE, Intent
+from .placement.search import Placement
 from .profiles import Profile
 
 
@@ -22,11 +22,11 @@ class PassContext:
     reserved: frozenset[int]
     virt_type: str  # "kvm" or "qemu"
     force_virtio: bool = False
-    # what the user set on purpose (vmtune/intent.py); NONE where the domain's pins are vmtune's own
+    # what the user set on purpose (vmtune/placement/intent.py); NONE where the domain's pins are vmtune's own
     # (the hook's re-pin of a tuned domain)
     intent: Intent = NONE
     config: Config | None = None
-    # the guest OS, read once from the domain as the user gave it (vmtune/guestos.py); None: the
+    # the guest OS, read once from the domain as the user gave it (vmtune/xml/guestos.py); None: the
     # passes read it from the domain they are given
     guest: GuestOS | None = None
 

@@ -1,5 +1,5 @@
 """The driver: parse, place, run the passes in order, apply their edits, write the domain back
-(every byte they did not change kept: vmtune/textkeep.py)."""
+(every byte they did not change kept: vmtune/xml/textkeep.py)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,24 @@ from dataclasses import dataclass, field, replace
 
 from lxml import etree
 
-from . import claims as claims_mod
+from .placement import claims as claims_mod
 from . import config as config_mod
-from . import edits as edits_mod
-from . import placement as placement_mod
-from . import cpuset, locality, managers, markup, profiles, retune, textkeep, undo, validate, xmlsafe
-from . import intent as intent_mod
+from .xml import edits as edits_mod
+from .placement import search as placement_mod
+from . import cpuset, profiles
+from .placement import locality, managers
+from .xml import markup, textkeep, validate, xmlsafe
+from .record import retune, undo
+from .placement import intent as intent_mod
 from .profiles import DeviceLocality, Pinning
 from .context import PassContext
-from .edits import Change, Warn
+from .xml.edits import Change, Warn
 from .errors import InvalidInput, Unsupported
-from .guestos import GuestOS
+from .xml.guestos import GuestOS
 from .host import Host
-from .model import Domain, MemoryDevice
+from .xml.model import Domain, MemoryDevice
 from .passes import ORDER
-from .style import serialize
+from .xml.style import serialize
 
 VIRT_TYPES = ("kvm", "qemu")
 # For a host known only from sysfs (no libvirt <guest> entries): host arch -> the domain arches
@@ -46,8 +49,8 @@ class Result:
     changes: tuple[Change, ...] = ()
     placement: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    kept: tuple[str, ...] = ()  # what the hand changed since vmtune's last rewrite, and stays (vmtune/undo.py)
-    guest_os: GuestOS | None = None  # the guest OS as vmtune read it, with its evidence (vmtune/guestos.py)
+    kept: tuple[str, ...] = ()  # what the hand changed since vmtune's last rewrite, and stays (vmtune/record/undo.py)
+    guest_os: GuestOS | None = None  # the guest OS as vmtune read it, with its evidence (vmtune/xml/guestos.py)
 
     def to_dict(self) -> dict:
         return {
@@ -221,7 +224,7 @@ def _prepare(
 ) -> tuple[etree._Element, PassContext, tuple[str, ...], tuple[str, ...], etree._Element | None,
            markup.Source | None]:
     """``prepare``; with ``start_over``, first put back what vmtune's last rewrite changed (its
-    record, vmtune/undo.py), and also return what the hand changed since and stays, the warnings
+    record, vmtune/record/undo.py), and also return what the hand changed since and stays, the warnings
     of that step, the domain as given when it had a record (else None), and the text and tree the
     passes start from (the domain as it was before vmtune, written as ``untune`` writes it)."""
     config = config or config_mod.Config()
@@ -331,7 +334,7 @@ def rewrite(
 
 def untune(xml: str | bytes) -> Untuned:
     """Domain ``xml`` as it was before vmtune's rewrites, with what the hand changed since kept
-    (vmtune/undo.py), every other byte as given. A domain vmtune never tuned (no record) comes back
+    (vmtune/record/undo.py), every other byte as given. A domain vmtune never tuned (no record) comes back
     as it was given."""
     root = xmlsafe.parse(xml, "domain XML")
     if root.tag != "domain":

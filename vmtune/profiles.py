@@ -35,7 +35,7 @@ CpuKinds = choice("CpuKinds", "performance", "any", module=__name__)
 DeviceLocality = choice("DeviceLocality", "required", "preferred", "ignore", module=__name__)
 # whether a guest's boot disk moves to virtio with the others: auto, for a guest known to have virtio
 # drivers of its own (Linux, the BSDs); virtio, for every guest but Windows (unknown ones too); keep.
-# Windows keeps it unless --force-virtio (vmtune/guestos.py, passes/disks.py).
+# Windows keeps it unless --force-virtio (vmtune/xml/guestos.py, passes/disks.py).
 BootDisk = choice("BootDisk", "auto", "virtio", "keep", module=__name__)
 ENUMS = {e.__name__: e for e in (CpuMode, Pinning, SmtPolicy, Scheduler, Pmu, Balloon, DiskCache, DiskIo, Hpet,
                                  KvmClock, CpuKinds, DeviceLocality, BootDisk)}

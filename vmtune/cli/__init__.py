@@ -21,9 +21,9 @@ import sys
 
 from .. import config as config_mod
 from ..atomic import write_atomic  # noqa: F401 - moved to the library; vmtune.cli.write_atomic still works
-from ..envfile import hooks_dir_file, load_env_file
+from ..install.envfile import hooks_dir_file, load_env_file
 from ..errors import VmtuneError
-from ..hookfile import DEFAULT_HOOKS_DIR
+from ..install.hookfile import DEFAULT_HOOKS_DIR
 from ..oneline import escape
 from ..roots import Roots
 from . import doctor, helptext, hostmap, live, offline, status

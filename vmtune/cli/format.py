@@ -8,7 +8,8 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 
-from .. import cpuset, units
+from .. import cpuset
+from ..xml import units
 
 
 def diff(before: str, after: str, fromfile: str, tofile: str) -> str:
@@ -88,7 +89,7 @@ def changed(before: str, after: str) -> tuple[str, str]:
     old, new = _parse(before), _parse(after)
     if old is None or new is None or _name(old) != _name(new):
         return short(before) or "", short(after) or ""
-    from .. import edits
+    from ..xml import edits
 
     mine = [edits.show(c) for c in _children(old)]
     theirs = [edits.show(c) for c in _children(new)]
@@ -174,5 +175,5 @@ def _problems(report) -> list[str]:
 
 
 def plan(report) -> list[str]:
-    """``vmtune plan``: the domains, the nodes and the problems of a vmtune.audit.Report."""
+    """``vmtune plan``: the domains, the nodes and the problems of a vmtune.placement.audit.Report."""
     return _domains(report) + [""] + _nodes(report) + [""] + _problems(report)

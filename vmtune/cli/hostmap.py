@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from .. import xmlsafe
+from ..xml import xmlsafe
 from ..atomic import write_atomic
 from ..errors import Unavailable
 from .offline import add_nodedev_arg, host_of

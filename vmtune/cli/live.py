@@ -1,7 +1,7 @@
 """The commands over a live libvirt: tag, untag, apply, revert, plan (a thin adapter).
 
 ``add_parsers(sub)`` adds the subcommands; ``COMMANDS`` maps each name to ``cmd(args, cfg, roots) -> int``.
-The work is in vmtune/live/ and vmtune/audit.py. ``plan`` and ``apply`` take the host of the URI as every
+The work is in vmtune/live/ and vmtune/placement/audit.py. ``plan`` and ``apply`` take the host of the URI as every
 live command does (vmtune/live/hostview.py ``of``: this machine's sysfs, ``VMTUNE_SYSFS``, for its system
 daemon; the host libvirt describes for any other URI; ``--json`` says which, as ``host``); tag, untag and
 revert use no host. Exit codes as in vmtune/cli/__init__.py: 0 done; 1 invalid input (an unknown domain,
@@ -215,7 +215,7 @@ def _revert_dry_run(args, found) -> int:
 
 # -- plan -----------------------------------------------------------------------------------------------
 def cmd_plan(args, cfg, roots) -> int:
-    from ..audit import audit, with_live_drift
+    from ..placement.audit import audit, with_live_drift
     from ..live import connect, domains
 
     with connect.connection(args.connect) as conn:

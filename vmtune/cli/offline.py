@@ -11,7 +11,8 @@ import json
 import os
 import sys
 
-from .. import cpuset, profiles, xmlsafe
+from .. import cpuset, profiles
+from ..xml import xmlsafe
 from ..atomic import write_atomic
 from ..driver import rewrite
 from ..errors import InvalidInput, UsageError
@@ -223,9 +224,9 @@ def cmd_profiles(args, cfg, roots) -> int:
 
 def cmd_hook(args, cfg, roots) -> int:
     """``vmtune hook install|uninstall|reap``: the hook's script and the reaper's units
-    (vmtune/hookfile.py, vmtune/reaper.py), or a reap. Nothing is written when a file of those names
+    (vmtune/install/hookfile.py, vmtune/install/reaper.py), or a reap. Nothing is written when a file of those names
     is someone else's."""
-    from .. import hookfile, reaper
+    from ..install import hookfile, reaper
 
     if args.action in ("reap", "restore"):
         if args.unit_dir or args.no_timer:
@@ -255,7 +256,7 @@ def _reap(cfg, roots, quiet: bool = False, every: bool = False) -> int:
     from ..hoststate.leases import Leases
     from ..hoststate.statedir import LockTimeout, Unsafe
     from ..oneline import setup_logging
-    from ..reaper import NOTHING, idle
+    from ..install.reaper import NOTHING, idle
 
     if idle(roots.state):  # as the fast path (vmtune/__main__.py) decides: nothing is written
         done = []

@@ -1,4 +1,4 @@
-"""``vmtune status``: what the hook is doing right now (a thin adapter over vmtune/status.py).
+"""``vmtune status``: what the hook is doing right now (a thin adapter over vmtune/install/status.py).
 
 Exit 0; 1 when the hook's state cannot be read (the hook refuses latency domains until it can).
 """
@@ -25,7 +25,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args, cfg, roots) -> int:
     from ..oneline import escape
-    from ..status import status
+    from ..install.status import status
 
     now = status(cfg, roots, args.hooks_dir, args.lines)
     if args.json:

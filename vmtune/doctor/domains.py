@@ -1,4 +1,4 @@
-"""The host's domains, and the same overlap checks as ``vmtune plan`` (vmtune.audit).
+"""The host's domains, and the same overlap checks as ``vmtune plan`` (vmtune.placement.audit).
 
 The domains come from libvirt when ``--connect URI`` is given (read-only connection; every defined
 domain with its state), else from libvirt's runtime status files ``/run/libvirt/qemu/*.xml``: one
@@ -19,12 +19,12 @@ import os
 
 from lxml import etree
 
-from .. import xmlsafe
+from ..xml import xmlsafe
 from ..errors import Unavailable, VmtuneError
 from ..live import connect, hostview
 from ..live.domains import state_text, word_text
-from ..model import Domain
-from ..audit import holds_now
+from ..xml.model import Domain
+from ..placement.audit import holds_now
 from .findings import Context, Finding, maker
 
 new = maker("domains")
@@ -119,7 +119,7 @@ def report(ctx: Context):
         if isinstance(ctx.host, str):
             ctx.audit = ctx.host
         elif ctx.host.host is not None:
-            from ..audit import audit
+            from ..placement.audit import audit
 
             try:
                 ctx.audit = audit(ctx.host.host, ctx.domains, config=ctx.cfg)

@@ -83,7 +83,7 @@ class Context:
     domains: list[tuple[str, str]] | None = None  # (domain XML, state), None while unknown
     domains_source: str = ""  # where the domains came from, or why they are unknown
     connect: str | None = None  # the libvirt URI to read the domains from (--connect)
-    audit: object = None  # vmtune.audit.Report of the domains, or the error text; None until asked
+    audit: object = None  # vmtune.placement.audit.Report of the domains, or the error text; None until asked
     # the host the domains are judged against (vmtune.live.hostview.Seen), or why it cannot be read
     host: object = None
     measure: Callable[[int], object] | None = None  # cpu -> measure.Measurement | None

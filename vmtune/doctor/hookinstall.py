@@ -1,6 +1,6 @@
 """The hook itself (area ``hook``): the file in ``/etc/libvirt/hooks/qemu.d`` (under ``--root``),
 executable, its interpreter present, and a libvirt that reads ``qemu.d`` (6.5 or later) and started
-after the hook was installed (vmtune/hookcheck.py).
+after the hook was installed (vmtune/install/hookcheck.py).
 
 A hook whose interpreter is gone is a FAIL: libvirt runs it for every domain and fails the start
 of each when it cannot. Any other problem is a WARN when the domains include vmtune-tagged ones
@@ -9,8 +9,8 @@ of each when it cannot. Any other problem is a WARN when the domains include vmt
 
 from __future__ import annotations
 
-from .. import hookcheck
-from ..hookfile import MARK
+from ..install import hookcheck
+from ..install.hookfile import MARK
 from .findings import Context, Finding, maker
 
 AREA = "hook"

@@ -7,7 +7,7 @@ missing while ``baseline.json`` holds leases included). Whether a lease's domain
 the hook judges it (alive.py: libvirt's status files, the QEMU's pid): the doctor is read-only, so
 a stale lease is a WARN that says ``vmtune hook reap``, which does what the next hook call would.
 
-The reaper (vmtune/reaper.py): whether ``vmtune-reap.timer`` is installed and active (or a cron
+The reaper (vmtune/install/reaper.py): whether ``vmtune-reap.timer`` is installed and active (or a cron
 line runs ``vmtune hook reap``). Leases held with nothing to reap them are a WARN.
 """
 
@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import time
 
-from .. import cpuset, reaper
+from .. import cpuset
+from ..install import reaper
 from ..hoststate import alive, engine
 from ..hoststate.document import Damaged, State
 from ..hoststate.record import Record

@@ -2,7 +2,7 @@
 and automatic NUMA balancing.
 
 A domain backed by hugepages (``<memoryBacking><hugepages>``) needs its pages on the host nodes
-its numatune names, else anywhere (vmtune.audit's rows, by the rules of vmtune/facts.py). A running domain already holds
+its numatune names, else anywhere (vmtune.placement.audit's rows, by the rules of vmtune/placement/facts.py). A running domain already holds
 its pages, so the pool must not be smaller than what running domains hold (or they cannot start
 again); a defined domain that is not running needs its pages free.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .. import units
+from ..xml import units
 from .findings import Context, Finding, maker
 
 new = maker("memory")
@@ -72,8 +72,8 @@ def pools(ctx: Context) -> dict[tuple[int | None, int], tuple[int, int]]:
 
 def demand(rows) -> dict[tuple[int | None, int], dict]:
     """(node, or None for any node; page size KiB) -> {"running": pages, "stopped": pages, "names": [...]}
-    from the audit's rows (vmtune.audit.Row: pages, state)."""
-    from ..audit import holds_now
+    from the audit's rows (vmtune.placement.audit.Row: pages, state)."""
+    from ..placement.audit import holds_now
 
     out: dict = defaultdict(lambda: {"running": 0, "stopped": 0, "names": []})
     for row in rows:

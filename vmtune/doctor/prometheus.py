@@ -175,7 +175,7 @@ def _hugepages(m: Metrics, ctx: Context, audit) -> None:
 
 
 def _plan(m: Metrics, audit) -> None:
-    from ..audit import KINDS
+    from ..placement.audit import KINDS
 
     if audit is None or isinstance(audit, str):
         return

@@ -5,7 +5,7 @@ libvirt runs ``qemu NAME OP SUBOP EXTRA`` with the domain XML on stdin. ``main``
 - an op outside ``HANDLED_OPS``, any domain: exit 0, silent, without reading stdin; an untagged
   domain (no ``https://vmtune.dev/xmlns/1`` in the XML bytes), any op: exit 0, silent. Both are
   decided before anything heavy is imported, and ``hooks/qemu`` makes the same two checks before
-  importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it: vmtune/hookfile.py);
+  importing vmtune (``vmtune hook install`` writes ``HANDLED_OPS`` into it: vmtune/install/hookfile.py);
 - ``prepare begin`` of a latency-tagged domain (its profile has ``host_tuning``:
   ``profiles.tunes_host``): take a lease with the host CPUs its vCPUs pin (vmtune/hoststate/leases.py).
   vCPU pins that overlap another lease refuse the start (exit 1, one stderr line) unless the
@@ -41,7 +41,7 @@ Logs go to stderr and syslog, never stdout. The environment is read here, once, 
 
 libvirtd runs hooks with a scrubbed environment (libvirt 9.0 passes only PATH, HOME, LC_ALL=C and a
 few more), so ``VMTUNE_*`` variables set on the daemon never reach the hook. When the hook runs as
-``HOOKS_DIR/qemu.d/50-vmtune``, ``HOOKS_DIR/vmtune.env`` supplies them (vmtune/envfile.py); a
+``HOOKS_DIR/qemu.d/50-vmtune``, ``HOOKS_DIR/vmtune.env`` supplies them (vmtune/install/envfile.py); a
 variable already in the environment wins.
 """
 
@@ -52,8 +52,8 @@ import logging
 import os
 import sys
 
-from ..envfile import env_file, load_env_file
-from ..hookfile import HANDLED_OPS, MARK, REPIN_OPS, STARTED_OPS
+from ..install.envfile import env_file, load_env_file
+from ..install.hookfile import HANDLED_OPS, MARK, REPIN_OPS, STARTED_OPS
 
 log = logging.getLogger("vmtune.hook")
 
@@ -64,7 +64,7 @@ def _request(name: str, root, dom, roots, dedicated: bool):
     """The lease a latency domain asks for. Every CPU and node list of its XML is checked against
     the host first (bounds.py: an id past the last possible CPU is an error, found before any range
     is expanded), so one domain's XML can never make the hook do more work than the host has CPUs."""
-    from .. import facts
+    from ..placement import facts
     from ..errors import InvalidInput
     from ..host.sysfs import cpu_limit
     from ..hoststate import pages
@@ -105,7 +105,7 @@ def _leases_of(name: str, data: bytes, roots, dry_run: bool, doing: str):
     from ..hoststate.leases import Leases
 
     try:
-        from .. import model, xmlsafe
+        from ..xml import model, xmlsafe
 
         name, uuid = _identity(name, model.Domain(xmlsafe.parse(data, "domain XML")))
     except Exception as exc:  # noqa: BLE001 - an unreadable XML still releases a lease kept by name
@@ -125,8 +125,11 @@ def _release(name: str, data: bytes, roots, dry_run: bool) -> int:
 
 
 def _started(name: str, data: bytes, roots, dry_run: bool) -> int:
+    from ..install.reaper import idle
+
     name, uuid, leases = _leases_of(name, data, roots, dry_run, "recording its QEMU")
-    leases.started(uuid, name)
+    if not idle(leases.store.folder):  # no lease held: nothing to lock nor write (as the idle reap)
+        leases.started(uuid, name)
     return 0  # libvirt stops a domain whose started hook fails: never
 
 
@@ -142,7 +145,8 @@ def _run(argv: list[str], data: bytes, roots, dry_run: bool) -> int:
 
         return repin.run(name, data, _config(roots), roots, sys.stdout)
     # prepare begin / reconnect begin: only latency-tagged domains matter
-    from .. import model, profiles, xmlsafe
+    from ..xml import model, xmlsafe
+    from .. import profiles
 
     try:
         root = xmlsafe.parse(data, "domain XML")

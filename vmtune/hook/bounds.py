@@ -23,7 +23,7 @@ from lxml import etree
 
 from .. import cpuset
 from ..errors import InvalidInput
-from ..validate import CPUMASK_LEN, MAX_VCPUS
+from ..xml.validate import CPUMASK_LEN, MAX_VCPUS
 
 NODE_LIMIT = cpuset.MAX_NUMA_NODES
 GUEST_LISTS = ("cpus", "vcpus", "iothreads")

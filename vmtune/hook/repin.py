@@ -7,7 +7,7 @@ here (or not latency-tagged), and raises DoesNotFit when it cannot be placed her
 Only ABI-neutral parts change: the ``cpuset`` of ``cputune``'s vcpupin/emulatorpin/iothreadpin,
 ``numatune``'s memory and memnode ``nodeset``, and hugepage ``page`` nodesets. The placement is
 the rewriter's (``driver.tune`` with the placement passes); those elements are spliced into the
-incoming text (vmtune/splice.py says why), so every other byte (devices, CPU model and topology,
+incoming text (vmtune/xml/splice.py says why), so every other byte (devices, CPU model and topology,
 memory sizes, guest NUMA cells) is what came in. A placement that would need different guest NUMA cells is
 refused rather than applied.
 
@@ -24,12 +24,14 @@ import logging
 
 from lxml import etree
 
-from .. import cpuset, facts, locality, profiles, splice
-from ..claims import Claim, Ledger
+from .. import cpuset, profiles
+from ..placement import facts, locality
+from ..xml import splice
+from ..placement.claims import Claim, Ledger
 from ..errors import DoesNotFit
 from ..host import Host
 from ..hoststate.document import Lease
-from ..model import Domain
+from ..xml.model import Domain
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")
 log = logging.getLogger("vmtune.hook")  # the hook's logger (hook/__init__.py sets its handlers)
@@ -50,7 +52,7 @@ def ledger_from_leases(leases: dict[str, Lease], skip_uuid: str | None, skip_nam
 def _problems(dom: Domain, host: Host, ledger: Ledger, required: bool = False) -> list[str]:
     """Why the domain's current pins are not right on ``host`` (empty: keep them); ``required``:
     a passthrough device away from every node of its vCPUs is one (``device_locality``)."""
-    from ..placement import taken_cores
+    from ..placement.search import taken_cores
 
     out = []
     online = frozenset(host.cpus)
@@ -135,7 +137,7 @@ def filter_xml(xml: bytes, host: Host, leases: dict[str, Lease], cfg, limit: int
     """The domain XML re-pinned for ``host``, or None when it is already right here. Its CPU lists
     are checked first against the largest host (``limit``, this host's CPU limit, if larger):
     pins of a bigger source host are what the filter re-pins."""
-    from .. import xmlsafe
+    from ..xml import xmlsafe
     from ..errors import InvalidInput
     from . import bounds
 

@@ -11,7 +11,8 @@ only (never the base page), ``Cpu.siblings`` always contains the CPU itself, unk
 
 from __future__ import annotations
 
-from .. import cpuset, units, xmlsafe, xmltext
+from .. import cpuset
+from ..xml import units, xmlsafe, xmltext
 from ..errors import InvalidInput
 from .sysfs import l3_domains
 

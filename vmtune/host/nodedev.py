@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import xmlsafe, xmltext
+from ..xml import xmlsafe, xmltext
 from ..errors import InvalidInput
 from .devices import (BLOCK, MDEV, NET, PCI, PCI_FIELDS, PCI_LIMITS, VFIO, Location, Table, block_name, check_node,
                       pci_address)

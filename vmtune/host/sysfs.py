@@ -18,7 +18,7 @@ import re
 
 from .. import cpuset
 from ..errors import InvalidInput
-from ..units import SCALE
+from ..xml.units import SCALE
 
 CPU_DIR = "devices/system/cpu"
 NODE_DIR = "devices/system/node"

@@ -36,12 +36,13 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import NamedTuple
 
-from .. import audit as audit_mod
+from ..placement import audit as audit_mod
 from .. import config as config_mod
-from .. import cpuset, facts
+from .. import cpuset
+from ..placement import facts
 from ..host import Host
 from ..host.sysfs import EFFICIENCY
-from ..placement import taken_cores
+from ..placement.search import taken_cores
 from . import names
 from .devices import MapDevice, collect_devices
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import locality
+from ..placement import locality
 from ..host import Host
 from ..host.devices import PCI
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import textwrap
 
-from .. import cpuset, units
+from .. import cpuset
+from ..xml import units
 from ..oneline import escape
 from .build import HostMap, MapCpu, MapL3, MapNode, Role, Thread
 from .devices import MapDevice

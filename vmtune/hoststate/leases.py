@@ -46,7 +46,7 @@ from ..host.sysfs import cpu_limit, online_cpus
 from . import alive, engine, isolation, pages, tuning
 from .document import Damaged, Lease, State, pool_step
 from .engine import Knob
-from .kinds import Pool, partition
+from .kinds import Pool, extra_options, partition
 from .kinds.partition import PartitionClaim
 from .record import Record
 from .statedir import LockTimeout, StateDir, Unsafe
@@ -139,7 +139,7 @@ class Leases:
         def reconcile(dry_run: bool) -> None:
             claims = [PartitionClaim(lease.qemu.pid, lease.partition) for lease in parted()]  # type: ignore[union-attr]
             state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=dry_run,
-                                                  extras=self.settings.extras(), claims=claims)
+                                                  extras=self.settings.extras(extra_options()), claims=claims)
 
         reconcile(self.dry_run)
         if self.dry_run:
@@ -294,12 +294,9 @@ class Leases:
     # -- started: the domain's QEMU runs -------------------------------------------------------
     def started(self, uuid: str | None, name: str) -> int:
         """``started begin``: record the lease's QEMU (pid and start time), so that from now on the
-        lease is stale as soon as that process is gone (alive.py). Never refuses: 0. With no lease
-        held, nothing is locked or written."""
-        from ..reaper import idle
-
-        if idle(self.store.folder):
-            return 0
+        lease is stale as soon as that process is gone (alive.py). Never refuses: 0. The hook calls it
+        only when the state holds something (``install.reaper.idle``, the reap's fast path): with no
+        lease held, nothing is locked or written."""
         try:
             with self.store.locked() as state:
                 key = state.find(uuid, name)

@@ -32,7 +32,8 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-from .. import cpuset, facts
+from .. import cpuset
+from ..placement import facts
 from ..host import sysfs as files
 from ..host.sysfs import NODE_DIR
 from .document import Lease, PoolShare, pool_step

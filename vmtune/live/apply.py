@@ -22,12 +22,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .. import claims as claims_mod
+from ..placement import claims as claims_mod
 from .. import config as config_mod
-from .. import cpuset, facts, xmlsafe
+from .. import cpuset
+from ..placement import facts
+from ..xml import xmlsafe
 from ..errors import InvalidInput, VmtuneError
 from ..host import Host
-from ..model import Domain
+from ..xml.model import Domain
 from . import connect, domains, hostview, planner
 from .originals import Originals
 
@@ -194,7 +196,7 @@ def apply(
 
 
 def _drifted(host: Host, xml: str, live_xml: str | None) -> bool:
-    from ..audit import live_drift
+    from ..placement.audit import live_drift
 
     return bool(live_xml) and live_drift(host, xml, live_xml) is not None
 

@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from lxml import etree
 
 from .. import config as config_mod
-from .. import driver, facts, profiles, xmlsafe
+from .. import driver, profiles
+from ..placement import facts
+from ..xml import xmlsafe
 from ..driver import Result, rewrite
 from ..errors import InvalidInput, Unsupported, VmtuneError
 from ..host import Host
-from ..model import TAG, Domain
+from ..xml.model import TAG, Domain
 
 RANKS = {"dedicated": 0, "pinned": 1, "node": 2, "float": 3}
 

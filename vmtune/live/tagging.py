@@ -11,8 +11,10 @@ from __future__ import annotations
 from xml.sax.saxutils import quoteattr
 
 from .. import config as config_mod
-from .. import profiles, undo, xmlsafe
-from ..model import NS, Domain
+from .. import profiles
+from ..record import undo
+from ..xml import xmlsafe
+from ..xml.model import NS, Domain
 from . import connect
 
 PREFIX = "vmtune"
@@ -39,7 +41,7 @@ def tag(dom, profile: str, config: config_mod.Config | None = None) -> str | Non
     lv = connect.libvirt()
     now = _definition(dom)
     before = now.tagged_profile
-    # vmtune's record of its changes stays with the tag (vmtune/undo.py), as XML with our prefix
+    # vmtune's record of its changes stays with the tag (vmtune/record/undo.py), as XML with our prefix
     kept = "".join(etree.tostring(r, encoding="unicode", with_tail=False) for r in undo.records(now.node))
     dom.setMetadata(lv.VIR_DOMAIN_METADATA_ELEMENT, f"<tune profile={quoteattr(profile)}>{kept}</tune>", PREFIX, NS,
                     lv.VIR_DOMAIN_AFFECT_CONFIG)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from lxml import etree
 
-from .. import cpuset, xmltext
-from ..edits import E, Set, clone, show
-from ..model import KIB, CellRef
+from .. import cpuset
+from ..xml import xmltext
+from ..xml.edits import E, Set, clone, show
+from ..xml.model import KIB, CellRef
 from . import _hmat
 from ._xml import comments
 

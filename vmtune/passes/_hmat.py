@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from lxml import etree
 
-from .. import cpuset, xmltext
-from ..edits import E, clone
+from .. import cpuset
+from ..xml import xmltext
+from ..xml.edits import E, clone
 
 LOCAL = 10  # libvirt's and ACPI's distance of a cell to itself
 

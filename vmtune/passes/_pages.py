@@ -11,8 +11,8 @@ so does the device.
 
 from __future__ import annotations
 
-from ..edits import Set
-from ..model import MemoryDevice
+from ..xml.edits import Set
+from ..xml.model import MemoryDevice
 
 
 def rounding(cells, dom, size: int) -> list[str]:

@@ -2,7 +2,7 @@
 
 from lxml import etree
 
-from ..edits import E, Put, clone, insert
+from ..xml.edits import E, Put, clone, insert
 
 
 def copy(el: etree._Element | None, tag: str, drop: tuple[str, ...] = ()) -> etree._Element:

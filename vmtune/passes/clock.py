@@ -1,7 +1,7 @@
 """Timers: no HPET, kvm-clock on (not for Windows, nor where KVM is hidden), hypervclock for Windows."""
 
-from .. import guestos
-from ..model import Domain
+from ..xml import guestos
+from ..xml.model import Domain
 
 
 def run(ctx, dom):

@@ -1,7 +1,7 @@
 """<cpu mode>: the host's CPU as it is (host-passthrough), or TCG's widest model (maximum)."""
 
-from ..edits import Remove, Warn
-from ..model import Domain
+from ..xml.edits import Remove, Warn
+from ..xml.model import Domain
 from ..profiles import CpuMode
 
 # modes a domain migrates with between hosts whose CPUs differ: libvirt expands host-model to a

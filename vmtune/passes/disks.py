@@ -1,6 +1,6 @@
 """Disks: virtio-blk with vdX names, cache='none' io='native'; emptied SCSI controllers go.
 
-Which disks move depends on the guest (vmtune/guestos.py), for a disk on a bus the guest has no
+Which disks move depends on the guest (vmtune/xml/guestos.py), for a disk on a bus the guest has no
 driver for vanishes from it, and a boot disk that does cannot boot:
 
 - the boot disk moves under ``boot_disk = "auto"`` (the default) when the guest is known to have
@@ -17,10 +17,10 @@ Every disk that moves, and every one that stays against the profile, is named in
 import re
 from dataclasses import dataclass
 
-from .. import guestos
-from ..edits import Remove, Warn
+from ..xml import guestos
+from ..xml.edits import Remove, Warn
 from ..errors import Unsupported
-from ..model import Controller, Disk
+from ..xml.model import Controller, Disk
 from ..profiles import BootDisk
 
 NATIVE_IO_TYPES = (Disk.TYPE_FILE, "block", "volume")

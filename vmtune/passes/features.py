@@ -6,8 +6,8 @@ written only beside hint-dedicated: Linux's cpuidle-haltpoll, which uses it, loa
 hint (KVM_HINTS_REALTIME).
 """
 
-from .. import guestos
-from ..model import Domain
+from ..xml import guestos
+from ..xml.model import Domain
 
 SPINLOCK_RETRIES = 8191  # what virt-install writes; libvirt takes 4095 and more
 # each enlightenment, and the other fields it is written with

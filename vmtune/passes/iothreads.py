@@ -1,7 +1,7 @@
 """IOThreads: at least one per guest NUMA cell, and every virtio disk assigned to one."""
 
-from ..edits import E, Put, clone
-from ..model import Disk, Domain, fill_iothread_ids
+from ..xml.edits import E, Put, clone
+from ..xml.model import Disk, Domain, fill_iothread_ids
 
 
 def _valid(disk: Disk, ids: list[int]) -> bool:

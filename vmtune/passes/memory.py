@@ -1,8 +1,9 @@
 """<memoryBacking> (hugepages, nosharepages, locked) and the balloon."""
 
-from .. import cpuset, units
-from ..edits import E, Put, Remove, insert
-from ..model import KIB, Domain
+from .. import cpuset
+from ..xml import units
+from ..xml.edits import E, Put, Remove, insert
+from ..xml.model import KIB, Domain
 from . import _pages
 from ._xml import comments, copy, put_under
 

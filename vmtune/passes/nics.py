@@ -1,8 +1,8 @@
 """NICs: virtio-net with vhost and one queue per vCPU (at most max_queues)."""
 
-from .. import guestos
-from ..edits import Warn
-from ..model import Interface
+from ..xml import guestos
+from ..xml.edits import Warn
+from ..xml.model import Interface
 
 
 def run(ctx, dom):

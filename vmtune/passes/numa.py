@@ -1,8 +1,9 @@
 """<numatune> and guest NUMA cells: memory bound to the nodes the vCPUs run on."""
 
-from .. import cpuset, units, xmltext
-from ..edits import E, Put, Remove
-from ..model import Domain
+from .. import cpuset
+from ..xml import units, xmltext
+from ..xml.edits import E, Put, Remove
+from ..xml.model import Domain
 from ..profiles import Pinning
 from . import _cells
 from ._xml import comments, copy, put_under

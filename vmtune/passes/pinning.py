@@ -6,15 +6,17 @@ real-time emulator or iothread gets a CPU of its own (placement ``rt``); the dom
 subset is kept as it is, and the profile's scheduler goes to ``realtime_vcpus`` only where the
 domain has none. Under the other profiles, which give no thread a CPU of its own, the real-time
 policy goes, with a warning. The hand's ``<emulatorpin>`` and ``<iothreadpin>`` stay where they
-avoid the dedicated CPUs (vmtune/intent.py).
+avoid the dedicated CPUs (vmtune/placement/intent.py).
 """
 
 from lxml import etree
 
-from .. import cpuset, housekeeping, intent, xmltext
-from ..edits import E, Put, Remove, Warn, clone, insert
-from ..model import Domain
-from ..placement import taken_cores
+from .. import cpuset
+from ..placement import housekeeping, intent
+from ..xml import xmltext
+from ..xml.edits import E, Put, Remove, Warn, clone, insert
+from ..xml.model import Domain
+from ..placement.search import taken_cores
 from ..profiles import Pinning
 
 PINS = ("vcpupin", "emulatorpin", "iothreadpin")

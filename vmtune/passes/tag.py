@@ -2,8 +2,8 @@
 
 from lxml import etree
 
-from ..edits import Put
-from ..model import NSMAP, TAG, Tag
+from ..xml.edits import Put
+from ..xml.model import NSMAP, TAG, Tag
 
 
 def run(ctx, dom):

@@ -2,8 +2,8 @@
 one socket per guest NUMA cell, and one die per L3 domain when the vCPUs span several with equal
 shares (QEMU gives each x86 die its own L3, so the guest sees which vCPUs share one)."""
 
-from ..edits import E, Warn
-from ..model import Domain
+from ..xml.edits import E, Warn
+from ..xml.model import Domain
 from ._xml import put_under
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 from ... import cpuset
-from ...systemd import systemctl
+from ...host.systemd import systemctl
 from ...host import sysfs as files
 from . import base
 from .base import Item, Key, Kind, Listing, key_of, name_of, printable, register, valid

@@ -1,0 +1,314 @@
+"""Edits: what a pass wants changed, and the one driver that applies them.
+
+A pass never touches the tree. It returns edits anchored on elements of the tree it was shown:
+
+    Set(anchor, "driver/@cache", "none", reason)    set (or, with None, remove) an attribute or text
+    Put(parent, element, reason)                    put a whole child in place of the same-tag one
+    Remove(element, reason)                         remove an element
+    Warn(message)                                   no change, a warning for the user
+
+A pass gets a Set from the field's declaration (vmtune/xml/model.py): ``Disk.cache.edit(disk, "none",
+reason)``. New elements are inserted in libvirt's canonical order, so output is deterministic.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from copy import deepcopy
+from dataclasses import dataclass, replace
+from typing import Union
+
+from lxml import etree
+
+from . import xmltext
+
+# libvirt's order of children (virDomainDefFormat and friends); unknown tags keep their place.
+ORDER: dict[str, tuple[str, ...]] = {
+    "domain": (
+        "name", "uuid", "genid", "title", "description", "metadata", "maxMemory", "memory",
+        "currentMemory", "blkiotune", "memtune", "memoryBacking", "vcpu", "vcpus", "iothreads",
+        "iothreadids", "defaultiothread", "cputune", "numatune", "resource", "sysinfo",
+        "bootloader", "bootloader_args", "os", "idmap", "features", "cpu", "clock", "on_poweroff",
+        "on_reboot", "on_crash", "on_lockfailure", "pm", "perf", "devices", "seclabel", "keywrap",
+        "launchSecurity",
+    ),
+    "cpu": ("model", "vendor", "topology", "cache", "maxphysaddr", "feature", "numa"),
+    "cputune": (
+        "shares", "period", "quota", "global_period", "global_quota", "emulator_period",
+        "emulator_quota", "iothread_period", "iothread_quota", "vcpupin", "emulatorpin",
+        "iothreadpin", "vcpusched", "iothreadsched", "emulatorsched", "cachetune", "memorytune",
+    ),
+    "numatune": ("memory", "memnode"),
+    "memtune": ("hard_limit", "soft_limit", "swap_hard_limit", "min_guarantee"),
+    "memoryBacking": ("hugepages", "nosharepages", "locked", "source", "access", "allocation", "discard"),
+    "features": (
+        "acpi", "apic", "pae", "hap", "viridian", "privnet", "hyperv", "kvm", "xen", "pvspinlock",
+        "pmu", "vmport", "gic", "smm", "ioapic", "hpt", "htm", "nested-hv", "msrs", "ccf-assist",
+        "cfpc", "sbbc", "ibs", "tcg", "async-teardown", "ras", "ps2",
+    ),
+    "hyperv": (
+        "relaxed", "vapic", "spinlocks", "vpindex", "runtime", "synic", "stimer", "reset",
+        "vendor_id", "frequencies", "reenlightenment", "tlbflush", "ipi", "evmcs", "avic",
+        "emsr_bitmap", "xmm_input",
+    ),
+    "kvm": ("hidden", "hint-dedicated", "poll-control", "pv-ipi", "dirty-ring"),
+    "disk": (
+        "driver", "source", "backingStore", "backenddomain", "geometry", "blockio", "target",
+        "iotune", "boot", "readonly", "shareable", "transient", "serial", "wwn", "vendor",
+        "product", "encryption", "auth", "alias", "address",
+    ),
+    "memory": ("uuid", "source", "target", "address", "alias", "acpi"),  # a memory device, not <domain><memory>
+    "interface": (
+        "mac", "source", "virtualport", "ip", "route", "script", "downscript", "backenddomain",
+        "target", "guest", "model", "driver", "backend", "tune", "teaming", "rom", "link",
+        "mtu", "coalesce", "bandwidth", "vlan", "port", "boot", "alias", "address", "acpi",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Set:
+    anchor: etree._Element
+    path: str  # "a/b/@attr", "@attr" or "a/b" (text)
+    value: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Put:
+    parent: etree._Element
+    element: etree._Element
+    reason: str
+
+
+@dataclass(frozen=True)
+class Remove:
+    element: etree._Element
+    reason: str
+
+
+@dataclass(frozen=True)
+class Warn:
+    message: str
+
+
+Edit = Union[Set, Put, Remove, Warn]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change made to the domain: where, what was there, what is there now, and why."""
+
+    element: str  # XPath of the element (and /@attr) touched
+    before: str | None
+    after: str | None
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"element": self.element, "before": self.before, "after": self.after, "reason": self.reason}
+
+
+def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Element, text: str | None = None) -> etree._Element:
+    """Build a detached element; attribute values are stringified, None values dropped."""
+    el = etree.Element(tag, {k: str(v) for k, v in attrs.items() if v is not None} if attrs else None)
+    for child in children:
+        el.append(child)
+    if text is not None:
+        el.text = text
+    return el
+
+
+def clone(el: etree._Element) -> etree._Element:
+    """A detached deep copy of ``el`` without its tail: an element, a comment or a processing
+    instruction (libvirt keeps comments and PIs wherever they are, and so does vmtune)."""
+    out = deepcopy(el)
+    out.tail = None
+    return out
+
+
+def show(el: etree._Element | None) -> str | None:
+    """An element as one line of XML (for change records)."""
+    if el is None:
+        return None
+    for e in el.iter():
+        text, tail = e.text, (e.tail if e is not el else None)
+        if (text is not None and not text.strip()) or (tail is not None and not tail.strip()):
+            break
+    else:  # no layout to drop (an element vmtune built): written as it is, without a copy
+        return etree.tostring(el, encoding="unicode", with_tail=False)
+    copy = clone(el)
+    for e in copy.iter():
+        if e.text is not None and not e.text.strip():
+            e.text = None
+        if e.tail is not None and not e.tail.strip():
+            e.tail = None  # layout only; the text after a comment inside a value stays
+    return etree.tostring(copy, encoding="unicode")
+
+
+_RANKS: dict[str, dict[str, int]] = {parent: {name: i for i, name in enumerate(order)} for parent, order in ORDER.items()}
+
+
+def insert(parent: etree._Element, child: etree._Element) -> None:
+    """Insert ``child`` into ``parent`` at its canonical place among the existing children."""
+    ranks = _RANKS.get(xmltext.local_name(parent.tag))
+    rank = None if ranks is None else ranks.get(xmltext.local_name(child.tag))
+    if rank is None or _after_all(parent, ranks, rank):  # the usual case (pins added one by one): no scan
+        parent.append(child)
+        return
+    position = None
+    for i, existing in enumerate(parent):
+        other = ranks.get(xmltext.local_name(existing.tag))
+        if other is None:
+            continue
+        if other <= rank:
+            position = i + 1
+        elif position is None:
+            position = i
+            break
+    if position is None:
+        parent.append(child)
+    else:
+        parent.insert(position, child)
+
+
+def _after_all(parent: etree._Element, ranks: dict[str, int], rank: int) -> bool:
+    """Whether ``insert``'s scan would put a child of ``rank`` at the very end: the first and the last
+    ordered children rank at most ``rank``, and the last child is that last ordered one. Two
+    lookups from the ends, so adding N pins one by one costs N, not N squared."""
+    first = last = None
+    for existing in parent:
+        first = ranks.get(xmltext.local_name(existing.tag))
+        if first is not None:
+            break
+    if first is None or first > rank:
+        return False
+    tail = parent[-1]
+    last = ranks.get(xmltext.local_name(tail.tag))
+    return last is not None and last <= rank
+
+
+_STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
+
+
+def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> etree._Element | None:
+    """Follow ``a/b[@name='x']/c`` below ``anchor``, creating missing steps when ``create``."""
+    node = anchor
+    for step in _steps(elem_path):
+        nxt = xmltext.find(node, step)
+        if nxt is None:
+            if not create:
+                return None
+            match = _STEP.match(step)
+            if match is None:
+                raise ValueError(f"cannot create path step {step!r}")
+            tag, attr, value = match.groups()
+            nxt = etree.Element(tag)
+            if attr:
+                nxt.set(attr, value)
+            if watch is not None:
+                watch.touch(node, True)
+            insert(node, nxt)
+        node = nxt
+    return node
+
+
+@functools.lru_cache(maxsize=512)
+def _steps(elem_path: str) -> tuple[str, ...]:
+    """The steps of an element path (``a/./b`` -> a, b), remembered: the passes use a few dozen."""
+    return tuple(s for s in elem_path.split("/") if s and s != ".")
+
+
+@functools.lru_cache(maxsize=512)
+def split_path(path: str) -> tuple[str, str | None]:
+    """A Set's path as (element path, attribute): ``"a/b/@x"`` -> ``("a/b", "x")``, ``"@x"`` ->
+    ``("", "x")``, ``"a/b"`` (the text of b) -> ``("a/b", None)``."""
+    elem, _, attr = path.rpartition("@") if "@" in path else (path, "", "")
+    return elem.rstrip("/"), attr or None
+
+
+def _path(el: etree._Element) -> str:
+    return el.getroottree().getpath(el)
+
+
+def apply(edit: Edit, watch=None) -> Change | None:
+    """Apply one edit; return the Change it made, or None when it changed nothing."""
+    done = applied(edit, watch)
+    return done.change if done is not None else None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A Change and the element it touched (None: an element it removed), for ``settle``."""
+
+    change: Change
+    node: etree._Element | None
+    attr: str | None = None
+
+
+def settle(done: list[Applied], root: etree._Element) -> list[Change]:
+    """The changes, each naming its element by its XPath in ``root`` as the edits left it: a path
+    taken when an edit was applied goes stale when a later edit adds a sibling of its tag (the one
+    ``timer`` is then ``timer[1]``, and ``timer`` names both) or removes one before it. An element
+    no longer in ``root`` (removed, or replaced whole) keeps the path it had."""
+    out = []
+    for d in done:
+        if d.node is None or d.node.getroottree().getroot() is not root:
+            out.append(d.change)
+            continue
+        where = _path(d.node) + (f"/@{d.attr}" if d.attr else "")
+        out.append(d.change if where == d.change.element else replace(d.change, element=where))
+    return out
+
+
+def applied(edit: Edit, watch=None) -> Applied | None:
+    """``apply``, with the element the Change is about (``settle``). ``watch`` (a markup.Source)
+    is told of each node before it changes (``touch``), so that the domain's text keeps every byte
+    of what did not."""
+    if isinstance(edit, Set):
+        elem_path, attr = split_path(edit.path)
+        node = _walk(edit.anchor, elem_path, edit.value is not None, watch)
+        if node is None:
+            return None
+        if attr:
+            before = node.get(attr)
+            if before == edit.value:
+                return None
+            if watch is not None:
+                watch.touch(node)
+            if edit.value is None:
+                del node.attrib[attr]
+            else:
+                node.set(attr, edit.value)
+            return Applied(Change(f"{_path(node)}/@{attr}", before, edit.value, edit.reason), node, attr)
+        before = xmltext.text(node).strip() or None
+        if before == edit.value:
+            return None
+        if watch is not None:
+            watch.touch(node)
+        xmltext.set_text(node, edit.value)  # the whole value: text after a comment too
+        return Applied(Change(_path(node), before, edit.value, edit.reason), node)
+    if isinstance(edit, Put):
+        old = edit.parent.find(edit.element.tag)
+        before = show(old)
+        after = show(edit.element)
+        if before == after:
+            return None
+        if watch is not None:
+            watch.touch(edit.parent, True)
+        if old is not None:
+            old.addprevious(edit.element)
+            edit.parent.remove(old)
+        else:
+            insert(edit.parent, edit.element)
+        return Applied(Change(_path(edit.element), before, after, edit.reason), edit.element)
+    if isinstance(edit, Remove):
+        parent = edit.element.getparent()
+        if parent is None:
+            return None
+        where, before = _path(edit.element), show(edit.element)
+        if watch is not None:
+            watch.touch(parent, True)
+        parent.remove(edit.element)
+        return Applied(Change(where, before, None, edit.reason), None)
+    return None

@@ -1,0 +1,133 @@
+"""Where nodes stand in a domain's text, found by the line lxml read each on (``sourceline``), so
+that the text is not read through: the writer (vmtune/xml/textkeep.py) only needs where the nodes it
+changes and their neighbours stand.
+
+A node is found at the first ``<`` of its line when its start tag is there: so ``virsh dumpxml``
+and virt-manager lay every node out. Each is checked: its name, its place after the one before
+it, nothing but whitespace between siblings, the end tag's name. Where anything does not hold (a
+document on one line, two nodes on a line, a start tag over several lines) the answer is None, and
+markup.scan reads the text through instead.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import accumulate
+
+from lxml import etree
+
+_START = re.compile(r"""<([^\s/>!?]+)(?:\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|'[^']*'))*\s*/?>""")
+
+
+def lines(text: str) -> list[int]:
+    """Where each line starts (line N at index N - 1), as libxml2 counts them."""
+    return list(accumulate(map((1).__add__, map(len, text.split("\n"))), initial=0))
+
+
+def _blank(text: str, lo: int, hi: int) -> bool:
+    return lo == hi or text[lo:hi].isspace()
+
+
+def raw_name(node) -> str:
+    """An element's name as written (with its prefix)."""
+    local = etree.QName(node).localname if node.tag[:1] == "{" else node.tag
+    return f"{node.prefix}:{local}" if node.prefix else local
+
+
+def root(text: str, starts: list[int], tree) -> tuple | None:
+    """(start, head, close, end) of the root element, or None."""
+    line = tree.sourceline
+    if not line or line >= len(starts):
+        return None
+    start = text.find("<", starts[line - 1], starts[line])
+    name = raw_name(tree)
+    m = _START.match(text, start) if start >= 0 else None
+    if m is None or m.group(1) != name or text[m.end() - 2] == "/":
+        return None
+    end = len(text.rstrip())
+    close = text.rfind("<", m.end(), end)
+    if close < 0 or text[close:end] != f"</{name}>":
+        return None
+    return start, m.end(), close, end
+
+
+class Placed:
+    """The markup of an element's children ``olds`` (as given, between the end of its start tag
+    ``head`` and its end tag ``close``), each found by its line when asked (``[i]``: a tuple
+    (start, head, close, end, element); close None for an empty element tag, element False for a
+    comment or PI). Unplaced where one cannot be told this way."""
+
+    def __init__(self, text: str, starts: list[int], head: int, close: int, olds: list, unplaced: type):
+        self.text, self.lines, self.head, self.close, self.olds = text, starts, head, close, olds
+        self._starts: dict[int, int] = {len(olds): close}
+        self._ends: dict[int, int] = {-1: head}
+        self.unplaced = unplaced
+
+    def __len__(self) -> int:
+        return len(self.olds)
+
+    def start(self, i: int) -> int:
+        """Where child ``i`` starts (``close`` past the last)."""
+        found = self._starts.get(i)
+        if found is None:
+            node, text, lines = self.olds[i], self.text, self.lines
+            line = node.sourceline
+            if not line or line >= len(lines):
+                raise self.unplaced(i)
+            found = text.find("<", max(lines[line - 1], self.head), lines[line])
+            if found < 0 or not (_named(text, found, _name_of(node)) if isinstance(node.tag, str) else
+                                 text.startswith(_other(node), found)):
+                raise self.unplaced(i)
+            self._starts[i] = found
+        return found
+
+    def end(self, i: int) -> int:
+        """Where child ``i`` ends (``head`` before the first): the last '>' before the next,
+        with nothing but whitespace between."""
+        found = self._ends.get(i)
+        if found is None:
+            starts = self._starts
+            nxt = starts.get(i + 1)
+            if nxt is None:
+                nxt = self.start(i + 1)
+            start = starts.get(i)
+            found = self.text.rfind(">", self.start(i) if start is None else start, nxt) + 1
+            if found <= 0 or not _blank(self.text, found, nxt):
+                raise self.unplaced(i)
+            self._ends[i] = found
+        return found
+
+    def __getitem__(self, i: int) -> tuple:
+        if i < 0:
+            i += len(self.olds)
+        text, node = self.text, self.olds[i]
+        start, end = self.start(i), self.end(i)
+        if not _blank(text, self.end(i - 1), start):
+            raise self.unplaced(i)
+        if not isinstance(node.tag, str):
+            return start, end, None, end, False
+        m = _START.match(text, start)
+        if m is None or m.end() > end:
+            raise self.unplaced(i)
+        if m.end() == end and text[end - 2] == "/":
+            return start, end, None, end, True
+        close = text.rfind("<", m.end(), end)
+        if text[close:end] != f"</{_name_of(node)}>":
+            raise self.unplaced(i)
+        return start, m.end(), close, end, True
+
+
+def _named(text: str, at: int, name: str) -> bool:
+    """Whether a start tag of element ``name`` is at ``at``."""
+    after = at + 1 + len(name)
+    return text.startswith(name, at + 1) and text[after:after + 1] in (" ", "\t", "\r", "\n", "/", ">")
+
+
+def _name_of(node) -> str:
+    tag = node.tag
+    return raw_name(node) if tag[:1] == "{" else tag
+
+
+def _other(node) -> str:
+    """A comment's or PI's text as lxml writes it (as it was given)."""
+    return etree.tostring(node, encoding="unicode", with_tail=False)
