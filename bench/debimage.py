@@ -1,5 +1,5 @@
 """Guest-image plumbing shared by the benchmark's guest (bench/guestimage.py) and the test guest
-(tests/guest.py, tests/libvirt_env.py): find the linux-image package behind a kernel metapackage,
+(tests/fixtures/guest.py, tests/fixtures/libvirt_env.py): find the linux-image package behind a kernel metapackage,
 unpack members of a downloaded .deb without installing it (no maintainer script runs), write a newc
 cpio archive, and point a domain at such a kernel and initramfs with a file serial console.
 """

@@ -3,7 +3,7 @@
 ``build()`` returns an ``Image`` (kernel, initrd, the programs, the host-side echo server), built
 once and cached under CACHE_DIR (world-readable, so the qemu process can open them). The kernel is
 the generic ``linux-image-amd64``: it has e1000 and ata_piix/ahci as modules, which the stock
-variant's emulated NIC and disk need (the cloud kernel that tests/guest.py uses lacks them). The
+variant's emulated NIC and disk need (the cloud kernel that tests/fixtures/guest.py uses lacks them). The
 packages are fetched with ``apt-get download`` and unpacked with ``dpkg-deb``: nothing is installed
 and no maintainer script runs. The package holds no modules.dep, so the modules' dependencies are
 read from their ``.modinfo`` sections.
