@@ -2,19 +2,23 @@
 
 Pure functions of (host, reserved CPUs, ledger, request). A dedicated vCPU gets a host CPU on a
 physical core that nobody else uses: not the host's reserved cores, not a core that holds
-another domain's dedicated CPU. Among the places that fit, the rules, in order:
+another domain's dedicated CPU. Among the places that fit, the rules, in order (``Score``: one
+named field each, compared in this order):
 
-1. the fewest NUMA nodes;
-2. the nodes of the devices it uses (``Anchor``): a passthrough device's node must be one of the
+1. the fewest vCPUs outside the user's bound (``<vcpu cpuset>``, hand pins: vmtune/intent.py),
+   where there is one;
+2. the fewest NUMA nodes (without a bound they come first: the search stops at the fewest that fit);
+3. the nodes of the devices it uses (``Anchor``): a passthrough device's node must be one of the
    domain's nodes under ``required`` and should be under ``preferred``; a backing device's (a
    block device, a macvtap or bridge port) should be;
-3. the fewest L3 domains (``Host.caches``; one over two nodes counts once), the one that fits
-   best when one holds it all: the one left with the fewest whole free cores, which keeps large
-   holes for large domains (corepick.py);
-4. performance cores on a hybrid host: only those under ``cpu_kinds = "performance"``, first
+4. the fewest L3 domains (``Host.caches``; one over two nodes counts once), the larger L3 per vCPU,
+   and the one that fits best: left with the fewest whole free cores, which keeps large holes for
+   large domains (corepick.py);
+5. performance cores on a hybrid host: only those under ``cpu_kinds = "performance"``, first
    under ``"any"``;
-5. then, as before caches were known: hugepages over none, even shares, short distances, and the
-   spread across nodes (or the packing, with ``placement = "pack"``).
+6. then, as before caches were known: the pool as it is over the domain's own pages kept short,
+   hugepages over none, even shares, short distances, and the spread across nodes (or the
+   packing, with ``placement = "pack"``); the lowest node ids last.
 
 A host without cache information, core kinds or devices is placed exactly as before them.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import combinations
+from typing import NamedTuple
 
 from . import corepick, housekeeping, memfit, placenotes
 from .. import cpuset
@@ -34,6 +39,26 @@ from .locality import Anchor
 from ..profiles import CpuKinds, DeviceLocality, Pinning
 
 MIB = 1024
+
+
+class Score(NamedTuple):
+    """A place for a dedicated domain, scored by the rules in order: the lowest score wins, field
+    by field (a tuple's order). Each field is a rule; ``placenotes.reasons`` says the deciding ones."""
+
+    outside: int  # vCPUs outside the user's bound (<vcpu cpuset>, hand pins): the fewest first
+    nodes: int  # NUMA nodes taken (0 where the search stops at the fewest that fit)
+    passthrough_away: int  # nodes of its passthrough devices it misses (device_locality)
+    backing_away: int  # nodes of its backing devices (disks, macvtap or bridge ports) it misses
+    l3_domains: int  # L3 domains taken (one over two nodes counts once)
+    less_cache: float  # minus the L3 KiB per vCPU: the larger cache first
+    whole_left: int  # whole free cores left in the L3 domains taken: the tightest fit first
+    efficiency: int  # efficiency threads taken on a hybrid host
+    pages_short: bool  # the domain's own hugepages kept while the pool is short now
+    no_hugepages: bool  # normal pages where hugepages were wanted
+    uneven: bool  # vCPUs split unevenly over the nodes
+    distance: int  # the NUMA distances between the nodes taken
+    room: int  # free CPUs on the nodes: the most first to spread, the fewest first to pack
+    node_ids: tuple[int, ...]  # the lowest node ids, last: the same input, the same place
 
 
 @dataclass(frozen=True)
@@ -207,9 +232,9 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
                 l3, cache, left, small, picks = _score(host, groups, sizes, nodes, shares, req.smt, prefer)
                 threads = [[t for _, chosen in picked for t in chosen] for picked in picks]
                 outside = 0 if req.within is None else sum(t not in req.within for ts in threads for t in ts)
-                key = (outside, 0 if fewest else k) + off + (
-                    l3, -cache, left, small, fit.short, fit.size is None, any(a != shares[0] for a in shares),
-                    _distance(host, nodes), -room if req.spread else room, nodes)
+                key = Score(outside, 0 if fewest else k, *off, l3, -cache, left, small, fit.short, fit.size is None,
+                            any(a != shares[0] for a in shares), _distance(host, nodes),
+                            -room if req.spread else room, nodes)
                 if best is None or key < best[0]:
                     best = (key, nodes, threads, fit)
         if best is not None and fewest:
