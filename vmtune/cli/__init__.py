@@ -45,7 +45,16 @@ EXIT_CODES = (
     (130, "interrupted (Ctrl-C)"),
 )
 
-COMMANDS = {**offline.COMMANDS, **live.COMMANDS, **doctor.COMMANDS, **hostmap.COMMANDS, **status.COMMANDS}
+# The subcommands, by module, in the order --help lists them: each module has COMMANDS (name ->
+# its function) and add_parsers. A new subcommand is a module here and its place in this list.
+GROUPS = (
+    offline,  # rewrite, untune, topology, profiles, hook
+    live,     # tag, untag, apply, revert, plan: domains libvirt already knows
+    doctor,   # doctor: what is wrong with this host
+    hostmap,  # map: a picture of the host
+    status,   # status: what the hook is doing now
+)
+COMMANDS = {name: run for group in GROUPS for name, run in group.COMMANDS.items()}
 
 
 class Parser(argparse.ArgumentParser):
@@ -70,12 +79,9 @@ def parser() -> argparse.ArgumentParser:
         "(hook, status). Every COMMAND --help ends with examples."))
     parser.add_argument("--version", action="version", version=f"vmtune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    offline.add_parsers(sub)  # rewrite, untune, topology, profiles, hook
-    live.add_parsers(sub)     # tag, untag, apply, revert, plan: domains libvirt already knows
-    doctor.add_parsers(sub)   # doctor: what is wrong with this host
-    hostmap.add_parsers(sub)  # map: a picture of the host
-    status.add_parsers(sub)   # status: what the hook is doing now
-    helptext.decorate(sub)    # every --help ends with examples
+    for group in GROUPS:
+        group.add_parsers(sub)
+    helptext.decorate(sub)  # every --help ends with examples
     return parser
 
 
