@@ -79,8 +79,8 @@ def _problems(dom: Domain, host: Host, ledger: Ledger, required: bool = False) -
             out.append(f"vCPUs run on node(s) {cpuset.format(far)} outside the memory nodeset")
     if required and vcpu_cpus and vcpu_cpus <= online:
         nodes = {host.cpus[c].node for c in vcpu_cpus}
-        out += [f"{use.what} is on node {where.node}, away from its vCPUs (node {cpuset.format(nodes)})"
-                for use, where in locality.locate(host, dom).located if where.constrains and where.node not in nodes]
+        out += [f"{device.what} is on node {device.node}, away from its vCPUs (node {cpuset.format(nodes)})"
+                for device in locality.away(locality.locate(host, dom).anchors, nodes)]
     return out
 
 

@@ -358,12 +358,11 @@ def _devices(host: Host, doms: list[_Dom], known: dict[str, profiles.Profile | N
         prof = known.get(d.row.profile) if d.row.profile else None
         if prof is None or not prof.dedicated or not d.row.nodes or not d.claim.passthrough:
             continue
-        for use, where in locality.locate(host, d.dom).located:
-            if where.constrains and where.node not in d.row.nodes:
-                out.append(Problem(DEVICE_REMOTE, (d.row.name,), nodes=(where.node,), message=(
-                    f"{d.row.name} ({d.row.profile}) runs on node(s) {cpuset.format(d.row.nodes)}, and its "
-                    f"{use.what} is on node {where.node}: every DMA and interrupt crosses nodes "
-                    f"(vmtune apply {d.row.name} places it beside the device)")))
+        for device in locality.away(locality.locate(host, d.dom).anchors, d.row.nodes):
+            out.append(Problem(DEVICE_REMOTE, (d.row.name,), nodes=(device.node,), message=(
+                f"{d.row.name} ({d.row.profile}) runs on node(s) {cpuset.format(d.row.nodes)}, and its "
+                f"{device.what} is on node {device.node}: every DMA and interrupt crosses nodes "
+                f"(vmtune apply {d.row.name} places it beside the device)")))
     for a, b in combinations(doms, 2):
         both = a.claim.passthrough & b.claim.passthrough
         if both:

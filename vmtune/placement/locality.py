@@ -29,6 +29,13 @@ class Anchor:
     passthrough: bool = True
 
 
+def away(anchors, nodes) -> list[Anchor]:
+    """The passthrough devices among ``anchors`` that hang off a node outside ``nodes``: the one
+    rule of "a device away from the domain's nodes" (the placement and its warnings, the audit's
+    device-remote, the hook's re-pin under ``required``)."""
+    return [a for a in anchors if a.passthrough and a.node not in nodes]
+
+
 @dataclass(frozen=True)
 class Use:
     """One host device a domain uses."""

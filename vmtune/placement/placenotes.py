@@ -5,6 +5,7 @@ device nodes that decided the place)."""
 from __future__ import annotations
 
 from .. import cpuset
+from . import locality
 from ..xml import units
 from ..host import Host
 from ..profiles import DeviceLocality
@@ -16,7 +17,7 @@ def far(req, nodes) -> list[str]:
         return []
     return [f"{a.what} is on node {a.node}, and the domain is placed on node(s) {cpuset.format(nodes)}: there is no "
             f"room for it on node {a.node} (device_locality = \"{req.locality}\")"
-            for a in req.anchors if a.passthrough and a.node not in nodes]
+            for a in locality.away(req.anchors, nodes)]
 
 
 def reasons(host: Host, req, nodes, pins: list[int], caches: list[int | None]) -> list[str]:
