@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import cpuset
 from ..config import Config
-from ..host import sysfs as files
+from ..host import sysfs as host_sysfs
 from ..roots import Roots
 
 LEVELS = ("OK", "INFO", "SKIP", "WARN", "FAIL")
@@ -103,7 +103,7 @@ class Context:
 
     def read(self, where: str, rel: str) -> str | None:
         """The file's text, stripped; None when the tree is not given or the file is missing or unreadable."""
-        return files.value(self.path(where, rel)) if self.has(where) else None
+        return host_sysfs.value(self.path(where, rel)) if self.has(where) else None
 
     def exists(self, where: str, rel: str) -> bool:
         return self.has(where) and os.path.lexists(self.path(where, rel))
@@ -118,11 +118,11 @@ class Context:
 
     def cpuinfo(self) -> list[dict[str, str]]:
         """/proc/cpuinfo as one dict per processor (empty when there is no proc tree)."""
-        return files.cpuinfo(self.roots.proc) if self.has("proc") else []
+        return host_sysfs.cpuinfo(self.roots.proc) if self.has("proc") else []
 
     def cpus(self) -> list[int]:
         """The online CPUs (``devices/system/cpu/online``, else every ``cpuN`` directory)."""
-        return files.online_cpus(self.roots.sysfs) if self.has("sysfs") else []
+        return host_sysfs.online_cpus(self.roots.sysfs) if self.has("sysfs") else []
 
     def cmdline(self) -> list[str]:
         """The kernel's parameters (what follows ``--`` goes to init, not the kernel)."""

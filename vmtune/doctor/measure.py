@@ -25,7 +25,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from ..host import sysfs as files
+from ..host import sysfs as host_sysfs
 
 SECONDS = 0.2
 SYSCALL_NR = {"x86_64": 298, "aarch64": 241, "ppc64le": 319, "ppc64": 319, "s390x": 331, "i686": 336,
@@ -83,7 +83,7 @@ def spin(seconds: float) -> int:
 
 
 def _cpuinfo_mhz(proc: str, cpu: int) -> float | None:
-    for fields in files.cpuinfo(proc):
+    for fields in host_sysfs.cpuinfo(proc):
         if fields.get("processor") == str(cpu):
             if "aperfmperf" not in fields.get("flags", "").split():
                 return None
@@ -95,7 +95,7 @@ def _cpuinfo_mhz(proc: str, cpu: int) -> float | None:
 
 
 def _cur_freq_mhz(sysfs: str, cpu: int) -> float | None:
-    khz = files.number(os.path.join(sysfs, files.CPU_DIR, f"cpu{cpu}/cpufreq/scaling_cur_freq"))
+    khz = host_sysfs.number(os.path.join(sysfs, host_sysfs.CPU_DIR, f"cpu{cpu}/cpufreq/scaling_cur_freq"))
     return None if khz is None else khz / 1000
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import cpuset
-from ..host import sysfs as files
+from ..host import sysfs
 from ..hoststate.kinds.tasks import PF_NO_SETAFFINITY, TICK, cgroups_of, comm_of, libvirt_pids, stat_fields
 from .findings import Context, Finding, maker
 from .hookstate import libvirt_rundir, load, state_path
@@ -97,11 +97,11 @@ def _threads(proc: str, rundir: str, held: frozenset[int]) -> dict[str, tuple[in
         except OSError:
             continue
         for tid in tids:
-            text = files.text(os.path.join(proc, pid, "task", tid, "stat")) or ""
+            text = sysfs.text(os.path.join(proc, pid, "task", tid, "stat")) or ""
             f = stat_fields(text)
             if not f or len(f) < 37 or not f[36].isdigit() or int(f[36]) not in held:
                 continue
-            status = files.text(os.path.join(proc, pid, "task", tid, "status")) or ""
+            status = sysfs.text(os.path.join(proc, pid, "task", tid, "status")) or ""
             allowed = re.search(r"Cpus_allowed_list:\s*(\S+)", status)
             elsewhere = bool(allowed) and bool(cpuset.parse(allowed.group(1)) - held)
             out[f"{comm_of(text)}[{tid}]"] = (int(f[36]), int(f[11]) + int(f[12]),

@@ -11,7 +11,7 @@ import os
 import time
 from collections import Counter
 
-from ..host import sysfs as files
+from ..host import sysfs as host_sysfs
 from ..hoststate import alive
 from ..hoststate.document import Damaged
 from ..hoststate.statedir import peek
@@ -21,13 +21,13 @@ from .build import HookView, LeaseView
 def page_totals(sysfs: str) -> dict[tuple[int, int], int]:
     """(node, page size KiB) -> pages in the pool (``nr_hugepages``), per node; a kernel without
     NUMA has its pools under ``kernel/mm/hugepages``, node 0's."""
-    node_dir = os.path.join(sysfs, files.NODE_DIR)
+    node_dir = os.path.join(sysfs, host_sysfs.NODE_DIR)
     if not os.path.isdir(node_dir):
-        return {(0, size): n for size, n in files.pools(os.path.join(sysfs, files.POOLS_DIR), "nr_hugepages").items()}
+        return {(0, size): n for size, n in host_sysfs.pools(os.path.join(sysfs, host_sysfs.POOLS_DIR), "nr_hugepages").items()}
     out = {}
     for name in os.listdir(node_dir):
         if name.startswith("node") and name[4:].isdigit():
-            pools = files.pools(os.path.join(node_dir, name, "hugepages"), "nr_hugepages")
+            pools = host_sysfs.pools(os.path.join(node_dir, name, "hugepages"), "nr_hugepages")
             out.update(((int(name[4:]), size), n) for size, n in pools.items())
     return out
 

@@ -6,7 +6,7 @@ memnode, ``<memory>`` or the device's own nodemask, in every numatune mode). Mem
 ``numatune`` does not bind to nodes (no nodeset, ``placement='auto'``) is left to the kernel: it is
 neither counted nor topped up.
 
-Pools are the ``pool`` kind (kinds/files.py): ``nr_hugepages`` and ``free_hugepages`` under
+Pools are the ``pool`` kind (kinds/host_sysfs.py): ``nr_hugepages`` and ``free_hugepages`` under
 ``devices/system/node/nodeN/hugepages/hugepages-<size>kB``, keyed ``Pool(node, size)`` (size in
 KiB; ``N:S`` in the state, as claims.py prints them), written through the kind. The kind is
 counted: a lease records what it needs and what its prepare added (``PoolShare``), never a value
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from .. import cpuset
 from ..placement import facts
-from ..host import sysfs as files
+from ..host import sysfs as host_sysfs
 from ..host.sysfs import NODE_DIR
 from .document import Lease, PoolShare, pool_step
 from .kinds import KINDS, Item, Pool, base, read_file
@@ -51,7 +51,7 @@ class Shortage(Exception):
 
 def default_size(roots) -> int:
     """The kernel's default hugepage size: ``Hugepagesize`` in meminfo, else the smallest size."""
-    found = files.default_page_kib(roots.sysfs, roots.proc)
+    found = host_sysfs.default_page_kib(roots.sysfs, roots.proc)
     return DEFAULT_SIZE_KIB if found is None else found
 
 

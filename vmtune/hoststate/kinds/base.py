@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from ... import cpuset
 from ...errors import InvalidInput
-from ...host import sysfs as files
+from ...host import sysfs as host_sysfs
 
 
 # -- names ------------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def printable(name: str) -> str:
 def read_file(root: str, rel: str) -> str | None:
     """The value of the host file ``root/rel``, stripped; None when it does not exist (any other
     error is raised)."""
-    return files.value(os.path.join(root, rel), absent=FileNotFoundError)
+    return host_sysfs.value(os.path.join(root, rel), absent=FileNotFoundError)
 
 
 def write_file(root: str, rel: str, value: str) -> None:
@@ -288,7 +288,7 @@ class Kind:
 
     def read(self, item: Item) -> str | None:
         """The live value, read again (after a write: what the kernel made of it); None: unreadable."""
-        return files.value(item.where)
+        return host_sysfs.value(item.where)
 
     def write(self, item: Item, value: str) -> None:
         write_file(item.root, item.rel, value)

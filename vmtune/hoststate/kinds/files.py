@@ -26,7 +26,7 @@ from collections.abc import Collection, Iterable, Iterator
 from typing import ClassVar, NamedTuple
 
 from ...errors import InvalidInput
-from ...host import sysfs as files
+from ...host import sysfs as host_sysfs
 from ...host.sysfs import CPU_DIR, NODE_DIR
 from .base import KINDS, Item, Key, Kind, Listing, digits, inside, key_of, name_of, printable, read_file, register, valid
 from .tasks import GONE, Gone
@@ -253,7 +253,7 @@ class SysctlValue(Kind):
         path = os.path.join(roots.proc, key.rel)
         if not os.path.exists(path):
             return GONE
-        raw = files.value(path)
+        raw = host_sysfs.value(path)
         return None if raw is None else Item(key, raw, key.name, roots.proc, key.rel)
 
     def isolated(self, item: Item, before: str, cpus: frozenset[int], online: frozenset[int]) -> str | None:
@@ -263,7 +263,7 @@ class SysctlValue(Kind):
 
 def _valid(key: Key, root: str, rel: str, label: str) -> Item | None:
     """The item of the file ``root/rel``; None when it cannot be read, or not as CPUs (a warning)."""
-    raw = files.value(os.path.join(root, rel))
+    raw = host_sysfs.value(os.path.join(root, rel))
     return None if raw is None else valid(Item(key, raw, label, root, rel))
 
 

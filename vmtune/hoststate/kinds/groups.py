@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from ... import cpuset
 from ...host.systemd import systemctl
-from ...host import sysfs as files
+from ...host import sysfs
 from . import base
 from .base import Item, Key, Kind, Listing, key_of, name_of, printable, register, valid
 from .tasks import GONE, Gone
@@ -85,11 +85,11 @@ class CgroupCpuset(GroupKind):
 
 def cgroup_v2_cpuset(cgroupfs: str) -> bool:
     """Whether ``cgroupfs`` is a cgroup v2 root with the cpuset controller."""
-    return "cpuset" in (files.value(os.path.join(cgroupfs, "cgroup.controllers")) or "").split()
+    return "cpuset" in (sysfs.value(os.path.join(cgroupfs, "cgroup.controllers")) or "").split()
 
 
 def _group_full(cgroupfs: str, online: frozenset[int]) -> frozenset[int]:
-    root_cpus = files.value(os.path.join(cgroupfs, "cpuset.cpus.effective"))
+    root_cpus = sysfs.value(os.path.join(cgroupfs, "cpuset.cpus.effective"))
     return cpuset.parse(root_cpus) if root_cpus else online
 
 
@@ -98,7 +98,7 @@ def _group(cgroupfs: str, name: str, full: frozenset[int]) -> Item | None:
     folder = os.path.join(cgroupfs, name)
     if is_machine_group(name) or os.path.islink(folder) or not os.path.isdir(folder):
         return None
-    raw = files.value(os.path.join(folder, "cpuset.cpus"))
+    raw = sysfs.value(os.path.join(folder, "cpuset.cpus"))
     if raw is None:
         return None
     return valid(Item(Cgroup(name), raw, f"cgroup {printable(name)}", cgroupfs, os.path.join(name, "cpuset.cpus"),
@@ -201,7 +201,7 @@ def drop_ins(unit: str) -> list[str]:
 
 def remove_drop_in(path: str) -> None:
     """Remove a runtime drop-in that sets nothing but ``AllowedCPUs`` (and its folder, when empty)."""
-    text = files.value(path)
+    text = sysfs.value(path)
     if text is None:
         return
     lines = [x.strip() for x in text.splitlines() if x.strip() and not x.lstrip().startswith(("#", ";", "["))]

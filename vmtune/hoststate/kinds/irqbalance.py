@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from ... import cpuset
 from ...errors import InvalidInput
-from ...host import sysfs as files
+from ...host import sysfs as host_sysfs
 from .base import Item, Key, Kind, Listing, digits, register
 from .tasks import GONE, Gone, Started, named, stat_fields
 
@@ -94,7 +94,7 @@ def address(roots, pid: int) -> str | bytes | None:
 def own_ban(roots, pid: int) -> frozenset[int]:
     """What ``settings cpus NULL`` gives back: the ban of the daemon's environment, else the
     kernel's isolated and nohz_full CPUs."""
-    environ = (files.text(os.path.join(roots.proc, str(pid), "environ")) or "").split("\0")
+    environ = (host_sysfs.text(os.path.join(roots.proc, str(pid), "environ")) or "").split("\0")
     found = dict(v.split("=", 1) for v in environ if "=" in v)
     for name, parse in zip(ENV, (cpuset.parse_mask, cpuset.parse)):
         if found.get(name, "").strip():
@@ -102,9 +102,9 @@ def own_ban(roots, pid: int) -> frozenset[int]:
                 return parse(found[name].strip())
             except InvalidInput:
                 return frozenset()
-    cpu_dir = os.path.join(roots.sysfs, files.CPU_DIR)
-    return files.cpu_list(files.text(os.path.join(cpu_dir, "isolated"))) | \
-        files.cpu_list(files.text(os.path.join(cpu_dir, "nohz_full")))
+    cpu_dir = os.path.join(roots.sysfs, host_sysfs.CPU_DIR)
+    return host_sysfs.cpu_list(host_sysfs.text(os.path.join(cpu_dir, "isolated"))) | \
+        host_sysfs.cpu_list(host_sysfs.text(os.path.join(cpu_dir, "nohz_full")))
 
 
 @register
@@ -170,7 +170,7 @@ class IrqbalanceBan(Kind):
 
 def started(proc: str, pid: int) -> int | None:
     """The start time of process ``pid`` (``/proc/PID/stat`` field 22); None when it is gone."""
-    fields = stat_fields(files.text(os.path.join(proc, str(pid), "stat")) or "")
+    fields = stat_fields(host_sysfs.text(os.path.join(proc, str(pid), "stat")) or "")
     return int(fields[19]) if fields and len(fields) > 19 and fields[19].isdigit() else None
 
 

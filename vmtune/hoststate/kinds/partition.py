@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from typing import ClassVar, NamedTuple
 
 from ... import cpuset
-from ...host import sysfs as files
+from ...host import sysfs
 from .base import KINDS, Item, Key, Kind, Listing, inside, key_of, name_of, printable, register, write_list
 from .tasks import GONE, Gone
 
@@ -86,7 +86,7 @@ def _plain_path(cgroupfs: str, path: str) -> bool:
 def vcpu_groups(proc: str, cgroupfs: str, pid: int) -> list[str]:
     """The vCPU groups (``…/vcpuN``) of the QEMU ``pid``, by their path under the cgroup root: the
     siblings of its own (emulator) group, or the children of it."""
-    text = files.text(os.path.join(proc, str(pid), "cgroup")) or ""
+    text = sysfs.text(os.path.join(proc, str(pid), "cgroup")) or ""
     own = next((line[3:].strip("/") for line in text.splitlines() if line.startswith("0::")), None)
     if not own:
         return []
@@ -106,7 +106,7 @@ def wanted(roots, claims: Iterable[PartitionClaim]) -> dict[str, frozenset[int]]
     out: dict[str, frozenset[int]] = {}
     for claim in claims:
         for path in vcpu_groups(roots.proc, roots.cgroupfs, claim.pid):
-            raw = files.value(os.path.join(roots.cgroupfs, path, "cpuset.cpus"))
+            raw = sysfs.value(os.path.join(roots.cgroupfs, path, "cpuset.cpus"))
             try:
                 cpus = cpuset.parse(raw) if raw else frozenset()
             except Exception:  # noqa: BLE001 - not a CPU list: no partition there
@@ -119,7 +119,7 @@ def wanted(roots, claims: Iterable[PartitionClaim]) -> dict[str, frozenset[int]]
 def _cpuset_on(cgroupfs: str, path: str) -> bool:
     """Whether the group's parent gives it the cpuset controller."""
     parent = os.path.join(cgroupfs, os.path.dirname(path))
-    return "cpuset" in (files.value(os.path.join(parent, "cgroup.subtree_control")) or "").split()
+    return "cpuset" in (sysfs.value(os.path.join(parent, "cgroup.subtree_control")) or "").split()
 
 
 def _ancestors(path: str) -> list[str]:
@@ -151,7 +151,7 @@ class GroupFile(Kind):
         folder = os.path.join(roots.cgroupfs, key.path)
         if not os.path.isdir(folder):
             return GONE
-        raw = files.value(os.path.join(folder, self.leaf))
+        raw = sysfs.value(os.path.join(folder, self.leaf))
         if raw is None and not _cpuset_on(roots.cgroupfs, key.path):
             raw = ""  # the parent turned the cpuset controller off (systemd does, once no unit needs it): unset
         if raw is None:
@@ -231,7 +231,7 @@ def _depth(entry: tuple[str, frozenset[int]]) -> tuple[int, str]:
 def isolated(roots) -> frozenset[int]:
     """The CPUs the kernel holds in isolated partitions: the root's ``cpuset.cpus.isolated`` (none
     when it is missing or unreadable)."""
-    raw = files.value(os.path.join(roots.cgroupfs, "cpuset.cpus.isolated")) or ""
+    raw = sysfs.value(os.path.join(roots.cgroupfs, "cpuset.cpus.isolated")) or ""
     try:
         return cpuset.parse(raw) if raw else frozenset()
     except Exception:  # noqa: BLE001 - unreadable: none held
@@ -246,7 +246,7 @@ def refused(roots, pid: int, cpus: frozenset[int]) -> str | None:
     if not want:
         return f"no vCPU group of its QEMU (pid {pid}) under {roots.cgroupfs} is pinned inside CPUs {cpuset.format(cpus)}"
     for path in sorted(want):
-        says = files.value(os.path.join(roots.cgroupfs, path, "cpuset.cpus.partition")) or ""
+        says = sysfs.value(os.path.join(roots.cgroupfs, path, "cpuset.cpus.partition")) or ""
         if says != ISOLATED:
             return f"the kernel says {printable(path)} is {says or 'unreadable'!r}"
     missing = frozenset().union(*want.values()) - isolated(roots)

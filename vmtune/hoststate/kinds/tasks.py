@@ -29,7 +29,7 @@ import re
 from collections.abc import Collection, Iterable, Iterator
 
 from ... import cpuset
-from ...host import sysfs as files
+from ...host import sysfs
 from .base import Item, Key, Kind, Listing, digits, register
 
 PF_NO_SETAFFINITY = 0x04000000
@@ -91,7 +91,7 @@ class TaskAffinity(Kind):
         setaffinity(item.key.tid, cpuset.parse(value))  # type: ignore[attr-defined]
 
     def read(self, item: Item) -> str | None:
-        return affinity(files.text(item.where) or "")
+        return affinity(sysfs.text(item.where) or "")
 
     def lookup(self, key: Task, roots, online: frozenset[int] = frozenset()) -> Item | Gone | None:
         return lookup(roots.proc, key)
@@ -107,7 +107,7 @@ def libvirt_pids(rundir: str) -> frozenset[int]:
         return frozenset()
     for name in names:
         if name.endswith(".pid") and name[:-4] + ".xml" in names:
-            text = (files.text(os.path.join(rundir, name)) or "").strip()
+            text = (sysfs.text(os.path.join(rundir, name)) or "").strip()
             if text.isdigit():
                 out.add(int(text))
     return frozenset(out)
@@ -116,7 +116,7 @@ def libvirt_pids(rundir: str) -> frozenset[int]:
 def cgroups_of(proc: str, pid: str) -> tuple[bool, str]:
     """(whether the process is in one of libvirt's cgroups, its cgroup v2 top-level group)."""
     libvirt, top = False, ""
-    for line in (files.text(os.path.join(proc, pid, "cgroup")) or "").splitlines():
+    for line in (sysfs.text(os.path.join(proc, pid, "cgroup")) or "").splitlines():
         hier, _, path = line.partition(":")[2].partition(":")
         if LIBVIRT_GROUP.search(path):
             libvirt = True
@@ -149,7 +149,7 @@ def named(proc: str, comm: str) -> list[int]:
         pids = sorted((p for p in os.listdir(proc) if p.isdigit()), key=int)
     except OSError:
         return []
-    return [int(p) for p in pids if (files.text(os.path.join(proc, p, "comm")) or "").strip() == comm]
+    return [int(p) for p in pids if (sysfs.text(os.path.join(proc, p, "comm")) or "").strip() == comm]
 
 
 def scan(proc: str, rundir: str, covered: Collection[str] = (), only: Collection[int] | None = None,
@@ -188,9 +188,9 @@ KTHREAD = Item(Task(0, 0), "", "")  # a thread the kernel keeps where it is
 def _thread(proc: str, pid: str, tid: str, top: str) -> Item | None:
     """The thread ``/proc/P/task/T``; None when it exited while we looked."""
     rel = os.path.join(pid, "task", tid)
-    stat = files.text(os.path.join(proc, rel, "stat"))
+    stat = sysfs.text(os.path.join(proc, rel, "stat"))
     fields = stat_fields(stat or "")
-    mask = affinity(files.text(os.path.join(proc, rel, "status")) or "")
+    mask = affinity(sysfs.text(os.path.join(proc, rel, "status")) or "")
     if not fields or len(fields) < 20 or mask is None:
         return None
     try:
