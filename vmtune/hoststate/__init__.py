@@ -6,7 +6,7 @@ One model, the way tuned's plugins are one model, with stricter restore rules:
                  items are keyed, found, read, parsed, formatted, written and validated
     record.py    the one record type (before, after, journal mark) and the rules that judge it:
                  a value changed by hand is left alone; a restore the kernel refuses is kept
-    engine.py    the driver: journal, write, read back, settle, restore, verify
+    engine.py    the engine: journal, write, read back, settle, restore, verify
     document.py  the state file's shape, and its reader, built from the kinds
     statedir.py  the state folder: the lock, atomic commits, damage set aside
     tuning.py    governors, EPP, C-states, KSM: the knobs a latency host wants

@@ -1,4 +1,4 @@
-"""The driver: journal, write, read back, settle, restore; for any kind, with tuned's lifecycle.
+"""The host-state engine: journal, write, read back, settle, restore; for any kind, with tuned's lifecycle.
 
 A ``Knob`` is a key and the value vmtune wants in it. The lifecycle of a change:
 
