@@ -25,7 +25,7 @@ from lxml import etree
 from conftest import CORPUS, EXAMPLES, ROOT
 from fixtures import devtrees
 from fixtures.hosttrees import caps_xml, hosts, machines, write_sysfs
-from vmtune.placement import facts
+from vmtune.placement import holdings
 from vmtune.xml.model import Domain
 from vmtune import cpuset
 from vmtune.cli import main
@@ -215,7 +215,7 @@ def test_corpus_hosts_with_rewritten_claims(path):
     dedicated = [c for c in hostmap.cpus if c.role == Role.DEDICATED]
     assert {c.id for c in dedicated} == set().union(*(d.dedicated for d in hostmap.domains)) & set(host.cpus)
     # a dedicated CPU is a vCPU's, or a real-time emulator's or iothread's (a CPU of its own)
-    rt = [facts.rt_helpers(Domain(etree.fromstring(x.encode()))) for x in xmls]
+    rt = [holdings.rt_helpers(Domain(etree.fromstring(x.encode()))) for x in xmls]
     assert all(c.holder is not None and (c.holder.thread == "vcpu") != (c.id in rt[c.holder.domain])
                for c in dedicated)
     assert len(data["domains"]) == len(xmls)

@@ -198,7 +198,7 @@ def load(name: str, user_dir: str | None = None) -> Profile:
 @functools.lru_cache(maxsize=None)
 def builtin(name: str) -> Profile | None:
     """Built-in profile ``name`` as vmtune ships it (no user file read), or None for a name vmtune
-    does not ship: what a profile's name alone says of a domain tagged with it (``facts.dedicated``)."""
+    does not ship: what a profile's name alone says of a domain tagged with it (``holdings.dedicated``)."""
     return _build(name, _chain(name, None, builtin_only=True)) if name in BUILTIN else None
 
 

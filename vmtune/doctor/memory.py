@@ -2,7 +2,7 @@
 and automatic NUMA balancing.
 
 A domain backed by hugepages (``<memoryBacking><hugepages>``) needs its pages on the host nodes
-its numatune names, else anywhere (vmtune.placement.audit's rows, by the rules of vmtune/placement/facts.py). A running domain already holds
+its numatune names, else anywhere (vmtune.placement.audit's rows, by the rules of vmtune/placement/holdings.py). A running domain already holds
 its pages, so the pool must not be smaller than what running domains hold (or they cannot start
 again); a defined domain that is not running needs its pages free.
 """

@@ -64,7 +64,7 @@ def _request(name: str, root, dom, roots, dedicated: bool):
     """The lease a latency domain asks for. Every CPU and node list of its XML is checked against
     the host first (bounds.py: an id past the last possible CPU is an error, found before any range
     is expanded), so one domain's XML can never make the hook do more work than the host has CPUs."""
-    from ..placement import facts
+    from ..placement import holdings
     from ..errors import InvalidInput
     from ..host.sysfs import cpu_limit
     from ..hoststate import pages
@@ -76,7 +76,7 @@ def _request(name: str, root, dom, roots, dedicated: bool):
     error = None
     try:
         bounds.check(root, cpu_limit(roots.sysfs))  # first: every list below is bounded by the host
-        cpus = facts.pinned(dom)
+        cpus = holdings.pinned(dom)
         need = pages.needs(dom, lambda: pages.default_size(roots))
     except InvalidInput as exc:
         error = str(exc)

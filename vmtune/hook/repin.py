@@ -25,7 +25,7 @@ import logging
 from lxml import etree
 
 from .. import cpuset, profiles
-from ..placement import facts, locality
+from ..placement import holdings, locality
 from ..xml import splice
 from ..placement.claims import Claim, Ledger
 from ..errors import DoesNotFit
@@ -58,7 +58,7 @@ def _problems(dom: Domain, host: Host, ledger: Ledger, required: bool = False) -
     online = frozenset(host.cpus)
     if len(dom.vcpupins()) < dom.vcpus:
         out.append("not every vCPU is pinned")
-    vcpu_cpus = facts.pinned(dom)
+    vcpu_cpus = holdings.pinned(dom)
     if not vcpu_cpus <= online:
         out.append(f"CPUs {cpuset.format(vcpu_cpus - online)} are not online here")
     taken = taken_cores(host, ledger.dedicated)

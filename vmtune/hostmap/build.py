@@ -2,13 +2,13 @@
 
 ``build`` makes the model that the terminal view (text.py), the SVG (svg.py) and the JSON
 (``HostMap.to_dict``) draw. It decides nothing of its own: the domains' rows, problems and bound
-memory are ``audit.audit``'s (claims.py and facts.py rules), where each thread may run is
-``facts.reach``, the reserved CPUs are ``Host.reserved``, the cores are ``Host.cores``.
+memory are ``audit.audit``'s (claims.py and holdings.py rules), where each thread may run is
+``holdings.reach``, the reserved CPUs are ``Host.reserved``, the cores are ``Host.cores``.
 
 A CPU's role, the first that holds:
 
 ``offline``    the host has it, but it is offline now
-``dedicated``  a domain's vCPU holds it for itself (``facts.dedicated``: tagged latency or realtime
+``dedicated``  a domain's vCPU holds it for itself (``holdings.dedicated``: tagged latency or realtime
                with pins, or every vCPU pinned alone), or its real-time emulator or iothread does
 ``reserved``   kept for the host, emulators and iothreads (``Host.reserved``)
 ``shared``     threads of domains that do not hold it for themselves are pinned there
@@ -39,7 +39,7 @@ from typing import NamedTuple
 from ..placement import audit as audit_mod
 from .. import config as config_mod
 from .. import cpuset
-from ..placement import facts
+from ..placement import holdings
 from ..host import Host
 from ..host.sysfs import EFFICIENCY
 from ..placement.search import taken_cores
@@ -284,7 +284,7 @@ class HostMap:
 def _threads(dom) -> tuple[tuple[PinnedThread, ...], list[int]]:
     """Where each thread may run by a pin or the ``<vcpu cpuset>`` (floating threads left out); and
     the ids of ``<vcpupin>``s that name no vCPU of the domain (left out too)."""
-    r = facts.reach(dom, frozenset())  # no pin, no cpuset: the empty set, pinned nowhere
+    r = holdings.reach(dom, frozenset())  # no pin, no cpuset: the empty set, pinned nowhere
     pins = dom.vcpupins()
     stray = sorted(v for v in pins if not 0 <= v < dom.vcpus)
     vcpus = {**{v: r.default for v in range(dom.vcpus)}, **{v: c for v, c in pins.items() if 0 <= v < dom.vcpus}}
@@ -328,7 +328,7 @@ def _pins_by_cpu(doms: list[MapDomain]) -> dict[int, list[Pin]]:
 def _cpu(cpu: int, offline: bool, pins: list[Pin], doms: list[MapDomain], reserved: frozenset[int],
          isolated: frozenset[int], taken: frozenset[int], problems: tuple[str, ...]) -> MapCpu:
     # a dedicated CPU's holder: the vCPU pinned there, else the real-time emulator or iothread
-    # (facts.rt_helpers) that has it to itself
+    # (holdings.rt_helpers) that has it to itself
     holders = [p for p in pins if p.thread == Thread.VCPU and cpu in doms[p.domain].dedicated]
     holders = holders or [p for p in pins if cpu in doms[p.domain].dedicated]
     if offline:

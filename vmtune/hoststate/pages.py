@@ -1,7 +1,7 @@
 """Hugepages for a latency domain: the top-up at ``prepare begin`` and the give-back at ``release end``.
 
 What a domain needs (``needs``): the hugepages it takes from each host node's pool, by the rules
-of facts.py (libvirt's: a page size per guest cell, DIMM and virtio-mem device; the host nodes of its
+of holdings.py (libvirt's: a page size per guest cell, DIMM and virtio-mem device; the host nodes of its
 memnode, ``<memory>`` or the device's own nodemask, in every numatune mode). Memory that
 ``numatune`` does not bind to nodes (no nodeset, ``placement='auto'``) is left to the kernel: it is
 neither counted nor topped up.
@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 
 from .. import cpuset
-from ..placement import facts
+from ..placement import holdings
 from ..host import sysfs as host_sysfs
 from ..host.sysfs import NODE_DIR
 from .document import Lease, PoolShare, pool_step
@@ -57,8 +57,8 @@ def default_size(roots) -> int:
 
 def needs(dom, default: Callable[[], int]) -> dict[Pool, int]:
     """Pages per pool that ``dom`` (a model.Domain) takes from host nodes its numatune names
-    (facts.memory: the one rule, the rewriter's ledger uses it too)."""
-    pages = facts.memory(dom, default, cpuset.MAX_NUMA_NODES).hugepages
+    (holdings.memory: the one rule, the rewriter's ledger uses it too)."""
+    pages = holdings.memory(dom, default, cpuset.MAX_NUMA_NODES).hugepages
     return {Pool(node, size): count for (node, size), count in pages.items()}
 
 

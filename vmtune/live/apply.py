@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ..placement import claims as claims_mod
 from .. import config as config_mod
 from .. import cpuset
-from ..placement import facts
+from ..placement import holdings
 from ..xml import xmlsafe
 from ..errors import InvalidInput, VmtuneError
 from ..host import Host
@@ -119,10 +119,10 @@ def cpumap(cpus: frozenset[int], ncpus: int) -> tuple[bool, ...]:
 def move_live(conn, dom, new_xml: str, host: Host) -> dict:
     """Pin a running domain's vCPUs, emulator and iothreads as ``new_xml`` says, now
     (VIR_DOMAIN_AFFECT_LIVE). Threads without a pin of their own go where libvirt would start them
-    (facts.reach: the ``<vcpu cpuset>``, else every host CPU)."""
+    (holdings.reach: the ``<vcpu cpuset>``, else every host CPU)."""
     live = connect.libvirt().VIR_DOMAIN_AFFECT_LIVE
     ncpus = conn.getCPUMap()[0]
-    reach = facts.reach(Domain(xmlsafe.parse(new_xml, "domain XML")), frozenset(c for c in host.cpus if c < ncpus))
+    reach = holdings.reach(Domain(xmlsafe.parse(new_xml, "domain XML")), frozenset(c for c in host.cpus if c < ncpus))
     moved: dict = {"vcpus": {}, "emulator": None, "iothreads": {}}
     for vcpu in sorted(info[0] for info in dom.vcpus()[0]):
         cpus = reach.vcpu(vcpu)

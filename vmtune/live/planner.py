@@ -29,7 +29,7 @@ from lxml import etree
 
 from .. import config as config_mod
 from .. import driver, profiles
-from ..placement import facts
+from ..placement import holdings
 from ..xml import xmlsafe
 from ..driver import Result, rewrite
 from ..errors import InvalidInput, Unsupported, VmtuneError
@@ -86,7 +86,7 @@ def rank(target: Target, host: Host, config: config_mod.Config) -> tuple:
     except InvalidInput:
         prof = profiles.Profile(name)  # floats; its rewrite will say what is wrong
     group = "dedicated" if prof.dedicated else "node" if prof.cpu_pinning == profiles.Pinning.NODE else "float"
-    if not prof.dedicated and facts.pinned_alone(dom):
+    if not prof.dedicated and holdings.pinned_alone(dom):
         group = "pinned"
     return (RANKS[group], dom.name or "", dom.uuid or "", target.key)
 

@@ -30,7 +30,7 @@ Raises ``InvalidInput`` (one line, naming the domain's position) when an XML is 
 
 What counts
 -----------
-Every fact about one domain comes from vmtune/placement/facts.py, the rules the rewriter's ledger and the hook
+Every fact about one domain comes from vmtune/placement/holdings.py, the rules the rewriter's ledger and the hook
 use too. A domain is *dedicated* when it holds host CPUs for itself: tagged latency/realtime with
 pins, or every vCPU pinned to one CPU. A thread *can run* on: its
 ``<vcpupin>``/``<emulatorpin>``/``<iothreadpin>`` cpuset, else the ``<vcpu cpuset>``, else every
@@ -77,7 +77,7 @@ from lxml import etree
 from . import claims as claims_mod
 from .. import config as config_mod
 from .. import cpuset, profiles
-from . import facts, housekeeping, locality
+from . import holdings, housekeeping, locality
 from ..xml import units, validate, xmlsafe
 from ..errors import InvalidInput
 from ..host import Host
@@ -227,14 +227,14 @@ def _domain_of(xml: str | bytes, index: int) -> tuple[str, Domain]:
 
 def _reach(dom: Domain, everywhere: frozenset[int]):
     """(where its vCPUs without a pin of their own can run, where its pinned vCPUs can, where its
-    emulator and iothreads can) by facts.reach."""
-    r = facts.reach(dom, everywhere)
+    emulator and iothreads can) by holdings.reach."""
+    r = holdings.reach(dom, everywhere)
     vcpu_reach = r.default if any(v not in r.vcpus for v in range(dom.vcpus)) else frozenset()
     io_reach = frozenset().union(*(r.iothread(i) for i in dom.iothread_ids()))
     other = {"emulator": r.emulator}
     if io_reach:
         other["iothreads"] = io_reach
-    return vcpu_reach, facts.pinned(dom), other
+    return vcpu_reach, holdings.pinned(dom), other
 
 
 def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
@@ -263,7 +263,7 @@ def _read(host: Host, xml: str | bytes, state: str, index: int) -> _Dom:
         hugepages=hugepages,
         pages=pages,
     )
-    return _Dom(row, claim, vcpu_reach, pinned_reach, other, holds_now(state), facts.pinned_alone(dom), dom)
+    return _Dom(row, claim, vcpu_reach, pinned_reach, other, holds_now(state), holdings.pinned_alone(dom), dom)
 
 
 # -- the checks -------------------------------------------------------------------------------------
@@ -483,7 +483,7 @@ def live_drift(host: Host, persistent_xml: str | bytes, live_xml: str | bytes) -
     if "auto" in (persistent.vcpu_placement, live.vcpu_placement):
         return None
     everywhere = frozenset(host.cpus)
-    want, have = facts.shape(persistent, everywhere), facts.shape(live, everywhere)
+    want, have = holdings.shape(persistent, everywhere), holdings.shape(live, everywhere)
     differ = sorted((k for k in want.keys() & have.keys() if want[k] != have[k]),
                     key=lambda k: (k.rstrip("0123456789"), int(k[len(k.rstrip("0123456789")):] or 0)))
     if not differ:

@@ -1,5 +1,5 @@
 """What other domains on the host already hold: dedicated CPUs, strict-bound memory, hugepages
-(each by the rules of facts.py), and the host devices they pass through (locality.py)."""
+(each by the rules of holdings.py), and the host devices they pass through (locality.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from . import facts, housekeeping, locality
+from . import holdings, housekeeping, locality
 from ..xml import validate, xmlsafe
 from ..errors import InvalidInput
 from ..host import Host
@@ -64,9 +64,9 @@ def read(xml: str | bytes, host: Host) -> Claim:
         raise InvalidInput(f"a claim{f' ({name})' if name else ''} must be a <domain>, not <{root.tag}>")
     dom = Domain(root)
     validate.check_counts(dom)
-    mem = facts.memory(dom, lambda: default_page_kib(host))
-    return Claim(dom.name, dom.uuid, dom.tagged_profile, facts.dedicated(dom), facts.pinned(dom),
-                 mem.bound_kib, mem.hugepages, mem.unbound_pages, locality.passthrough(dom), facts.helpers(dom),
+    mem = holdings.memory(dom, lambda: default_page_kib(host))
+    return Claim(dom.name, dom.uuid, dom.tagged_profile, holdings.dedicated(dom), holdings.pinned(dom),
+                 mem.bound_kib, mem.hugepages, mem.unbound_pages, locality.passthrough(dom), holdings.helpers(dom),
                  mem.preferred_kib)
 
 

@@ -1,4 +1,4 @@
-"""The domain facts (vmtune/placement/facts.py): each rule once, and every reader of a rule agrees."""
+"""What a domain holds on a host (vmtune/placement/holdings.py): each rule once, and every reader of a rule agrees."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from fixtures import strategies
 import vmtune
 from conftest import EXAMPLES
-from vmtune.placement import audit, claims, facts
+from vmtune.placement import audit, claims, holdings
 from vmtune import profiles
 from vmtune.xml import xmlsafe
 from vmtune.hoststate import pages as hugepages
@@ -37,8 +37,8 @@ def cells(*mib: int, devices: str = "") -> str:
     return f"<cpu><numa>{cell}</numa></cpu><devices>{devices}</devices>"
 
 
-def memory(xml: str) -> facts.Memory:
-    return facts.memory(dom(xml), lambda: 2048)
+def memory(xml: str) -> holdings.Memory:
+    return holdings.memory(dom(xml), lambda: 2048)
 
 
 # -- every reader agrees ----------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def test_apply_live_moves_threads_where_plan_says_they_run(xml):
         apply.move_live(conn, running, xml, HOST)
     finally:
         apply.connect.libvirt = real
-    shape = facts.shape(d, EVERY)
+    shape = holdings.shape(d, EVERY)
     assert running.pins == {k: v & EVERY for k, v in shape.items()}
     assert audit.live_drift(HOST, xml, xml) is None
 
@@ -96,15 +96,15 @@ def test_a_pin_that_names_no_cpu_pins_nothing():
     an unpinned one runs: every host CPU here."""
     d = dom("<domain><vcpu cpuset=''>2</vcpu><cputune><vcpupin vcpu='0' cpuset=''/><vcpupin vcpu='1'/>"
             "<emulatorpin cpuset=''/></cputune></domain>")
-    assert facts.shape(d, EVERY) == {"vcpu0": EVERY, "vcpu1": EVERY, "emulator": EVERY}
+    assert holdings.shape(d, EVERY) == {"vcpu0": EVERY, "vcpu1": EVERY, "emulator": EVERY}
 
 
 def test_threads_run_on_the_vcpu_cpuset_unless_numad_places_them():
     """Unpinned threads run on the <vcpu cpuset>; with placement='auto' numad chooses: every CPU."""
     static = dom("<domain><vcpu cpuset='2-3'>1</vcpu><iothreads>1</iothreads></domain>")
-    assert facts.shape(static, EVERY) == {"vcpu0": {2, 3}, "emulator": {2, 3}, "iothread1": {2, 3}}
+    assert holdings.shape(static, EVERY) == {"vcpu0": {2, 3}, "emulator": {2, 3}, "iothread1": {2, 3}}
     auto = dom("<domain><vcpu placement='auto' cpuset='2-3'>1</vcpu></domain>")
-    assert facts.reach(auto, EVERY).default == EVERY
+    assert holdings.reach(auto, EVERY).default == EVERY
 
 
 def test_iothread_pins_are_read_by_id_as_the_model_reads_ids():
@@ -112,7 +112,7 @@ def test_iothread_pins_are_read_by_id_as_the_model_reads_ids():
     d = dom("<domain><vcpu>1</vcpu><iothreadids><iothread id='2'/><iothread id='5'/></iothreadids>"
             "<cputune><iothreadpin iothread=' 2' cpuset='3'/><iothreadpin iothread='x' cpuset='4'/>"
             "<iothreadpin iothread='05' cpuset='6'/></cputune></domain>")
-    shape = facts.shape(d, EVERY)
+    shape = holdings.shape(d, EVERY)
     assert (shape["iothread2"], shape["iothread5"]) == ({3}, {6})
 
 
@@ -121,10 +121,10 @@ def test_dedicated_by_tag_or_by_pins_alone():
     pinned alone; otherwise it holds nothing."""
     pins = "<cputune><vcpupin vcpu='0' cpuset='4'/><vcpupin vcpu='1' cpuset='5-6'/></cputune>"
     tag = "<metadata><vmtune:tune xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='latency'/></metadata>"
-    assert facts.dedicated(dom(f"<domain><vcpu>2</vcpu>{pins}</domain>")) == frozenset()
-    assert facts.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{pins}</domain>")) == {4, 5, 6}
+    assert holdings.dedicated(dom(f"<domain><vcpu>2</vcpu>{pins}</domain>")) == frozenset()
+    assert holdings.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{pins}</domain>")) == {4, 5, 6}
     alone = "<cputune><vcpupin vcpu='0' cpuset='4'/><vcpupin vcpu='1' cpuset='6'/></cputune>"
-    assert facts.dedicated(dom(f"<domain><vcpu>2</vcpu>{alone}</domain>")) == {4, 6}
+    assert holdings.dedicated(dom(f"<domain><vcpu>2</vcpu>{alone}</domain>")) == {4, 6}
 
 
 @pytest.mark.parametrize("name", profiles.BUILTIN + ("custom", None))
@@ -137,8 +137,8 @@ def test_dedicated_is_the_tagged_profiles_own_pinning(name):
     shared = "<cputune><vcpupin vcpu='0' cpuset='4-5'/><vcpupin vcpu='1' cpuset='4-5'/></cputune>"
     alone = "<cputune><vcpupin vcpu='0' cpuset='4'/><vcpupin vcpu='1' cpuset='6'/></cputune>"
     prof = profiles.builtin(name) if name else None
-    held_shared = facts.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{shared}</domain>"))
-    held_alone = facts.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{alone}</domain>"))
+    held_shared = holdings.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{shared}</domain>"))
+    held_alone = holdings.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{alone}</domain>"))
     assert held_shared == ({4, 5} if prof is not None and prof.dedicated else frozenset())
     node = prof is not None and prof.cpu_pinning == profiles.Pinning.NODE
     assert held_alone == (frozenset() if node else {4, 6})
@@ -158,10 +158,10 @@ def test_a_cell_no_page_covers_and_a_base_size_page_are_ordinary_memory():
     ordinary pages: normal memory bound to the node, no hugepages."""
     uncovered = domain("<memoryBacking><hugepages><page size='2048' nodeset='0'/></hugepages></memoryBacking>"
                        "<numatune><memory nodeset='1'/></numatune>" + cells(1024, 512))
-    assert memory(uncovered) == facts.Memory({1: 512 * 1024}, {(1, 2048): 512}, {})
-    base = domain(f"<memoryBacking><hugepages><page size='{facts.base_page_kib()}'/></hugepages></memoryBacking>"
+    assert memory(uncovered) == holdings.Memory({1: 512 * 1024}, {(1, 2048): 512}, {})
+    base = domain(f"<memoryBacking><hugepages><page size='{holdings.base_page_kib()}'/></hugepages></memoryBacking>"
                   "<numatune><memory nodeset='0'/></numatune>")
-    assert memory(base) == facts.Memory({0: 2 * GIB}, {}, {})
+    assert memory(base) == holdings.Memory({0: 2 * GIB}, {}, {})
 
 
 def test_without_guest_cells_only_the_page_without_a_nodeset_counts():
@@ -183,7 +183,7 @@ def test_memory_devices_take_their_own_page_size_and_nodes():
                "<node>0</node></target></memory>")
     xml = domain("<numatune><memory nodeset='0'/></numatune>" + cells(1024, devices=devices),
                  "<memory unit='GiB'>4</memory>")
-    assert memory(xml) == facts.Memory({0: GIB, 2: GIB}, {(1, GIB): 1}, {})
+    assert memory(xml) == holdings.Memory({0: GIB, 2: GIB}, {(1, GIB): 1}, {})
 
 
 def test_pages_come_from_the_named_nodes_in_every_mode():
@@ -212,7 +212,7 @@ def test_memory_bound_to_no_node_takes_pages_anywhere():
     """Without a nodeset (or with numad's placement) the pages may come from any node."""
     xml = domain("<memoryBacking><hugepages><page size='1' unit='GiB'/></hugepages></memoryBacking>"
                  "<numatune><memory placement='auto'/></numatune>")
-    assert memory(xml) == facts.Memory({}, {}, {GIB: 2})
+    assert memory(xml) == holdings.Memory({}, {}, {GIB: 2})
     row = audit.audit(HOST, [(xml, "shut off")]).rows[0]
     assert (row.hugepage_kib, row.hugepages, row.pages) == (GIB, {}, {(None, GIB): 2})
     assert row.to_dict()["pages"] == {f"any:{GIB}": 2}
