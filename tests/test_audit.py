@@ -542,3 +542,22 @@ def test_a_waiting_target_is_claimed_as_the_profile_it_is_about_to_get():
     placed = placed_fleet(host, [(dom.format(""), "balanced"), (dom.format(tag), "balanced")])
     report = audit(host, [(xml, "shut off") for xml in placed])
     assert len(placed) == 2 and report.ok, [p.message for p in report.problems]
+
+
+def test_a_sharing_domain_pinned_by_hand_beside_another_audits_clean():
+    """Two latency domains, a throughput one pinned by hand to CPUs 0 and 1, and two balanced ones
+    pinned by hand to CPU 0, on a node of two CPUs (the fleet hypothesis found): what the rewriter
+    keeps of the balanced domains' pins (one CPU per vCPU) is not held as dedicated, so nothing
+    floats onto it."""
+    from vmtune.host import Cell, Cpu
+
+    host = vmtune.Host(arch="x86_64", cells=(Cell(0, (), 1024 * 1024), Cell(1, (0, 1), 1024 * 1024)),
+                       cpus={i: Cpu(i, 1, 1, None, i, frozenset({i})) for i in (0, 1)})
+    uuid = "00000000-0000-4000-8000-000000000001"
+    drawn = [(dom("gen", 1, mib=256, uuid=uuid), "latency"), (dom("gen", 1, mib=256, uuid=uuid), "latency"),
+             (dom("gen", 2, ["0", "1"], mib=256, uuid=uuid), "throughput"),
+             (dom("gen", 1, ["0"], mib=256, uuid=uuid), "balanced"), (dom("gen", 1, ["0"], mib=256, uuid=uuid), "balanced")]
+    placed = placed_fleet(host, drawn)
+    assert len(placed) >= 3
+    report = audit(host, [(xml, "shut off") for xml in placed])
+    assert report.ok, [p.message for p in report.problems]
