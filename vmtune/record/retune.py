@@ -5,17 +5,23 @@ pass set again; and the device addresses libvirt assigned since, which stay.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lxml import etree
 
 from ..xml import xmltext
-from .handmerge import full
+from .handmerge import AttrOp, OrderOp, RemoveOp, TextOp, full
 from ..xml.model import NS, TAG
 from ..xml.xmlkeys import find, keyed
 from ..xml.xmltext import local_name
 
+if TYPE_CHECKING:
+    from ..xml.edits import Change
+    from ..xml.markup import Source
+
 
 # -- what a rewrite of a tuned domain changes ---------------------------------------------------------
-def _bare(el) -> str:
+def _bare(el: etree._Element) -> str:
     """An element as one line without vmtune's record (what a change shows)."""
     from ..xml.edits import show
 
@@ -26,7 +32,7 @@ def _bare(el) -> str:
     return etree.tostring(copy, encoding="unicode")
 
 
-def _value_at(root, path: str, element: bool) -> str | None:
+def _value_at(root: etree._Element, path: str, element: bool) -> str | None:
     """What ``path`` (an XPath a change names) holds in ``root``: an attribute's value, an
     element as one line, or its text; None where there is nothing."""
     elem, _, attr = path.rpartition("/@") if "/@" in path else (path, "", "")
@@ -41,7 +47,7 @@ def _value_at(root, path: str, element: bool) -> str | None:
     return _bare(found[0]) if element else (xmltext.text(found[0]).strip() or None)
 
 
-def against(given, output, changes: list) -> list:
+def against(given: etree._Element, output: etree._Element, changes: list[Change]) -> list[Change]:
     """The changes from ``given`` (a domain vmtune tuned before, as given) to ``output``: the
     passes' own, less those the input had already, with the input's value as ``before``; and what
     taking the old tuning back changed that no pass set again."""
@@ -58,20 +64,20 @@ def against(given, output, changes: list) -> list:
     old = next((t.get("profile") for t in given.iterfind(f"metadata/{TAG}")), None)
     why = f"back as it was before vmtune's {old or 'earlier'} tuning (its record)"
     for op in full(given, output):
-        if op[0] == "o":
+        if isinstance(op, OrderOp):
             continue
-        tree = given if op[0] == "-" else output
-        node = find(tree, op[1])
+        tree = given if isinstance(op, RemoveOp) else output
+        node = find(tree, op.path)
         if node is None:
             continue
         path = tree.getroottree().getpath(node)
-        if op[0] == "a":
-            path += f"/@{op[2]}"
-            before, after = op[3], op[4]
-        elif op[0] == "t":
-            before, after = op[2].strip() or None, op[3].strip() or None
-        elif op[0] == "-":
-            child = dict(keyed(node)).get(tuple(op[3]))
+        if isinstance(op, AttrOp):
+            path += f"/@{op.name}"
+            before, after = op.before, op.after
+        elif isinstance(op, TextOp):
+            before, after = op.before.strip() or None, op.after.strip() or None
+        elif isinstance(op, RemoveOp):
+            child = dict(keyed(node)).get(tuple(op.key))
             if child is None or not xmltext.is_element(child):
                 continue
             path, before, after = tree.getroottree().getpath(child), _bare(child), None
@@ -83,7 +89,7 @@ def against(given, output, changes: list) -> list:
     return out
 
 
-def keep_assigned(given, output, watch=None) -> None:
+def keep_assigned(given: etree._Element, output: etree._Element, watch: Source | None = None) -> None:
     """A disk that vmtune moved before, and that libvirt gave an address of its own since (on its
     new bus), keeps that address when it is tuned again: libvirt's, not vmtune's to drop.
     (``watch``: a markup.Source told of each disk before it changes.)"""
@@ -107,7 +113,7 @@ def keep_assigned(given, output, watch=None) -> None:
             insert(disk, clone(old.find("address")))
 
 
-def _nodes(root, path: str):
+def _nodes(root: etree._Element, path: str) -> tuple[etree._Element, str | None] | None:
     """The element (and attribute name) an XPath of a note or a change names, else None."""
     elem, _, attr = path.rpartition("/@") if "/@" in path else (path, "", "")
     try:
@@ -117,7 +123,7 @@ def _nodes(root, path: str):
     return (found[0], attr or None) if len(found) == 1 and xmltext.is_element(found[0]) else None
 
 
-def truthful(kept, root, changes) -> tuple[str, ...]:
+def truthful(kept: tuple[str, ...], root: etree._Element, changes: list[Change]) -> tuple[str, ...]:
     """The notes of what the hand changed since vmtune's last rewrite ("...: kept"), each still
     true of the output ``root``: where a pass set the value again, the note says so and why."""
     touched = {}

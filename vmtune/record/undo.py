@@ -33,6 +33,7 @@ wins"). A rewrite of a tuned domain starts from there, so ``rewrite(rewrite(x, A
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from lxml import etree
 
@@ -44,11 +45,14 @@ from .unitdiff import TUNED, TUNED_DEVICES, UNDO, VERSION, Snapshot, diff, hold,
 from ..xml.xmlkeys import canon, counted, filled, find, keyed, parse_node, where_of
 from ..xml.xmltext import local_name
 
+if TYPE_CHECKING:
+    from ..xml.markup import Source
+
 __all__ = ["TUNED", "TUNED_DEVICES", "UNDO", "VERSION", "Snapshot", "diff", "hold", "read", "recorded", "records",
            "snapshot", "strip", "take_back", "write"]
 
 
-def write(root: etree._Element, record: dict, watch=None) -> None:
+def write(root: etree._Element, record: dict, watch: Source | None = None) -> None:
     """Put ``record`` into ``root``'s vmtune tag (which the tag pass wrote; ``watch``: a
     markup.Source told of it before it changes)."""
     tag = root.find(f"metadata/{TAG}")
@@ -149,7 +153,7 @@ def take_back(root: etree._Element, restored: dict | None = None) -> tuple[bool,
     return True, notes
 
 
-def _retag(root, record: dict, notes: list[str]) -> None:
+def _retag(root: etree._Element, record: dict, notes: list[str]) -> None:
     """vmtune's tag as it was: the user's own (``vmtune tag``), or none, and no <metadata> that
     vmtune made and left empty; a tag retagged by hand since (another profile) stays, record gone."""
     metadata = root.find("metadata")
@@ -170,7 +174,7 @@ def _retag(root, record: dict, notes: list[str]) -> None:
         metadata.getparent().remove(metadata)  # vmtune made it for its tag
 
 
-def _retag_as(tag, was) -> None:
+def _retag_as(tag: etree._Element, was: etree._Element) -> None:
     """The user's own tag back: ``was``'s attributes and children in ``tag`` (which keeps its
     place, and so its text)."""
     tag.attrib.clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lxml import etree
 
@@ -20,6 +21,9 @@ from ..xml import xmltext
 from ..errors import InvalidInput
 from ..xml.model import NS, TAG
 from ..xml.xmlkeys import SPECIAL, counted, ident_of, parse_node
+
+if TYPE_CHECKING:
+    from ..xml.markup import Source
 
 UNDO = f"{{{NS}}}undo"
 
@@ -36,7 +40,7 @@ TUNED = frozenset(("cpu", "cputune", "numatune", "vcpu", "memtune", "memoryBacki
 TUNED_DEVICES = frozenset(("disk", "interface", "controller", "memballoon", "memory"))
 
 
-def _units(root, paths: dict | None = None, held: dict | None = None) -> dict[tuple, tuple[object, int]]:
+def _units(root: etree._Element, paths: dict | None = None, held: dict | None = None) -> dict[tuple, tuple[object, int]]:
     """The units of ``root`` by their key path (a tuple of keys): (node, index in its parent).
     Only the tuned tags are keyed: an ordinal counts siblings of one ident, which share a tag.
     ``paths`` gets each unit's child indexes from the root; ``held``: a ``<devices>`` -> its units
@@ -74,7 +78,7 @@ def _units(root, paths: dict | None = None, held: dict | None = None) -> dict[tu
     return out
 
 
-def lxml_text(node) -> str:
+def lxml_text(node: etree._Element) -> str:
     """lxml's text of ``node`` (as a record compares and keeps it)."""
     return etree.tostring(node, encoding="unicode", with_tail=False)
 
@@ -89,12 +93,12 @@ class Snapshot:
     metadata: bool
     devices: bool
     where: dict | None = None  # key path -> (child indexes from the root, the unit)
-    source: object = None  # the markup.Source the passes tell of each change (``snapshot``)
+    source: Source | None = None  # the markup.Source the passes tell of each change (``snapshot``)
     blank: dict | None = None  # <devices> or <metadata> of whitespace only -> that whitespace
     held: dict | None = None  # <devices> -> its units (``_units``)
 
 
-def snapshot(root: etree._Element, source=None) -> Snapshot:
+def snapshot(root: etree._Element, source: Source | None = None) -> Snapshot:
     """``root``'s units as text; with ``source`` (a markup.Source of ``root``, told of each change
     before it is made), only where each unit stands: ``source`` keeps the text of those that change,
     and the record gets them as their text was given."""
@@ -118,7 +122,7 @@ def snapshot(root: etree._Element, source=None) -> Snapshot:
                     root.find("metadata") is not None, root.find("devices") is not None, at, source, blank, held)
 
 
-def _inside(source, root, el) -> str:
+def _inside(source: Source | None, root: etree._Element, el: etree._Element) -> str:
     """The whitespace inside ``el`` as given, byte for byte (the parser reads `` \\r\\n`` as
     `` \\n``; ``take_back`` writes it as given)."""
     given = source.given((root.index(el),), el.tag) if source is not None else None
@@ -126,7 +130,7 @@ def _inside(source, root, el) -> str:
     return inside if inside.isspace() else el.text
 
 
-def hold(source, root: etree._Element) -> None:
+def hold(source: Source, root: etree._Element) -> None:
     """Freeze in ``source`` (a markup.Source of ``root``) what ``take_back`` may change: the units
     and ``<metadata>`` (copied, to compare), and the children of ``<domain>`` and ``<devices>``,
     which hold them. Nothing else changes, and is written as given."""
@@ -175,7 +179,7 @@ def diff(before: etree._Element | Snapshot, after: etree._Element) -> dict:
 _BLANK = re.compile(r">\s+<")  # whitespace-only text beside a child, maybe
 
 
-def _new_text(node) -> str:
+def _new_text(node: etree._Element) -> str:
     """A unit as vmtune wrote it, as it reads back (``<cpu>\\n  </cpu>`` given a child: no blank)."""
     written = lxml_text(node)
     if _BLANK.search(written) is None:
@@ -184,7 +188,7 @@ def _new_text(node) -> str:
     return lxml_text(node)
 
 
-def _as_given(source, path: tuple, node, old: str, gone: bool) -> str:
+def _as_given(source: Source, path: tuple, node: etree._Element, old: str, gone: bool) -> str:
     """The text unit ``node`` (``old`` as lxml writes it, at ``path``) was given as, where it reads
     back alone as the same unit (a namespace prefix declared above it would not); else ``old``.
     A unit vmtune removed (``gone``) keeps the whitespace before it too: where it goes back."""
