@@ -235,3 +235,22 @@ def test_xmltext_find_is_lxmls_find_over_the_corpus():
             for step in FIND_PATHS:
                 assert xmltext.find(el, step) is el.find(step), (path.name, el.tag, step)
                 assert list(xmltext.each(el, step)) == list(el.iterfind(step)), (path.name, el.tag, step)
+
+
+def test_each_element_is_declared_once_and_the_tables_come_from_it():
+    """vmtune/xml/elements.py declares each element once; the edits' child order, the keys and the
+    record's units are made from it, not kept apart: a unit is a child of <domain> or <devices> in
+    libvirt's order there, and no tag has two keys or two child orders."""
+    from vmtune.record import unitdiff
+    from vmtune.xml import elements, xmlkeys
+
+    assert edits.ORDER is elements.ORDER and xmlkeys.KEYS is elements.KEYS and xmlkeys.SPECIAL is elements.SPECIAL
+    assert unitdiff.TUNED is elements.TUNED and unitdiff.TUNED_DEVICES is elements.TUNED_DEVICES
+    assert {el.parent for el in elements.ELEMENTS if el.unit} == {"domain", "devices"}
+    assert elements.TUNED <= set(elements.ORDER["domain"]) and "devices" in elements.ORDER["domain"]
+    for el in elements.ELEMENTS:
+        if el.key:
+            assert elements.KEYS[el.tag] == el.key
+        if el.children:
+            assert elements.ORDER[el.tag] == el.children and len(set(el.children)) == len(el.children)
+    assert {"disk", "interface"} <= elements.SPECIAL and "vcpupin" in elements.SPECIAL

@@ -20,6 +20,9 @@ from lxml import etree
 from ..xml import xmltext
 from ..errors import InvalidInput
 from ..xml.model import NS, TAG
+# the only places a pass writes (tests/test_properties.py's "nothing lost" holds everything else to
+# its input, byte for byte): the units a record keeps, of <domain> and of <devices>
+from ..xml.elements import TUNED, TUNED_DEVICES
 from ..xml.xmlkeys import SPECIAL, counted, ident_of, parse_node
 
 if TYPE_CHECKING:
@@ -29,15 +32,6 @@ UNDO = f"{{{NS}}}undo"
 
 
 VERSION = 1
-
-
-# The only places a pass writes (tests/test_properties.py's "nothing lost" holds everything else to
-# its input, byte for byte): the units a record keeps, of <domain> and of <devices>
-TUNED = frozenset(("cpu", "cputune", "numatune", "vcpu", "memtune", "memoryBacking", "iothreads", "iothreadids", "memory",
-                   "currentMemory", "features", "clock"))
-
-
-TUNED_DEVICES = frozenset(("disk", "interface", "controller", "memballoon", "memory"))
 
 
 def _units(root: etree._Element, paths: dict | None = None, held: dict | None = None) -> dict[tuple, tuple[object, int]]:

@@ -22,49 +22,7 @@ from typing import Union
 from lxml import etree
 
 from . import xmltext
-
-# libvirt's order of children (virDomainDefFormat and friends); unknown tags keep their place.
-ORDER: dict[str, tuple[str, ...]] = {
-    "domain": (
-        "name", "uuid", "genid", "title", "description", "metadata", "maxMemory", "memory",
-        "currentMemory", "blkiotune", "memtune", "memoryBacking", "vcpu", "vcpus", "iothreads",
-        "iothreadids", "defaultiothread", "cputune", "numatune", "resource", "sysinfo",
-        "bootloader", "bootloader_args", "os", "idmap", "features", "cpu", "clock", "on_poweroff",
-        "on_reboot", "on_crash", "on_lockfailure", "pm", "perf", "devices", "seclabel", "keywrap",
-        "launchSecurity",
-    ),
-    "cpu": ("model", "vendor", "topology", "cache", "maxphysaddr", "feature", "numa"),
-    "cputune": (
-        "shares", "period", "quota", "global_period", "global_quota", "emulator_period",
-        "emulator_quota", "iothread_period", "iothread_quota", "vcpupin", "emulatorpin",
-        "iothreadpin", "vcpusched", "iothreadsched", "emulatorsched", "cachetune", "memorytune",
-    ),
-    "numatune": ("memory", "memnode"),
-    "memtune": ("hard_limit", "soft_limit", "swap_hard_limit", "min_guarantee"),
-    "memoryBacking": ("hugepages", "nosharepages", "locked", "source", "access", "allocation", "discard"),
-    "features": (
-        "acpi", "apic", "pae", "hap", "viridian", "privnet", "hyperv", "kvm", "xen", "pvspinlock",
-        "pmu", "vmport", "gic", "smm", "ioapic", "hpt", "htm", "nested-hv", "msrs", "ccf-assist",
-        "cfpc", "sbbc", "ibs", "tcg", "async-teardown", "ras", "ps2",
-    ),
-    "hyperv": (
-        "relaxed", "vapic", "spinlocks", "vpindex", "runtime", "synic", "stimer", "reset",
-        "vendor_id", "frequencies", "reenlightenment", "tlbflush", "ipi", "evmcs", "avic",
-        "emsr_bitmap", "xmm_input",
-    ),
-    "kvm": ("hidden", "hint-dedicated", "poll-control", "pv-ipi", "dirty-ring"),
-    "disk": (
-        "driver", "source", "backingStore", "backenddomain", "geometry", "blockio", "target",
-        "iotune", "boot", "readonly", "shareable", "transient", "serial", "wwn", "vendor",
-        "product", "encryption", "auth", "alias", "address",
-    ),
-    "memory": ("uuid", "source", "target", "address", "alias", "acpi"),  # a memory device, not <domain><memory>
-    "interface": (
-        "mac", "source", "virtualport", "ip", "route", "script", "downscript", "backenddomain",
-        "target", "guest", "model", "driver", "backend", "tune", "teaming", "rom", "link",
-        "mtu", "coalesce", "bandwidth", "vlan", "port", "boot", "alias", "address", "acpi",
-    ),
-}
+from .elements import ORDER  # libvirt's order of children (declared with each element); unknown tags keep their place
 
 
 @dataclass(frozen=True)

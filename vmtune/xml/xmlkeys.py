@@ -18,6 +18,7 @@ import hashlib
 from lxml import etree
 
 from . import xmlsafe, xmltext
+from .elements import KEYS, SPECIAL  # noqa: F401 - declared once there, named here
 from .model import TAG
 from .xmltext import local_name
 
@@ -31,15 +32,6 @@ SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "typ
 # what libvirt fills in itself when a domain is defined: not the hand's (a device's address, assigned
 # anew when vmtune moves a disk from ide to virtio)
 ASSIGNED = ("address",)
-
-
-KEYS = {  # local name -> the attributes that name one of several siblings
-    "vcpupin": ("vcpu",), "iothreadpin": ("iothread",), "memnode": ("cellid",), "cell": ("id",),
-    "feature": ("name",), "timer": ("name",), "iothread": ("id",), "sibling": ("id",),
-    "controller": ("type", "index"), "page": ("size", "nodeset"), "vcpusched": ("vcpus",),
-    "iothreadsched": ("iothreads",), "latency": ("initiator", "target", "type", "cache"),
-    "bandwidth": ("initiator", "target", "type", "cache"), "hostdev": ("type",), "memory": ("model",),
-}
 
 
 # -- keys ------------------------------------------------------------------------------------------
@@ -65,7 +57,6 @@ def ident_of(node) -> tuple:
 COUNTED = (etree._Element, etree._Comment, etree._ProcessingInstruction)
 
 
-SPECIAL = frozenset(KEYS) | {"disk", "interface"}  # tags whose ident is more than the tag
 
 
 def counted(parent) -> list:
