@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 from lxml import etree
 
 from ..xml import xmltext
-from ..xml.xmlkeys import ASSIGNED, canon, counted, digest, find, is_leaf, keyed, parse_node, same, shallow, show, where_of
+from ..xml.edits import show
+from ..xml.xmlkeys import (ASSIGNED, canon, counted, digest, find, is_leaf, keyed, parse_node, same, shallow,
+                           vmtune_tag, where_of)
 from ..xml.xmltext import local_name
 
 
@@ -113,7 +115,7 @@ def _diff(b: etree._Element, a: etree._Element, path: Path, ops: list[Op]) -> No
     here = {k for k, _ in mine}
     for index, (key, node) in enumerate(mine):
         if key not in there:
-            ops.append(RemoveOp(path, index, list(key), show(node)))
+            ops.append(RemoveOp(path, index, list(key), show(node, vmtune_tag)))
         elif xmltext.is_element(node) and not same(node, there[key]):
             _diff(node, there[key], [*path, list(key)], ops)
     for key, node in theirs:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from lxml import etree
 
 from ..xml import xmltext
+from ..xml.edits import show
 from .handmerge import AttrOp, OrderOp, RemoveOp, TextOp, full
 from ..xml.model import NS, TAG
 from ..xml.xmlkeys import find, keyed
@@ -21,15 +22,15 @@ if TYPE_CHECKING:
 
 
 # -- what a rewrite of a tuned domain changes ---------------------------------------------------------
+def _record(node) -> bool:
+    """vmtune's record in its tag: left out of what a change shows (``edits.show``)."""
+    parent = node.getparent()
+    return local_name(node.tag) == "undo" and parent is not None and parent.tag == TAG
+
+
 def _bare(el: etree._Element) -> str:
     """An element as one line without vmtune's record (what a change shows)."""
-    from ..xml.edits import show
-
-    copy = etree.fromstring(show(el))
-    for rec in [c for c in copy.iter() if local_name(c.tag) == "undo" and c.getparent() is not None
-                and c.getparent().tag == TAG]:
-        rec.getparent().remove(rec)
-    return etree.tostring(copy, encoding="unicode")
+    return show(el, _record)
 
 
 def _value_at(root: etree._Element, path: str, element: bool) -> str | None:

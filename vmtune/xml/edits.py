@@ -17,6 +17,7 @@ import functools
 import re
 from copy import deepcopy
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import Union
 
 from lxml import etree
@@ -85,10 +86,24 @@ def clone(el: etree._Element) -> etree._Element:
     return out
 
 
-def show(el: etree._Element | None) -> str | None:
-    """An element as one line of XML (for change records)."""
+def show(el: etree._Element | None, leave_out: Callable[[etree._Element], bool] | None = None) -> str | None:
+    """A node as one line of XML, its layout dropped (a comment or a PI as it is): what a change
+    shows and the record keeps. ``leave_out``: a test of the elements below it to leave out
+    (vmtune's own tag, its record)."""
     if el is None:
         return None
+    if not isinstance(el.tag, str):
+        return etree.tostring(el, encoding="unicode", with_tail=False)
+    text = _one_line(el)
+    if leave_out is None:
+        return text
+    copy = etree.fromstring(text)
+    for node in [n for n in copy.iter(etree.Element) if n is not copy and leave_out(n)]:
+        node.getparent().remove(node)
+    return etree.tostring(copy, encoding="unicode")
+
+
+def _one_line(el: etree._Element) -> str:
     for e in el.iter():
         text, tail = e.text, (e.tail if e is not el else None)
         if (text is not None and not text.strip()) or (tail is not None and not tail.strip()):

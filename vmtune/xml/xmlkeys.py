@@ -23,7 +23,7 @@ from .model import TAG
 from .xmltext import local_name
 
 __all__ = ["ASSIGNED", "FILLED", "KEYS", "canon", "counted", "digest", "filled", "find", "ident_of", "is_leaf", "keyed",
-           "other_node", "parse_node", "same", "shallow", "show", "where_of"]
+           "other_node", "parse_node", "same", "shallow", "vmtune_tag", "where_of"]
 
 
 SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "type")
@@ -110,16 +110,10 @@ def shallow(node) -> str:
     return hashlib.sha256(f"<{node.tag} {attrs}>{text!r}".encode()).hexdigest()[:16]
 
 
-def show(node) -> str:
-    from .edits import show
-
-    if not xmltext.is_element(node):
-        return etree.tostring(node, encoding="unicode", with_tail=False)
-    copy = etree.fromstring(show(node))
-    for tag in copy.iter(TAG):
-        if tag.getparent() is not None and local_name(tag.getparent().tag) == "metadata":
-            tag.getparent().remove(tag)
-    return etree.tostring(copy, encoding="unicode")
+def vmtune_tag(node) -> bool:
+    """vmtune's own tag in ``<metadata>``: left out of what the record keeps (``edits.show``)."""
+    parent = node.getparent()
+    return node.tag == TAG and parent is not None and local_name(parent.tag) == "metadata"
 
 
 # -- the record --------------------------------------------------------------------------------------
