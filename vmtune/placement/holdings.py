@@ -114,11 +114,9 @@ def dedicated(dom: Domain) -> frozenset[int]:
     throughput) holds none, whatever its pins; an untagged one (or one of a profile vmtune does not
     ship) holds its pins when every vCPU is pinned alone."""
     tagged = profiles.builtin(dom.tagged_profile) if dom.tagged_profile else None
-    if tagged is not None:  # the profile says: a sharing profile's pins are shared, even one CPU per vCPU
-        return pinned(dom) | rt_helpers(dom) if tagged.dedicated else frozenset()
-    if pinned_alone(dom):  # untagged (or a profile vmtune does not ship): the hand's pins say
-        return pinned(dom) | rt_helpers(dom)
-    return frozenset()
+    # the profile says (a sharing profile's pins are shared, even one CPU per vCPU); else the hand's pins
+    held = tagged.dedicated if tagged is not None else pinned_alone(dom)
+    return pinned(dom) | rt_helpers(dom) if held else frozenset()
 
 
 REALTIME = ("fifo", "rr")
