@@ -22,8 +22,8 @@ from ..errors import InvalidInput
 from ..xml.model import NS, TAG
 # the only places a pass writes (tests/test_properties.py's "nothing lost" holds everything else to
 # its input, byte for byte): the units a record keeps, of <domain> and of <devices>
-from ..xml.elements import TUNED, TUNED_DEVICES
-from ..xml.xmlkeys import SPECIAL, counted, ident_of, parse_node
+from ..xml.elements import SPECIAL, TUNED, TUNED_DEVICES
+from ..xml.xmlkeys import counted, ident_of, parse_node
 
 if TYPE_CHECKING:
     from ..xml.markup import Source

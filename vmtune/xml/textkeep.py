@@ -22,7 +22,8 @@ from lxml import etree
 from . import starttag, xmltext
 from .markup import Mismatch, Source, Tok, Unplaced
 from .style import Style, blank, last_line, serialize, trail
-from .xmlkeys import SPECIAL, ident_of
+from .elements import SPECIAL
+from .xmlkeys import ident_of
 
 __all__ = ["serialize", "write"]
 

@@ -18,7 +18,7 @@ import hashlib
 from lxml import etree
 
 from . import xmlsafe, xmltext
-from .elements import KEYS, SPECIAL  # noqa: F401 - declared once there, named here
+from .elements import KEYS, SPECIAL  # declared with each element
 from .model import TAG
 from .xmltext import local_name
 
