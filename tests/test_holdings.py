@@ -130,9 +130,8 @@ def test_dedicated_by_tag_or_by_pins_alone():
 @pytest.mark.parametrize("name", profiles.BUILTIN + ("custom", None))
 def test_dedicated_is_the_tagged_profiles_own_pinning(name):
     """Which tag makes pins dedicated is the profile's own ``cpu_pinning``, not a list of names: a
-    profile that dedicates CPUs holds even shared pins, one that shares CPUs (floating or on a
-    node's shared CPUs) holds none even when each vCPU has a CPU alone, and a name vmtune does not
-    ship, or no tag, goes by the pins."""
+    profile that dedicates CPUs holds even shared pins, one that pins to a node's shared CPUs holds
+    none even when each vCPU has a CPU alone, and a name vmtune does not ship goes by the pins."""
     tag = (f"<metadata><vmtune:tune xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='{name}'/></metadata>"
            if name else "")
     shared = "<cputune><vcpupin vcpu='0' cpuset='4-5'/><vcpupin vcpu='1' cpuset='4-5'/></cputune>"
@@ -141,8 +140,8 @@ def test_dedicated_is_the_tagged_profiles_own_pinning(name):
     held_shared = holdings.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{shared}</domain>"))
     held_alone = holdings.dedicated(dom(f"<domain>{tag}<vcpu>2</vcpu>{alone}</domain>"))
     assert held_shared == ({4, 5} if prof is not None and prof.dedicated else frozenset())
-    sharing = prof is not None and not prof.dedicated
-    assert held_alone == (frozenset() if sharing else {4, 6})
+    node = prof is not None and prof.cpu_pinning == profiles.Pinning.NODE
+    assert held_alone == (frozenset() if node else {4, 6})
     assert (name in profiles.BUILTIN) == (prof is not None)
 
 

@@ -8,9 +8,8 @@ memory are ``audit.audit``'s (claims.py and holdings.py rules), where each threa
 A CPU's role, the first that holds:
 
 ``offline``    the host has it, but it is offline now
-``dedicated``  a domain's vCPU holds it for itself (``holdings.dedicated``: tagged with a profile that
-               dedicates CPUs, or untagged with every vCPU pinned alone), or its real-time emulator
-               or iothread does
+``dedicated``  a domain's vCPU holds it for itself (``holdings.dedicated``: tagged latency or realtime
+               with pins, or every vCPU pinned alone), or its real-time emulator or iothread does
 ``reserved``   kept for the host, emulators and iothreads (``Host.reserved``)
 ``shared``     threads of domains that do not hold it for themselves are pinned there
 ``sibling``    nothing pinned, and a sibling thread of its core is dedicated: placement keeps it

@@ -110,13 +110,14 @@ def pinned_alone(dom: Domain) -> bool:
 def dedicated(dom: Domain) -> frozenset[int]:
     """The host CPUs ``dom`` holds for itself: its pins and its real-time helpers' (``rt_helpers``),
     when it is tagged with a profile that dedicates CPUs (its ``cpu_pinning``, as vmtune ships the
-    profile: ``profiles.builtin``); a domain tagged with a profile that shares CPUs (balanced,
-    throughput) holds none, whatever its pins; an untagged one (or one of a profile vmtune does not
-    ship) holds its pins when every vCPU is pinned alone."""
+    profile: ``profiles.builtin``) or every vCPU is pinned alone (but under a profile that pins to
+    a node's shared CPUs); else none."""
     tagged = profiles.builtin(dom.tagged_profile) if dom.tagged_profile else None
-    # the profile says (a sharing profile's pins are shared, even one CPU per vCPU); else the hand's pins
-    held = tagged.dedicated if tagged is not None else pinned_alone(dom)
-    return pinned(dom) | rt_helpers(dom) if held else frozenset()
+    if tagged is not None and tagged.cpu_pinning == profiles.Pinning.NODE:
+        return frozenset()  # pins vmtune wrote to a node's shared CPUs, never dedicated ones
+    if (tagged is not None and tagged.dedicated) or pinned_alone(dom):
+        return pinned(dom) | rt_helpers(dom)
+    return frozenset()
 
 
 REALTIME = ("fifo", "rr")
