@@ -40,6 +40,7 @@ from vmtune.placement.audit import (
 from vmtune.errors import DoesNotFit, InvalidInput
 from vmtune.host import Host
 from vmtune.live import planner
+from vmtune.xml.model import Domain
 
 HOST = Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())  # reserved 0,16 / 8,24
 NS = "https://vmtune.dev/xmlns/1"
@@ -543,16 +544,38 @@ def test_a_waiting_target_is_claimed_as_the_profile_it_is_about_to_get():
     assert len(placed) == 2 and report.ok, [p.message for p in report.problems]
 
 
-@pytest.mark.xfail(strict=True, reason="known planner bug: two hand-pinned domains waiting for the same CPU; the "
-                   "second is moved onto a CPU the throughput domain planned before it already shares")
+def _small_host(n):
+    from vmtune.host import Cell, Cpu
+
+    return vmtune.Host(arch="x86_64", cells=(Cell(0, tuple(range(n)), 1024 * 1024),),
+                       cpus={i: Cpu(i, 0, 0, None, i, frozenset({i})) for i in range(n)})
+
+
+@pytest.mark.parametrize("cpus, profile, pin, unpinned", [
+    (2, "balanced", None, True),  # one CPU left: pinned alone there it would be held as dedicated
+    (3, "balanced", "1-2", False),  # two left: the pin moves to both, and holds neither alone
+    (2, "throughput", "1", False),  # a node's shared CPUs: never held as dedicated, the pin moves
+])
+def test_a_moved_hand_pin_never_makes_a_sharing_domain_hold_a_cpu(cpus, profile, pin, unpinned):
+    """A domain pinned alone by hand to a CPU another domain holds as dedicated: under a profile
+    whose pins count as dedicated when every vCPU has one CPU (balanced), a pin vmtune moves to a
+    single CPU would hold that CPU for it beside the domains that share it. The moved pin goes and
+    the vCPU floats, said in a warning; where the pin can span CPUs, or the profile pins to a node's
+    shared CPUs, it moves as before."""
+    holder = dom("holder", 1, ["0"], mib=256, tag="balanced", uuid="00000000-0000-4000-8000-000000000009")
+    xml = dom("vm", 1, ["0"], mib=256, uuid="00000000-0000-4000-8000-000000000001")
+    result = vmtune.rewrite(xml, _small_host(cpus), profile, claims=[holder])
+    pins = Domain(etree.fromstring(result.xml.encode())).vcpupins()
+    assert pins == ({} if pin is None else {0: vmtune.cpuset.parse(pin)})
+    assert any("unpinned, to float" in w for w in result.warnings) == unpinned, result.warnings
+
+
 def test_a_sharing_domain_pinned_by_hand_beside_another_audits_clean():
     """Two latency domains, a throughput one pinned by hand to CPUs 0 and 1, and two balanced ones
     pinned by hand to CPU 0, on a node of two CPUs (the fleet test_a_fleet_placed_by_the_rewriter_
-    audits_clean found). The planner places the pinned ones as waiting claims keep their pins; here
-    the two balanced domains want the same CPU, the second is moved to CPU 1, which it then holds as
-    dedicated (one CPU per vCPU), and the throughput domain planned before it shares that CPU.
-    Counting a balanced domain's hand pins as shared instead would let a later latency domain take
-    them silently, so the fix belongs in the planner (strict: this test says when it is fixed)."""
+    audits_clean found). The two balanced domains want the same CPU; the second one's pin has to
+    move, and the only CPU left is one the throughput domain planned before it shares. Pinned alone
+    there it would hold that CPU as dedicated: its moved pin goes instead, and its vCPU floats."""
     from vmtune.host import Cell, Cpu
 
     host = vmtune.Host(arch="x86_64", cells=(Cell(0, (), 1024 * 1024), Cell(1, (0, 1), 1024 * 1024)),
@@ -565,3 +588,5 @@ def test_a_sharing_domain_pinned_by_hand_beside_another_audits_clean():
     assert len(placed) >= 3
     report = audit(host, [(xml, "shut off") for xml in placed])
     assert report.ok, [p.message for p in report.problems]
+    balanced = [d for d in (Domain(etree.fromstring(xml.encode())) for xml in placed) if d.tagged_profile == "balanced"]
+    assert sorted((d.vcpupins() for d in balanced), key=len) == [{}, {0: frozenset({0})}]  # one kept, one floats

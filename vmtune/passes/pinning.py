@@ -11,7 +11,7 @@ avoid the dedicated CPUs (vmtune/placement/intent.py).
 
 from lxml import etree
 
-from .. import cpuset
+from .. import cpuset, profiles
 from ..placement import housekeeping, intent
 from ..xml import xmltext
 from ..xml.edits import E, Put, Remove, Warn, clone, insert
@@ -212,6 +212,7 @@ def shared(ctx, dom):
         new = _cputune(dom, ())
         warns = _no_realtime(ctx, new)
         changed = bool(warns)
+        moved = []
         for el in xmltext.elements(new):
             if el.tag in PINS and el.get("cpuset") is not None:
                 pins = cpuset.parse(el.get("cpuset"))
@@ -219,6 +220,9 @@ def shared(ctx, dom):
                 if fixed != pins:
                     el.set("cpuset", cpuset.format(fixed))
                     changed = True
+                    moved += [el] if el.tag == "vcpupin" and not pins & fixed else []
+        if not _node_pins(ctx.profile):
+            warns += _unpin_moved(dom, new, moved)
         if changed:
             why = ("real-time schedulers removed (no CPU of their own under this profile)" if warns else "")
             moved = "pins moved off CPUs that are dedicated to other domains or absent"
@@ -226,6 +230,34 @@ def shared(ctx, dom):
                                                            if w)))
             edits.extend(warns)
     return edits
+
+
+def _node_pins(profile) -> bool:
+    """Whether pins under ``profile`` are to a node's shared CPUs, never held as dedicated (as
+    holdings.dedicated reads a domain tagged with it)."""
+    shipped = profiles.builtin(profile.name)
+    return shipped is not None and shipped.cpu_pinning == Pinning.NODE
+
+
+def _unpin_moved(dom, new, moved: list) -> list:
+    """A floating domain whose vCPUs are each pinned to one CPU holds those CPUs as dedicated
+    (holdings.pinned_alone). Where that is so only because vmtune moved some of the pins (their
+    CPUs are another domain's now), the CPUs they moved to are ones other domains may share: the
+    moved pins go, and those vCPUs float over the domain's cpuset instead."""
+    if not moved:
+        return []
+    lone = {}
+    for el in xmltext.elements(new):
+        if el.tag == "vcpupin":
+            lone[el.get("vcpu")] = len(cpuset.parse(el.get("cpuset"))) == 1
+    if not all(lone.get(str(v)) for v in range(dom.vcpus)):
+        return []
+    for el in moved:
+        new.remove(el)
+    gone = ", ".join(f"vCPU {el.get('vcpu')}" for el in moved)
+    return [Warn(f"{gone}: pinned to CPUs other domains hold as dedicated; unpinned, to float over the "
+                 "domain's cpuset (pinned alone on a CPU vmtune chose, it would hold that CPU as dedicated, "
+                 "beside domains that share it)")]
 
 
 def _moved(old, new) -> bool:
