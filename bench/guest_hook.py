@@ -145,14 +145,14 @@ def restart_libvirtd(log: Callable[[str], None] | None = None, patience: float =
                 raise HookError(f"libvirtd (pid {pid}) did not stop within 30 s of SIGTERM")
             time.sleep(0.1)
     # close_fds (the default): libvirtd must not inherit the benchmark's lock
-    proc = subprocess.run(["libvirtd", "-d"], env=_clean_env(), stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = subprocess.run([str(ROOT / "scripts" / "libvirtd-start")], env=_clean_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=90, check=False)  # libvirtd -d, until it answers
     if proc.returncode:
         # someone else (scripts/setup-libvirt, a test's restart) started one after ours stopped: it
         # read the hooks dir as it is now, which is all a restart is for
         others = [p for p in libvirtd_pids() if p not in killed]
         if not others:
-            raise HookError(f"libvirtd -d exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-400:]}")
+            raise HookError(f"scripts/libvirtd-start exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-400:]}")
         if log:
             log(f"part 1: libvirtd was started by someone else meanwhile (pid {others[0]}): using it")
     deadline = time.monotonic() + patience
