@@ -10,71 +10,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import ROOT
-
-REQUIRED = ("case", "variant", "virt_type", "p50_ms", "p99_ms", "spread", "runs",
-            "machine", "python", "lxml")
-CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost", "map", "placement-l3",
-         "retune"}
-HOOK_VARIANTS = {"python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release",
-                 "reap-idle"}
-PROFILES = {"balanced", "latency", "realtime", "throughput"}
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
-
-
-def test_bench_run_quick(tmp_path: Path):
-    out = tmp_path / "results"
-    proc = subprocess.run(
-        [str(ROOT / "bench" / "run"), "--quick", "--part", "2", "--out", str(out), "--virt-type", "kvm"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    files = sorted(p for p in out.glob("*.json") if p.name != "index.json")
-    records = [json.loads(p.read_text()) for p in files]
-    assert records, "no result files"
-    for path, rec in zip(files, records):
-        missing = [k for k in REQUIRED if k not in rec]
-        assert not missing, f"{path.name} lacks {missing}"
-        assert rec["virt_type"] == "kvm", path.name
-        assert rec["case"] in CASES and isinstance(rec["variant"], str) and rec["variant"], path.name
-        assert _number(rec["p50_ms"]) and _number(rec["p99_ms"]), path.name
-        assert rec["machine"]["cores"] and "cpu_model" in rec["machine"], path.name
-        assert rec["python"] and rec["lxml"], path.name
-        for key in ("p50_ms", "p99_ms"):
-            s = rec["spread"][key]
-            assert s["min"] <= s["q1"] <= s["median"] <= s["q3"] <= s["max"], (path.name, key)
-            assert s["n"] == rec["runs"] >= 2, path.name
-    by_case = {}
-    for rec in records:
-        by_case.setdefault(rec["case"], set()).add(rec["variant"])
-    assert by_case.keys() == CASES
-    assert by_case["rewrite-throughput"] == PROFILES
-    assert by_case["placement-place-one"] == by_case["placement-plan-all"]
-    assert by_case["placement-l3"] == {"N=10", "N=100"}
-    for rec in records:
-        if rec["case"] == "placement-l3":  # the extra domain went beside its GPU, in one L3 domain
-            assert rec["fleet"]["placement"]["nodes"] == [3] and len(rec["fleet"]["placement"]["l3"]) == 1
-    (again,) = [rec for rec in records if rec["case"] == "retune"]
-    assert again["pairs"] > 100 and _number(again["ratio_median"]) and _number(again["spread"]["ms_fresh"]["median"])
-    for rec in records:
-        if rec["case"] == "rewrite-throughput":
-            counts = rec["domains"]
-            assert counts["timed"] > 0 and counts["unsupported"] > 0  # the foreign corpus domains
-            assert _number(rec["rewrites_per_s"])
-    assert by_case["hook-cost"] == HOOK_VARIANTS
-    for rec in records:
-        if rec["case"] == "hook-cost":
-            assert _number(rec["ratio_to_c_pass"]) and _number(rec["ratio_to_shell_noop"]), rec["variant"]
-            assert rec["values_tuned_per_prepare"] > 0  # the prepare really tuned the fake host
-            if rec["variant"] == "python-c-pass":
-                assert rec["ratio_to_c_pass"] == 1
-    (mapped,) = [rec for rec in records if rec["case"] == "map"]
-    assert mapped["cpus_shown"] == 256 and mapped["claims"] == 40 and _number(mapped["ratio_to_goal"])
-    index = json.loads((out / "index.json").read_text())
-    assert sorted(index["files"]) == [p.name for p in files]
-
+from fixtures.benchrecords import REQUIRED, number as _number
 
 # -- part 1: guests through libvirt (root only; TCG here, so --virt-type qemu) --------------------
 GUEST_CASES = {"guest-disk", "guest-net", "guest-timer"}

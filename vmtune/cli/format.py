@@ -25,7 +25,7 @@ def explain(result) -> list[str]:
     lines = [f"profile {result.profile}: {len(result.changes)} change(s)"]
     guest = getattr(result, "guest_os", None)
     lines += [_fit(f"guest OS: {guest.describe()}")] if guest is not None else []
-    lines += [_fit(f"placement: {why}") for why in result.placement.get("why", ())]
+    lines += [_fit(f"placement: {why}") for why in result.placement.get("why", ()) + result.placement.get("why_not", ())]
     lines += [_fit(f"kept by hand: {note}") for note in getattr(result, "kept", ())]
     for c in result.changes:
         before, after = (changed(c.before, c.after) if c.before and c.after and c.before.startswith("<")

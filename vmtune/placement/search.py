@@ -2,8 +2,8 @@
 
 Pure functions of (host, reserved CPUs, ledger, request). A dedicated vCPU gets a host CPU on a
 physical core that nobody else uses: not the host's reserved cores, not a core that holds
-another domain's dedicated CPU. Among the places that fit, the rules, in order (``Score``: one
-named field each, compared in this order):
+another domain's dedicated CPU. Among the places that fit, the rules of rules.py decide, in their
+order (``Score``: one named field each, compared in that order):
 
 1. the fewest vCPUs outside the user's bound (``<vcpu cpuset>``, hand pins: vmtune/intent.py),
    where there is one;
@@ -20,6 +20,9 @@ named field each, compared in this order):
    hugepages over none, even shares, short distances, and the spread across nodes (or the
    packing, with ``placement = "pack"``); the lowest node ids last.
 
+The best place of other nodes than the chosen one is kept too: ``why_not`` says the rule it lost by
+(``rewrite --explain``).
+
 A host without cache information, core kinds or devices is placed exactly as before them.
 """
 
@@ -28,37 +31,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import combinations
-from typing import NamedTuple
 
-from . import corepick, housekeeping, memfit, placenotes
+from . import corepick, housekeeping, memfit, placenotes, rules
 from .. import cpuset
 from .claims import Ledger
 from ..errors import DoesNotFit
 from ..host import Host
 from .locality import Anchor
+from .rules import Score
 from ..profiles import CpuKinds, DeviceLocality, Pinning
 
 MIB = 1024
-
-
-class Score(NamedTuple):
-    """A place for a dedicated domain, scored by the rules in order: the lowest score wins, field
-    by field (a tuple's order). Each field is a rule; ``placenotes.reasons`` says the deciding ones."""
-
-    outside: int  # vCPUs outside the user's bound (<vcpu cpuset>, hand pins): the fewest first
-    nodes: int  # NUMA nodes taken (0 where the search stops at the fewest that fit)
-    passthrough_away: int  # nodes of its passthrough devices it misses (device_locality)
-    backing_away: int  # nodes of its backing devices (disks, macvtap or bridge ports) it misses
-    l3_domains: int  # L3 domains taken (one over two nodes counts once)
-    less_cache: float  # minus the L3 KiB per vCPU: the larger cache first
-    whole_left: int  # whole free cores left in the L3 domains taken: the tightest fit first
-    efficiency: int  # efficiency threads taken on a hybrid host
-    pages_short: bool  # the domain's own hugepages kept while the pool is short now
-    no_hugepages: bool  # normal pages where hugepages were wanted
-    uneven: bool  # vCPUs split unevenly over the nodes
-    distance: int  # the NUMA distances between the nodes taken
-    room: int  # free CPUs on the nodes: the most first to spread, the fewest first to pack
-    node_ids: tuple[int, ...]  # the lowest node ids, last: the same input, the same place
 
 
 @dataclass(frozen=True)
@@ -129,6 +112,7 @@ class Placement:
     warnings: tuple[str, ...] = field(default=())
     l3: tuple[tuple[int, ...], ...] = ()  # the vCPUs on each L3 domain, in vCPU order (dedicated, caches known)
     why: tuple[str, ...] = ()  # what decided the place: L3 domains, core kind, device nodes (--explain)
+    why_not: tuple[str, ...] = ()  # the best place on other nodes, and the rule it lost by (rules.why_not)
     rt: tuple[int, ...] = ()  # a CPU of its own for each real-time emulator and iothread (dedicated)
     hand: bool = False  # the pins are the hand's own, kept as they were
 
@@ -152,6 +136,7 @@ class Placement:
             "l3": [cpuset.format(vcpus) for vcpus in self.l3],
             "rt": cpuset.format(self.rt),
             "why": list(self.why),
+            "why_not": list(self.why_not),
         }
 
 
@@ -217,7 +202,7 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
     n = req.vcpus
     mine = {x: corepick.capacity(corepick.restrict(cs, req.within), req.smt) for x, cs in cores.items()} \
         if req.within is not None and only is None else {}
-    best = None
+    best = rival = None
     for k in range(1, len(cores) + 1):
         for nodes in combinations(sorted(cores), k):
             off = req.off_devices(nodes)
@@ -236,10 +221,17 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
                             any(a != shares[0] for a in shares), _distance(host, nodes),
                             -room if req.spread else room, nodes)
                 if best is None or key < best[0]:
+                    if best is not None and best[1] != nodes:
+                        rival = best[0]
                     best = (key, nodes, threads, fit)
+                elif nodes != best[1] and (rival is None or key < rival):
+                    rival = key
         if best is not None and fewest:
             break
-    return None if best is None else best[1:]
+    if best is None:
+        return None
+    said = rules.why_not(best[0], rival) if rival is not None and rival.node_ids != best[1] else None
+    return (*best[1:], said)
 
 
 def _l3_size(host: Host, group) -> int:
@@ -454,7 +446,8 @@ def _whole_pairs(host: Host, took: list[int]) -> bool:
     return True
 
 
-def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, hand: bool = False) -> Placement:
+def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, why_not: str | None = None,
+           hand: bool = False) -> Placement:
     pins: list[int] = []
     cells: list[GuestCell] = []
     runs: list[tuple[int | None, tuple[int, ...]]] = []
@@ -501,6 +494,7 @@ def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, hand: bool
         why=tuple(placenotes.reasons(host, req, nodes, pins, caches if known else [])),
         rt=rt,
         hand=hand,
+        why_not=(why_not,) if why_not else (),
     )
 
 
