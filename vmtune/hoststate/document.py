@@ -222,12 +222,34 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+class RealPaths:
+    """``os.path.realpath`` of paths below ``root``, their folders remembered: a state names several
+    knobs in each folder (every CPU's C-states, governor and EPP), and the realpath of each walks
+    every folder above it again. A link is resolved where it is, as realpath does."""
+
+    def __init__(self, root: str):
+        self.root = os.path.realpath(root)
+        self._folders: dict[str, str] = {}  # a folder below root, as named -> where it resolves
+
+    def of(self, rel: str) -> str:
+        """Where ``root/rel`` resolves: ``os.path.realpath(os.path.join(root, rel))``."""
+        parent, _, name = rel.rpartition("/")
+        if not name or name in (".", "..") or rel.startswith("/"):
+            return os.path.realpath(os.path.join(self.root, rel))
+        base = self._folders.get(parent) if parent else self.root
+        if base is None:
+            base = self._folders[parent] = self.of(parent)
+        path = f"{base}/{name}" if base != "/" else f"/{name}"
+        return os.path.realpath(path) if os.path.islink(path) else path
+
+
 class _Reader:
     """Checks one decoded JSON document against the shape above; ``limit`` bounds CPU ids."""
 
     def __init__(self, limit: int, sysfs: str | None):
         self.limit = limit
         self.sysfs = os.path.realpath(sysfs) if sysfs else None
+        self.paths = RealPaths(self.sysfs) if sysfs else None
         self.strict = True  # every key must be there (version 2); a version-1 file may lack some
 
     @staticmethod
@@ -267,7 +289,7 @@ class _Reader:
         if key is None:
             self.fail(where, f"{_show(text)} is not {NOT_A_KEY[section]}")
         if section == "knob" and self.sysfs is not None:
-            real = os.path.realpath(os.path.join(self.sysfs, key.text))
+            real = self.paths.of(key.text)
             if not real.startswith(self.sysfs.rstrip("/") + "/"):
                 self.fail(where, f"{key.text!r} resolves outside {self.sysfs}")
         return key
