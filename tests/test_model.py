@@ -254,3 +254,20 @@ def test_each_element_is_declared_once_and_the_tables_come_from_it():
         if el.children:
             assert elements.ORDER[el.tag] == el.children and len(set(el.children)) == len(el.children)
     assert {"disk", "interface"} <= elements.SPECIAL and "vcpupin" in elements.SPECIAL
+
+
+def test_a_view_names_only_elements_that_xml_elements_declares():
+    """A view's Child is checked against vmtune/xml/elements.py when its class is made: an element
+    that is not declared (as a child of the step before it) is refused at import, not found empty."""
+    from vmtune.xml.model import Child, View
+
+    class Fine(View):
+        TAG = "domain"
+        pins = Child("cputune", "vcpupin")
+
+    assert Fine(etree.fromstring("<domain><cputune><vcpupin vcpu='0'/></cputune></domain>")).pins.get("vcpu") == "0"
+    assert Fine(etree.fromstring("<domain/>")).pins is None
+    for tags in (("nosuch",), ("cputune", "memnode"), ("vcpupin",)):
+        with pytest.raises((TypeError, RuntimeError)) as info:  # Python 3.11 wraps it in a RuntimeError
+            type("Bad", (View,), {"TAG": "domain", "field": Child(*tags)})
+        assert "is not declared as a child" in str(info.value.__cause__ or info.value)

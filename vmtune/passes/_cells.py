@@ -118,7 +118,7 @@ def _loose(numa: etree._Element | None) -> tuple[list, list]:
 def rebuild(dom, new_cells, mapping: dict[int, int]) -> tuple[etree._Element, list[str]]:
     """The new ``<numa>``: a ``<cell>`` per placed cell with what its old cells held, then the
     interconnects renumbered; and a note for everything that could not come along."""
-    old_numa, old_cells = dom.find("cpu/numa"), dom.cells
+    old_numa, old_cells = dom.cpu_numa, dom.cells
     rows, note = _hmat.distances(old_cells, [c.id for c in new_cells], mapping)
     notes = [note] if note else []
     notes += [f"guest cell {c.id} has no vCPUs: its memory goes to the cells with vCPUs, each on its vCPUs' host "

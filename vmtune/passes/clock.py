@@ -17,7 +17,7 @@ def run(ctx, dom):
     if not wants:
         return []
     edits = []
-    if dom.find("clock") is None:
+    if dom.clock is None:
         offset = Domain.CLOCK_LOCALTIME if guest.windows else Domain.CLOCK_UTC
         edits.append(Domain.clock_offset.edit(dom, offset, "a clock element is needed for timers"))
     for name, present, why in wants:

@@ -21,7 +21,7 @@ def run(ctx, dom):
         mode = Domain.CPU_MODE_MAXIMUM
         why = "TCG cannot pass the host CPU through; 'maximum' is its widest model"
     edits = [Domain.cpu_mode.edit(dom, mode, why)]
-    cpu = dom.find("cpu")
+    cpu = dom.cpu
     if cpu is not None:
         was = dom.cpu_mode or ("custom" if cpu.find("model") is not None else None)
         if ctx.kvm and was in MIGRATABLE:

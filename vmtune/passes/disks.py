@@ -68,7 +68,7 @@ def virtio_disk(dom) -> Disk | None:
 
 def cmdline_root(dom) -> str | None:
     """The disk (``sda``) that a direct kernel boot's ``<cmdline>`` names as its root, if any."""
-    found = CMDLINE_ROOT.search(dom.os_cmdline or "") if dom.find("os/kernel") is not None else None
+    found = CMDLINE_ROOT.search(dom.os_cmdline or "") if dom.kernel is not None else None
     return found.group(1) if found else None
 
 
@@ -152,7 +152,7 @@ def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]]) -> str:
 
 def _scsi_users(dom, moved: set) -> dict[int, int]:
     users: dict[int, int] = {}
-    for el in list(dom.iter("devices/disk")) + list(dom.iter("devices/hostdev")):
+    for el in [d.node for d in dom.disks] + [h.node for h in dom.hostdevs]:
         if el in moved:
             continue
         disk = Disk(el)

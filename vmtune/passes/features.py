@@ -36,7 +36,7 @@ def run(ctx, dom):
                        "(with hint-dedicated, which it needs)"))
     if p.cpu_pmu == "off":
         edits.append(Domain.pmu.edit(dom, False, "no virtual PMU: fewer exits, no NMI interference"))
-    hyperv = dom.find("features/hyperv")
+    hyperv = dom.hyperv
     if guest.windows and p.guest_hyperv and dom.hyperv_mode != Domain.HYPERV_PASSTHROUGH:
         for name, extra in HYPERV:
             if not ctx.kvm and name not in HYPERV_TCG:

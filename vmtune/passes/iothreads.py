@@ -13,7 +13,7 @@ def wanted(ctx, dom) -> int:
     disks = [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type != Disk.TYPE_VHOSTUSER]
     if not ctx.profile.devices_iothreads or not disks:
         return 0
-    return max(1, len(ctx.placement.cells), dom.iothreads, len(dom.iothread_ids()) if dom.find("iothreadids") is not None else 0)
+    return max(1, len(ctx.placement.cells), dom.iothreads, len(dom.iothread_ids()) if dom.iothreadids is not None else 0)
 
 
 def run(ctx, dom):
@@ -22,7 +22,7 @@ def run(ctx, dom):
         return []
     edits = [Domain.iothreads.edit(dom, count, "a dedicated iothread per guest NUMA cell takes disk I/O off the "
                                    "vCPU and main loop threads")]
-    listed = dom.find("iothreadids")
+    listed = dom.iothreadids
     given = dom.listed_iothread_ids()
     ids = fill_iothread_ids(given, count)
     if listed is not None and len(set(given)) < count:

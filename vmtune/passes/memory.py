@@ -45,7 +45,7 @@ def _no_anonymous_source(new) -> list[str]:
 
 def _backing(ctx, dom):
     p, pl = ctx.profile, ctx.placement
-    old = dom.find("memoryBacking")
+    old = dom.memory_backing
     new = copy(old, "memoryBacking")
     reasons, edits = [], []
     if pl.dedicated and p.memory_hugepages:
@@ -74,14 +74,14 @@ def _hard_limit(dom, backing) -> list:
     """``<locked/>`` with no ``<memtune><hard_limit>``: libvirt then lifts the memlock limit
     altogether (unlimited), and a runaway QEMU can lock all of the host's memory. Write the limit
     libvirt's docs ask for: the domain's largest memory plus QEMU's own."""
-    if backing.find("locked") is None or dom.find("memtune/hard_limit") is not None:
+    if backing.find("locked") is None or dom.hard_limit is not None:
         return []
     top = max(dom.memory_kib, dom.max_memory_kib or 0)
     limit = top + QEMU_OVERHEAD_KIB
     why = (f"locked memory needs a hard limit, or libvirt lifts the memlock limit altogether: the guest's "
            f"{top} KiB plus {QEMU_OVERHEAD_KIB} KiB for QEMU itself (libvirt's own allowance for locked "
            "VFIO memory); raise it for large video memory or many devices")
-    memtune = dom.find("memtune")
+    memtune = dom.memtune
     el = E("hard_limit", {"unit": KIB}, text=str(limit))
     if memtune is None:
         return [Put(dom.node, E("memtune", None, el), why)]

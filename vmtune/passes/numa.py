@@ -21,13 +21,13 @@ def _memory(dom, total_kib: int, reason: str):
 def dedicated(ctx, dom):
     pl = ctx.placement
     nodes = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": STRICT, "nodeset": nodes}))
+    new = E("numatune", None, *comments(dom.numatune), E("memory", {"mode": STRICT, "nodeset": nodes}))
     for cell in pl.cells:
         new.append(E("memnode", {"cellid": cell.id, "mode": STRICT, "nodeset": cell.node}))
     where = "the vCPUs' node" if len(pl.nodes) == 1 else "each guest cell's host node"
     edits = [Put(dom.node, new, f"bind guest memory to {where} ({nodes}): no remote memory access")]
     old_cells = dom.cells
-    numa = dom.find("cpu/numa")
+    numa = dom.cpu_numa
     if pl.cells:
         mapping = _cells.remap(old_cells, pl.cells) if old_cells else {}
         guest, dropped = _cells.rebuild(dom, pl.cells, mapping)
@@ -70,7 +70,7 @@ def node(ctx, dom):
     then. A domain's own hugepages come from the pool, as they would under strict."""
     pl = ctx.placement
     target = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.find("numatune")), E("memory", {"mode": PREFERRED, "nodeset": target}))
+    new = E("numatune", None, *comments(dom.numatune), E("memory", {"mode": PREFERRED, "nodeset": target}))
     for cell in dom.cells:
         new.append(E("memnode", {"cellid": cell.id, "mode": PREFERRED, "nodeset": target}))
     return [Put(dom.node, new, f"keep memory on node {target}, where the vCPUs run; 'preferred', not 'strict': "
@@ -79,7 +79,7 @@ def node(ctx, dom):
 
 def clamp(ctx, dom):
     """Floating domains: nodesets that name nodes this host lacks are fixed, nothing else."""
-    old = dom.find("numatune")
+    old = dom.numatune
     if old is None:
         return []
     host_nodes = frozenset(ctx.host.node_ids)

@@ -30,7 +30,7 @@ def _clamp(cpus: frozenset[int], allowed: frozenset[int]) -> frozenset[int]:
 
 def _cputune(dom, drop: tuple[str, ...]) -> etree._Element:
     new = E("cputune")
-    old = dom.find("cputune")
+    old = dom.cputune
     if old is not None:
         for child in old:
             if not isinstance(child.tag, str) or child.tag not in drop:
@@ -41,7 +41,7 @@ def _cputune(dom, drop: tuple[str, ...]) -> etree._Element:
 def _vcpu(dom, fields: dict, reason: str) -> list:
     """Set fields of ``<vcpu>`` (Domain declarations -> values); without one (libvirt's default:
     1 vCPU), write it out whole, count included, since libvirt refuses a ``<vcpu>`` without a count."""
-    if dom.find("vcpu") is not None:
+    if dom.vcpu_element is not None:
         return [prop.edit(dom, value, reason) for prop, value in fields.items()]
     attrs = {prop.attr: prop.text(value) for prop, value in fields.items()}
     return [Put(dom.node, E("vcpu", attrs, text=str(dom.vcpus)), f"no <vcpu>: libvirt's default of {dom.vcpus}, "
@@ -49,7 +49,7 @@ def _vcpu(dom, fields: dict, reason: str) -> list:
 
 
 def _put_cputune(dom, new, reason):
-    old = dom.find("cputune")
+    old = dom.cputune
     if len(new) == 0:
         return [Remove(old, reason)] if old is not None else []
     return [Put(dom.node, new, reason)]
@@ -207,7 +207,7 @@ def shared(ctx, dom):
         if dom.vcpu_placement == Domain.VCPU_PLACEMENT_AUTO:
             edits += _vcpu(dom, {Domain.vcpu_placement: Domain.VCPU_PLACEMENT_STATIC},
                            "numad placement would ignore the cpuset")
-    old = dom.find("cputune")
+    old = dom.cputune
     if old is not None:
         new = _cputune(dom, ())
         warns = _no_realtime(ctx, new)

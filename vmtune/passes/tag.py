@@ -13,7 +13,7 @@ def run(ctx, dom):
         return [Tag.profile.edit(Tag(tag), ctx.profile.name, reason)]
     new = etree.Element(TAG, nsmap=NSMAP)
     new.set("profile", ctx.profile.name)
-    metadata = dom.find("metadata")
+    metadata = dom.metadata
     if metadata is None:
         metadata = etree.Element("metadata")
         metadata.append(new)

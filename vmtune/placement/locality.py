@@ -72,38 +72,38 @@ def _pci(address) -> str | None:
 def uses(dom: Domain) -> tuple[Use, ...]:
     """Every host device ``dom`` uses, in document order of its kind."""
     out: list[Use] = []
-    for el in dom.iter("devices/hostdev"):
-        if el.get("mode", "subsystem") != "subsystem":
+    for dev in dom.hostdevs:
+        if dev.mode not in (None, "subsystem"):
             continue
-        if el.get("type") == "pci":
-            addr = _pci(el.find("source/address"))
+        if dev.type == "pci":
+            addr = _pci(dev.source_address)
             if addr:
                 out.append(Use(PCI, addr, True, f"hostdev {addr}"))
-        elif el.get("type") == "mdev":
-            source = el.find("source/address")
+        elif dev.type == "mdev":
+            source = dev.source_address
             uuid = (source.get("uuid") or "").strip().lower() if source is not None else ""
             if uuid:
                 out.append(Use(MDEV, uuid, True, f"mdev {uuid}"))
-    for el in dom.iter("devices/interface"):
-        kind = el.get("type")
+    for nic in dom.interfaces:
+        kind = nic.type
         if kind == "hostdev":
-            source = el.find("source/address")
+            source = nic.source_address
             addr = _pci(source) if source is not None and source.get("type", "pci") == "pci" else None
             if addr:
                 out.append(Use(PCI, addr, True, f"interface hostdev {addr}"))
         elif kind in ("direct", "bridge"):
-            source = el.find("source")
+            source = nic.source
             name = (source.get("dev" if kind == "direct" else "bridge") or "").strip() if source is not None else ""
             if name:
                 out.append(Use(NET, name, False, f"interface direct {name}" if kind == "direct" else f"bridge {name}"))
-    for el in dom.iter("devices/disk"):
-        if el.get("type") == "nvme":
-            source = el.find("source")
-            addr = _pci(source.find("address")) if source is not None and source.get("type", "pci") == "pci" else None
+    for disk in dom.disks:
+        source = disk.source
+        if disk.type == "nvme":
+            addr = _pci(disk.source_address) if source is not None and source.get("type", "pci") == "pci" else None
             if addr:
                 out.append(Use(PCI, addr, True, f"disk nvme {addr}"))
-        elif el.get("type") == "block" and el.find("source") is not None:
-            dev = (el.find("source").get("dev") or "").strip()
+        elif disk.type == "block" and source is not None:
+            dev = (source.get("dev") or "").strip()
             if dev:
                 out.append(Use(BLOCK, dev, False, f"disk {dev}"))
     return tuple(out)

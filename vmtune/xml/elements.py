@@ -41,6 +41,10 @@ ELEMENTS = (
         "on_reboot", "on_crash", "on_lockfailure", "pm", "perf", "devices", "seclabel", "keywrap",
         "launchSecurity",
     )),
+    Element("os", "domain", children=(
+        "type", "firmware", "loader", "nvram", "varstore", "boot", "bootmenu", "smbios", "bios", "initarg",
+        "kernel", "initrd", "cmdline", "dtb", "acpi", "shim",
+    )),
     # the units of <domain>
     Element("memory", "domain", unit=True),
     Element("currentMemory", "domain", unit=True),
@@ -80,6 +84,8 @@ ELEMENTS = (
     Element("memory", "devices", unit=True, key=("model",), children=(  # a memory device, not <domain><memory>
         "uuid", "source", "target", "address", "alias", "acpi")),
     Element("hostdev", "devices", key=("type",)),
+    Element("source", "hostdev"),  # what a device passes or uses on the host (read, never written)
+    Element("address", "source"),
     # below the units: the children siblings of one tag tell apart
     Element("vcpupin", "cputune", key=("vcpu",)),
     Element("iothreadpin", "cputune", key=("iothread",)),
@@ -119,6 +125,12 @@ def _keys() -> dict[str, tuple[str, ...]]:
             assert out.get(el.tag, el.key) == el.key, f"two keys for <{el.tag}>"
             out[el.tag] = el.key
     return out
+
+
+def declares(parent: str, tag: str) -> bool:
+    """Whether ``<tag>`` is declared here as a child of ``<parent>``: an element of its own, or a
+    name in its parent's order (what a model view may name: vmtune/xml/model.py's ``Child``)."""
+    return any(el.tag == tag and el.parent == parent for el in ELEMENTS) or tag in ORDER.get(parent, ())
 
 
 ORDER: dict[str, tuple[str, ...]] = _order()  # parent -> its children in libvirt's order

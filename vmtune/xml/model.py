@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from lxml import etree
 
 from .. import cpuset
-from . import guestos, units, xmltext
+from . import elements, guestos, units, xmltext
 from .edits import Set, split_path
 
 NS = "https://vmtune.dev/xmlns/1"
@@ -154,8 +154,37 @@ class Size:
                 Set(view.node, f"{self.path}/@unit", KIB, reason)]
 
 
+class Child:
+    """The element at a path of children below a view's element, each step declared in
+    vmtune/xml/elements.py (as a child of the step before it: its tag, key, order and whether a
+    pass may write it are declared there, once), or None: ``cputune = Child("cputune")``."""
+
+    def __init__(self, *tags: str):
+        self.tags = tags
+
+    def __set_name__(self, owner, name: str) -> None:
+        parent = owner.TAG
+        for tag in self.tags:
+            if not elements.declares(parent, tag):
+                raise TypeError(f"{owner.__name__}.{name}: <{tag}> is not declared as a child of <{parent}> "
+                                "in vmtune/xml/elements.py")
+            parent = tag
+
+    def __get__(self, view, owner=None):
+        if view is None:
+            return self
+        node = view.node
+        for tag in self.tags:
+            node = next(node.iterchildren(tag), None)
+            if node is None:
+                return None
+        return node
+
+
 class View:
     """A view of one element: its fields are the class's declarations."""
+
+    TAG = ""  # the element's tag, where its Child fields name what is below it
 
     def __init__(self, node: etree._Element):
         self.node = node
@@ -165,6 +194,7 @@ class View:
 
 
 class Disk(View):
+    TAG = "disk"
     TYPE_FILE = "file"
     TYPE_VHOSTUSER = "vhostuser"
     TYPE_NVME = "nvme"
@@ -195,6 +225,8 @@ class Disk(View):
     source_protocol = Prop("source/@protocol")
     address_type = Prop("address/@type")
     controller = Prop("address/@controller", INT)
+    source = Child("source")
+    source_address = Child("source", "address")
 
     @property
     def iothread_queues(self) -> bool:
@@ -206,6 +238,7 @@ class Disk(View):
 
 
 class Interface(View):
+    TAG = "interface"
     TUNED_TYPES = ("network", "bridge", "direct", "ethernet")
     MODEL_VIRTIO = "virtio"
     DRIVER_NAME_VHOST = "vhost"
@@ -215,6 +248,18 @@ class Interface(View):
     mac = Prop("mac/@address")
     driver_name = Prop("driver/@name")
     queues = Prop("driver/@queues", INT)
+    source = Child("source")
+    source_address = Child("source", "address")
+
+
+class Hostdev(View):
+    """A ``<hostdev>``: a host device passed to the guest."""
+
+    TAG = "hostdev"
+
+    mode = Prop("@mode")
+    type = Prop("@type")
+    source_address = Child("source", "address")
 
 
 class Controller(View):
@@ -283,6 +328,8 @@ class NumaCell(View):
 class Domain(View):
     """The root ``<domain>``."""
 
+    TAG = "domain"
+
     CPU_MODE_HOST_PASSTHROUGH = "host-passthrough"
     CPU_MODE_MAXIMUM = "maximum"
     VCPU_PLACEMENT_STATIC = "static"
@@ -323,6 +370,20 @@ class Domain(View):
     hyperv_state = Keyed("features/hyperv/{}/@state", ON_OFF)
     hyperv_spinlock_retries = Prop("features/hyperv/spinlocks/@retries", INT)
     memory_kib = Size("memory", default=0)
+    # elements the passes read whole or replace (Child: each step declared in vmtune/xml/elements.py)
+    vcpu_element = Child("vcpu")
+    iothreadids = Child("iothreadids")
+    cputune = Child("cputune")
+    numatune = Child("numatune")
+    memory_backing = Child("memoryBacking")
+    memtune = Child("memtune")
+    hard_limit = Child("memtune", "hard_limit")
+    cpu = Child("cpu")
+    cpu_numa = Child("cpu", "numa")
+    clock = Child("clock")
+    hyperv = Child("features", "hyperv")
+    kernel = Child("os", "kernel")
+    metadata = Child("metadata")
     current_memory_kib = Size("currentMemory", default=0)
     max_memory_kib = Size("maxMemory")
 
@@ -360,6 +421,10 @@ class Domain(View):
     @property
     def interfaces(self) -> list[Interface]:
         return [Interface(e) for e in xmltext.each(self.node, "devices/interface")]
+
+    @property
+    def hostdevs(self) -> list[Hostdev]:
+        return [Hostdev(e) for e in xmltext.each(self.node, "devices/hostdev")]
 
     @property
     def memory_devices(self) -> list[MemoryDevice]:
