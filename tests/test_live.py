@@ -300,6 +300,24 @@ def test_tag_and_untag_change_only_the_metadata(doms, capsys):
     assert inactive(name) == before
 
 
+def test_apply_after_a_first_tag_takes_the_domains_own_settings_as_the_users(doms, capsys):
+    """A domain with settings an older vmtune also wrote (no balloon), tagged by ``vmtune tag``: the
+    tag carries a record of no changes, a retag keeps it so (the new profile), and apply reads the
+    domain's settings as the user's, with no "older vmtune" warning."""
+    name = doms.define(minimal_domain())  # it has <memballoon model='none'/>
+    assert "<memballoon model='none'/>" in inactive(name)
+    assert run(capsys, "tag", name, "--profile", "balanced")[0] == 0
+    assert run(capsys, "tag", name, "--profile", "latency")[0] == 0
+    tag = tree(inactive(name)).find(f"metadata/{{{NS}}}tune")
+    (record,) = list(tag)
+    data = json.loads(record.text)
+    assert tag.get("profile") == "latency" and data["units"] == [] and data["profile"] == "latency"
+    rc, out, err = run(capsys, "apply", name, "--dry-run")
+    assert rc == 0, err
+    assert "older vmtune" not in err and "older vmtune" not in out
+    assert "<memballoon model='none'/>" in inactive(name)
+
+
 def test_untag_leaves_an_empty_metadata_when_the_tag_was_all(doms, capsys):
     """libvirt keeps <metadata/> once its last element goes; the rest is as before."""
     name = doms.define(minimal_domain())

@@ -243,6 +243,47 @@ def test_an_older_vmtunes_output_gets_one_warning():
     assert not [w for w in vmtune.rewrite(STOCK, HOST, "latency").warnings if "older vmtune" in w]
 
 
+def _tagged_by_vmtune_tag(xml: str, profile: str) -> str:
+    """``xml`` as ``vmtune tag`` leaves it (vmtune/live/tagging.py, through libvirt's metadata API):
+    the tag in <metadata>, with the record of a first tag."""
+    from vmtune.record import undo
+
+    root = etree.fromstring(xml.encode())
+    for old in root.findall("metadata/{https://vmtune.dev/xmlns/1}tune"):  # untagged first: a first tag
+        old.getparent().remove(old)
+    record = undo.tagged_only(root, profile)
+    metadata = root.find("metadata")
+    if metadata is None:
+        metadata = etree.SubElement(root, "metadata")
+    tag = etree.SubElement(metadata, "{https://vmtune.dev/xmlns/1}tune", nsmap={"vmtune": "https://vmtune.dev/xmlns/1"})
+    tag.set("profile", profile)
+    tag.append(record)
+    return etree.tostring(root, encoding="unicode")
+
+
+@pytest.mark.parametrize("cpu", [False, True])
+def test_a_domain_just_tagged_is_not_taken_for_an_older_vmtunes_output(cpu):
+    """A domain the user set up with settings an older vmtune also wrote (no balloon, a
+    host-passthrough CPU: a VFIO user's), then tagged with ``vmtune tag``: its record says vmtune
+    changed nothing else, so the rewrite reads those settings as the user's (no "older vmtune"
+    warning), and untune gives back the tagged domain, tag included. Without the record the
+    warning comes, as for an older vmtune's output."""
+    mine = STOCK.replace('<memballoon model="virtio"/>', '<memballoon model="none"/>', 1)
+    if cpu:
+        mine = re.sub(r"<cpu[^>]*>.*?</cpu>|<cpu[^>]*/>", '<cpu mode="host-passthrough"/>', mine, count=1, flags=re.S)
+        assert 'mode="host-passthrough"' in mine
+    assert '<memballoon model="none"/>' in mine
+    tagged = _tagged_by_vmtune_tag(mine, "latency")
+    result = vmtune.rewrite(tagged, HOST)
+    assert result.profile == "latency" and not [w for w in result.warnings if "older vmtune" in w]
+    assert '<memballoon model="none"/>' in result.xml  # the user's own, kept
+    back = etree.fromstring(vmtune.untune(result.xml).xml.encode())
+    tag = back.find("metadata/{https://vmtune.dev/xmlns/1}tune")
+    assert tag is not None and tag.get("profile") == "latency" and len(tag) == 0
+    bare = re.sub(r"<vmtune:undo.*?</vmtune:undo>", "", tagged, flags=re.S)
+    assert [w for w in vmtune.rewrite(bare, HOST).warnings if "older vmtune" in w] == [driver.OLD_WARNING]
+
+
 def test_untune_of_a_domain_vmtune_never_tuned_changes_nothing(tmp_path, capsys):
     from vmtune.cli import main
 

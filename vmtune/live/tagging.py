@@ -41,8 +41,14 @@ def tag(dom, profile: str, config: config_mod.Config | None = None) -> str | Non
     lv = connect.libvirt()
     now = _definition(dom)
     before = now.tagged_profile
-    # vmtune's record of its changes stays with the tag (vmtune/record/undo.py), as XML with our prefix
-    kept = "".join(etree.tostring(r, encoding="unicode", with_tail=False) for r in undo.records(now.node))
+    # vmtune's record of its changes stays with the tag (vmtune/record/undo.py), as XML with our prefix.
+    # A first tag (or a retag of one) records that vmtune changed nothing else: apply then reads the
+    # domain's own settings as the user's, not as an older vmtune's tuning.
+    if (now.tag is None and not undo.records(now.node)) or undo.tagged_only_now(now.node):
+        records = [undo.tagged_only(now.node, profile)]
+    else:
+        records = undo.records(now.node)
+    kept = "".join(etree.tostring(r, encoding="unicode", with_tail=False) for r in records)
     dom.setMetadata(lv.VIR_DOMAIN_METADATA_ELEMENT, f"<tune profile={quoteattr(profile)}>{kept}</tune>", PREFIX, NS,
                     lv.VIR_DOMAIN_AFFECT_CONFIG)
     return before

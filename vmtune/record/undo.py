@@ -40,7 +40,7 @@ from lxml import etree
 from ..xml import xmlsafe, xmltext
 from ..errors import InvalidInput
 from .handmerge import merge, put_back, unadd_node
-from ..xml.model import TAG
+from ..xml.model import NSMAP, TAG
 from .unitdiff import TUNED, TUNED_DEVICES, UNDO, VERSION, Snapshot, diff, hold, lxml_text, snapshot
 from ..xml.xmlkeys import canon, counted, filled, find, keyed, parse_node, where_of
 from ..xml.xmltext import local_name
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ..xml.markup import Source
 
 __all__ = ["TUNED", "TUNED_DEVICES", "UNDO", "VERSION", "Snapshot", "diff", "hold", "read", "recorded", "records",
-           "snapshot", "strip", "take_back", "write"]
+           "snapshot", "strip", "tagged_only", "tagged_only_now", "take_back", "write"]
 
 
 def write(root: etree._Element, record: dict, watch: Source | None = None) -> None:
@@ -65,6 +65,31 @@ def write(root: etree._Element, record: dict, watch: Source | None = None) -> No
     el = etree.SubElement(tag, UNDO)
     el.set("version", str(VERSION))
     el.text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+def tagged_only(root: etree._Element, profile: str) -> etree._Element:
+    """The record of a domain that ``vmtune tag`` tags with ``profile`` for the first time: vmtune
+    changed nothing in it but the tag, which is the hand's (``take_back`` leaves it as set). A
+    rewrite then starts from the domain as it is, and does not take the user's own settings for
+    an older vmtune's tuning (``driver.OLD_TUNING``)."""
+    tag = etree.Element(TAG, nsmap=NSMAP)
+    tag.set("profile", profile)
+    record = {"v": VERSION, "tag": etree.tostring(tag, encoding="unicode"), "profile": profile,
+              "metadata": root.find("metadata") is not None, "devices": root.find("devices") is not None,
+              "units": []}
+    el = etree.Element(UNDO, nsmap=NSMAP)
+    el.set("version", str(VERSION))
+    el.text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    return el
+
+
+def tagged_only_now(root: etree._Element) -> bool:
+    """Whether ``root``'s record is ``tagged_only``'s: no unit changed (vmtune only tagged it)."""
+    try:
+        record = read(root)
+    except InvalidInput:
+        return False
+    return record is not None and record["units"] == [] and bool(record.get("tag"))
 
 
 def records(root: etree._Element) -> list[etree._Element]:
