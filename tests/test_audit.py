@@ -568,6 +568,9 @@ def test_a_moved_hand_pin_never_makes_a_sharing_domain_hold_a_cpu(cpus, profile,
     pins = Domain(etree.fromstring(result.xml.encode())).vcpupins()
     assert pins == ({} if pin is None else {0: vmtune.cpuset.parse(pin)})
     assert any("unpinned, to float" in w for w in result.warnings) == unpinned, result.warnings
+    reasons = [c.reason for c in result.changes if c.element.startswith("/domain/cputune")]
+    assert reasons and not any("real-time" in r for r in reasons)  # the reason says what happened, no more
+    assert any("float instead" in r for r in reasons) == unpinned, reasons
 
 
 def test_a_sharing_domain_pinned_by_hand_beside_another_audits_clean():

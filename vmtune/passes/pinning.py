@@ -212,7 +212,7 @@ def shared(ctx, dom):
         new = _cputune(dom, ())
         warns = _no_realtime(ctx, new)
         changed = bool(warns)
-        moved = []
+        lost = []  # vCPU pins none of whose CPUs stay
         for el in xmltext.elements(new):
             if el.tag in PINS and el.get("cpuset") is not None:
                 pins = cpuset.parse(el.get("cpuset"))
@@ -220,15 +220,15 @@ def shared(ctx, dom):
                 if fixed != pins:
                     el.set("cpuset", cpuset.format(fixed))
                     changed = True
-                    moved += [el] if el.tag == "vcpupin" and not pins & fixed else []
-        if not _node_pins(ctx.profile):
-            warns += _unpin_moved(dom, new, moved)
+                    lost += [el] if el.tag == "vcpupin" and not pins & fixed else []
+        unpinned = [] if _node_pins(ctx.profile) else _unpin_moved(dom, new, lost)
         if changed:
             why = ("real-time schedulers removed (no CPU of their own under this profile)" if warns else "")
             moved = "pins moved off CPUs that are dedicated to other domains or absent"
-            edits.extend(_put_cputune(dom, new, "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "")
-                                                           if w)))
-            edits.extend(warns)
+            floats = "the vCPUs whose pins had to move float instead (pinned alone, they would hold a shared CPU)"
+            edits.extend(_put_cputune(dom, new, "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "",
+                                                                      floats if unpinned else "") if w)))
+            edits.extend(warns + unpinned)
     return edits
 
 
