@@ -27,6 +27,7 @@ from vmtune.placement.audit import (
     CORE_OVERLAP,
     CPU_OVERLAP,
     FLOAT,
+    HOUSEKEEPING,
     HUGEPAGES,
     NOT_APPLIED,
     ON_RESERVED,
@@ -381,9 +382,10 @@ def test_overlap_problems_are_symmetric(fleet):
 PROFILES = ("latency", "balanced", "throughput", "latency")
 
 
-def placed_fleet(host, drawn, config=None):
+def placed_fleet(host, drawn, config=None, warnings=None):
     """Plan ``drawn`` (xml, profile) as ``vmtune apply`` does (vmtune.live.planner: dedicated
-    profiles first, each seeing the ones placed before it); those that do not fit are left out."""
+    profiles first, each seeing the ones placed before it); those that do not fit are left out.
+    ``warnings`` (a list) gets the rewrites' warnings."""
     targets = []
     for i, (xml, profile) in enumerate(drawn):
         xml = xml.replace("<name>gen</name>", f"<name>vm{i}</name>").replace(
@@ -391,7 +393,10 @@ def placed_fleet(host, drawn, config=None):
         targets.append(planner.Target(str(i), xml, profile))
     while targets:
         try:
-            return [step.result.xml for step in planner.plan(host, targets, config=config)]
+            steps = planner.plan(host, targets, config=config)
+            if warnings is not None:
+                warnings.extend(w for step in steps for w in step.result.warnings)
+            return [step.result.xml for step in steps]
         except DoesNotFit as exc:
             name = str(exc).split(":")[0]
             targets = [t for t in targets if f"<name>{name}</name>" not in t.xml]
@@ -407,11 +412,16 @@ reserved_hosts = hosts(arches=("x86_64",), max_nodes=3, isolated=False)
 @given(reserved_hosts, st.lists(st.tuples(domain_xmls(max_vcpus=4), st.sampled_from(PROFILES)), min_size=1, max_size=5))
 def test_a_fleet_placed_by_the_rewriter_audits_clean(host, drawn):
     """Domains rewritten one after another in apply --all order, each seeing the ones before it,
-    have no overlap, nothing floating onto dedicated cores, no unapplied tag, and hugepages that fit."""
-    placed = placed_fleet(host, drawn)
+    have no overlap, nothing floating onto dedicated cores, no unapplied tag, and hugepages that fit.
+    A housekeeping CPU crowded with emulators and iothreads is the one problem a rewrite may leave
+    (a host with too few housekeeping CPUs for its latency domains), and then the rewrite said so."""
+    said: list[str] = []
+    placed = placed_fleet(host, drawn, warnings=said)
     assume(placed)
     report = audit(host, [(xml, "shut off") for xml in placed])
-    assert report.ok, [p.message for p in report.problems]
+    assert [p.message for p in report.problems if p.kind != HOUSEKEEPING] == []
+    if any(p.kind == HOUSEKEEPING for p in report.problems):
+        assert any(w.startswith("housekeeping CPU") and "more than" in w for w in said), said
 
 
 @settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])  # full hosts are assumed away
