@@ -4,7 +4,6 @@ the figures live in BENCHMARKS.md and bench/results/, measured on purpose, not i
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 from pathlib import Path

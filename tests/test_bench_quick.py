@@ -7,7 +7,6 @@ and VMTUNE_PROFILES at empty ones, and bench/run inherits them)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 

@@ -248,8 +248,8 @@ class _Reader:
 
     def __init__(self, limit: int, sysfs: str | None):
         self.limit = limit
-        self.sysfs = os.path.realpath(sysfs) if sysfs else None
-        self.paths = RealPaths(self.sysfs) if sysfs else None
+        self.paths = RealPaths(sysfs) if sysfs else None
+        self.sysfs = self.paths.root if self.paths else None  # resolved
         self.strict = True  # every key must be there (version 2); a version-1 file may lack some
 
     @staticmethod

@@ -44,7 +44,7 @@ def tag(dom, profile: str, config: config_mod.Config | None = None) -> str | Non
     # vmtune's record of its changes stays with the tag (vmtune/record/undo.py), as XML with our prefix.
     # A first tag (or a retag of one) records that vmtune changed nothing else: apply then reads the
     # domain's own settings as the user's, not as an older vmtune's tuning.
-    if (now.tag is None and not undo.records(now.node)) or undo.tagged_only_now(now.node):
+    if now.tag is None or undo.tagged_only_now(now.node):  # (the record lives in the tag)
         records = [undo.tagged_only(now.node, profile)]
     else:
         records = undo.records(now.node)

@@ -11,11 +11,11 @@ avoid the dedicated CPUs (vmtune/placement/intent.py).
 
 from lxml import etree
 
-from .. import cpuset, profiles
-from ..placement import housekeeping, intent
+from .. import cpuset
+from ..placement import holdings, housekeeping, intent
 from ..xml import xmltext
 from ..xml.edits import E, Put, Remove, Warn, clone, insert
-from ..xml.model import Domain
+from ..xml.model import Domain, pins_of
 from ..placement.search import taken_cores
 from ..profiles import Pinning
 
@@ -221,7 +221,7 @@ def shared(ctx, dom):
                     el.set("cpuset", cpuset.format(fixed))
                     changed = True
                     lost += [el] if el.tag == "vcpupin" and not pins & fixed else []
-        unpinned = [] if _node_pins(ctx.profile) else _unpin_moved(dom, new, lost)
+        unpinned = _unpin_moved(ctx, dom, new, lost)
         if changed:
             why = ("real-time schedulers removed (no CPU of their own under this profile)" if warns else "")
             moved = "pins moved off CPUs that are dedicated to other domains or absent"
@@ -232,25 +232,15 @@ def shared(ctx, dom):
     return edits
 
 
-def _node_pins(profile) -> bool:
-    """Whether pins under ``profile`` are to a node's shared CPUs, never held as dedicated (as
-    holdings.dedicated reads a domain tagged with it)."""
-    shipped = profiles.builtin(profile.name)
-    return shipped is not None and shipped.cpu_pinning == Pinning.NODE
-
-
-def _unpin_moved(dom, new, moved: list) -> list:
-    """A floating domain whose vCPUs are each pinned to one CPU holds those CPUs as dedicated
-    (holdings.pinned_alone). Where that is so only because vmtune moved some of the pins (their
-    CPUs are another domain's now), the CPUs they moved to are ones other domains may share: the
-    moved pins go, and those vCPUs float over the domain's cpuset instead."""
+def _unpin_moved(ctx, dom, new, moved: list) -> list:
+    """A floating domain whose pins hold their CPUs as dedicated (holdings.holds_pins: every vCPU
+    pinned alone) only because vmtune moved some of them (their CPUs are another domain's now)
+    would hold CPUs that other domains may share: the moved pins go, and those vCPUs float over the
+    domain's cpuset instead."""
     if not moved:
         return []
-    lone = {}
-    for el in xmltext.elements(new):
-        if el.tag == "vcpupin":
-            lone[el.get("vcpu")] = len(cpuset.parse(el.get("cpuset"))) == 1
-    if not all(lone.get(str(v)) for v in range(dom.vcpus)):
+    pins = pins_of(el for el in xmltext.elements(new) if el.tag == "vcpupin")
+    if not holdings.holds_pins(ctx.profile.name, pins, dom.vcpus):
         return []
     for el in moved:
         new.remove(el)

@@ -100,22 +100,32 @@ def pinned(dom: Domain) -> frozenset[int]:
     return frozenset().union(*pins.values()) if pins else frozenset()
 
 
+def alone(pins: dict[int, frozenset[int]], vcpus: int) -> bool:
+    """Every one of ``vcpus`` vCPUs pinned to exactly one host CPU (``pins``: vCPU -> its CPUs)."""
+    return bool(pins) and all(len(pins.get(v, ())) == 1 for v in range(vcpus))
+
+
 def pinned_alone(dom: Domain) -> bool:
     """Every vCPU pinned to exactly one host CPU: the rule that makes a domain's pins dedicated
     (claims), a "pinned" domain in a plan (planner), and a fully applied one (audit)."""
-    pins = dom.vcpupins()
-    return bool(pins) and all(len(pins.get(v, ())) == 1 for v in range(dom.vcpus))
+    return alone(dom.vcpupins(), dom.vcpus)
+
+
+def holds_pins(profile: str | None, pins: dict[int, frozenset[int]], vcpus: int) -> bool:
+    """Whether a domain tagged ``profile`` with the vCPU pins ``pins`` holds their CPUs for itself:
+    tagged with a profile that dedicates CPUs (its ``cpu_pinning``, as vmtune ships the profile:
+    ``profiles.builtin``), or every vCPU pinned alone (but never under a profile that pins to a
+    node's shared CPUs). ``dedicated`` asks it of a domain, the pinning pass of the pins it writes."""
+    tagged = profiles.builtin(profile) if profile else None
+    if tagged is not None and tagged.cpu_pinning == profiles.Pinning.NODE:
+        return False  # pins vmtune wrote to a node's shared CPUs, never dedicated ones
+    return (tagged is not None and tagged.dedicated) or alone(pins, vcpus)
 
 
 def dedicated(dom: Domain) -> frozenset[int]:
-    """The host CPUs ``dom`` holds for itself: its pins and its real-time helpers' (``rt_helpers``),
-    when it is tagged with a profile that dedicates CPUs (its ``cpu_pinning``, as vmtune ships the
-    profile: ``profiles.builtin``) or every vCPU is pinned alone (but under a profile that pins to
-    a node's shared CPUs); else none."""
-    tagged = profiles.builtin(dom.tagged_profile) if dom.tagged_profile else None
-    if tagged is not None and tagged.cpu_pinning == profiles.Pinning.NODE:
-        return frozenset()  # pins vmtune wrote to a node's shared CPUs, never dedicated ones
-    if (tagged is not None and tagged.dedicated) or pinned_alone(dom):
+    """The host CPUs ``dom`` holds for itself (``holds_pins``): its pins and its real-time helpers'
+    (``rt_helpers``); else none."""
+    if holds_pins(dom.tagged_profile, dom.vcpupins(), dom.vcpus):
         return pinned(dom) | rt_helpers(dom)
     return frozenset()
 

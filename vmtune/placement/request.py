@@ -64,7 +64,7 @@ def _kinds_unknown(profile, host: Host) -> tuple[str, ...]:
 def _active(dom: Domain) -> int | None:
     """The vCPUs enabled at boot when fewer than ``<vcpu>``: ``current``, else those of ``<vcpus>``
     not ``enabled='no'``."""
-    current = dom.find("vcpu")
+    current = dom.vcpu_element
     count = None
     if current is not None and (current.get("current") or "").strip().isdecimal():
         count = int(current.get("current"))

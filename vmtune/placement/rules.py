@@ -1,8 +1,8 @@
 """The placement's rules for a dedicated domain, in order: one list, each rule with the score it
 gives a place (a field of ``Score``: the lowest wins, rule by rule), what it prefers, what steers it
-(a profile key or a setting), and how it is said when it decides between two places: why the place
-won (``reason``) and why another lost (``why_not``). search.py scores the places by them, and
-``rewrite --explain`` prints the rule that decided.
+(a profile key or a setting), and how its score reads. search.py scores the places by them, and
+``why_not`` says, for ``rewrite --explain``, which rule made the chosen place win over the best
+place on other nodes, with both places by that rule.
 
 A new rule is one entry here, its value in ``search._search``, and its profile key if it has one.
 """

@@ -230,7 +230,7 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
             break
     if best is None:
         return None
-    said = rules.why_not(best[0], rival) if rival is not None and rival.node_ids != best[1] else None
+    said = rules.why_not(best[0], rival) if rival is not None else None  # never of the best's nodes
     return (*best[1:], said)
 
 

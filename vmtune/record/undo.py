@@ -62,9 +62,14 @@ def write(root: etree._Element, record: dict, watch: Source | None = None) -> No
         watch.touch(tag, kids=True)
     for old in records(root):
         tag.remove(old)
-    el = etree.SubElement(tag, UNDO)
+    _holding(etree.SubElement(tag, UNDO), record)
+
+
+def _holding(el: etree._Element, record: dict) -> etree._Element:
+    """``el`` (a ``<vmtune:undo>``) holding ``record``, as every record is kept."""
     el.set("version", str(VERSION))
     el.text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    return el
 
 
 def tagged_only(root: etree._Element, profile: str) -> etree._Element:
@@ -77,10 +82,7 @@ def tagged_only(root: etree._Element, profile: str) -> etree._Element:
     record = {"v": VERSION, "tag": etree.tostring(tag, encoding="unicode"), "profile": profile,
               "metadata": root.find("metadata") is not None, "devices": root.find("devices") is not None,
               "units": []}
-    el = etree.Element(UNDO, nsmap=NSMAP)
-    el.set("version", str(VERSION))
-    el.text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
-    return el
+    return _holding(etree.Element(UNDO, nsmap=NSMAP), record)
 
 
 def tagged_only_now(root: etree._Element) -> bool:

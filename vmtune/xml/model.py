@@ -9,7 +9,7 @@ driver applies the edits. The values passes write are constants on the views (``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from lxml import etree
@@ -30,6 +30,17 @@ def _int(text: str) -> int | None:
         return int(text)
     except (TypeError, ValueError):
         return None
+
+
+def pins_of(vcpupins: Iterable[etree._Element]) -> dict[int, frozenset[int]]:
+    """vCPU -> its host CPUs, of ``<vcpupin>`` elements (one whose ``vcpu`` is not a number names
+    none): a domain's (``Domain.vcpupins``), or a ``<cputune>`` a pass is building."""
+    out: dict[int, frozenset[int]] = {}
+    for e in vcpupins:
+        v = _int(e.get("vcpu"))
+        if v is not None:
+            out[v] = cpuset.parse(e.get("cpuset"))
+    return out
 
 
 def _digits(text: str) -> int | None:
@@ -446,12 +457,7 @@ class Domain(View):
         return fill_iothread_ids(self.listed_iothread_ids(), self.iothreads)
 
     def vcpupins(self) -> dict[int, frozenset[int]]:
-        out: dict[int, frozenset[int]] = {}
-        for e in xmltext.each(self.node, "cputune/vcpupin"):
-            v = _int(e.get("vcpu"))
-            if v is not None:
-                out[v] = cpuset.parse(e.get("cpuset"))
-        return out
+        return pins_of(xmltext.each(self.node, "cputune/vcpupin"))
 
     def find(self, path: str) -> etree._Element | None:
         return xmltext.find(self.node, path)
