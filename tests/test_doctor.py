@@ -758,3 +758,13 @@ def test_no_census_without_a_held_cpu_or_when_asked_for_none(healthy_host_tree):
     assert not found(report, "noise") and "census" not in report.to_dict()
     report = diagnose(healthy_host_tree.roots(), measure=False, census_seconds=0.5, sleep=lambda s: None)
     assert found(report, "noise", "nothing interrupted", level="OK")
+
+
+def test_each_held_cpu_shows_what_it_runs_at(healthy_host_tree):
+    """The state area names each held CPU with the lease that owns it and its power state now."""
+    xml = trees.domain("db1", [2, 3], hugepage_kib=None)
+    trees.hook_state(healthy_host_tree, {trees.uuid_of(xml): {"name": "db1", "profile": "latency", "cpus": "2-3"}}, [])
+    report = diagnose(healthy_host_tree.roots(), measure=False)
+    shown = found(report, "state", "CPU 2 (db1): ", level="INFO") + found(report, "state", "CPU 3 (db1): ", level="INFO")
+    assert [f.found.split(": ", 1)[1] for f in shown] == ["performance, EPP performance, floor 1.2 GHz, idle down to C1E (10 µs)"] * 2
+    assert not found(report, "state", "CPU 1 (")

@@ -58,7 +58,7 @@ from vmtune.hoststate.statedir import StateDir
 
 UUID_C = "33333333-3333-3333-3333-333333333333"
 UUID_X = "99999999-9999-9999-9999-999999999999"
-LATENCY = {"vm-a": (UUID_A, 2), "vm-b": (UUID_B, 3), "vm-c": (UUID_C, 1)}
+LATENCY = {"vm-a": (UUID_A, "2", "latency"), "vm-b": (UUID_B, "3", "latency"), "vm-c": (UUID_C, "1", "latency")}
 UNTAGGED = domain("vm-x", UUID_X, profile=None, pins="1")
 ONLINE = frozenset(range(4))
 RESERVED = frozenset({0})
@@ -73,9 +73,6 @@ kills = st.one_of(st.none(), st.none(), st.integers(0, 12), st.integers(0, 45)) 
 COUNTS: Counter = Counter()  # what a run did, printed at its end (RELIABILITY.md)
 
 
-def _xml(name: str) -> str:
-    uuid, cpu = LATENCY[name]
-    return domain(name, uuid, pins=str(cpu))
 
 
 class Clock:
@@ -89,6 +86,9 @@ class Clock:
 
 
 class HookModel(RuleBasedStateMachine):
+    DOMAINS = LATENCY  # name -> (UUID, the CPUs its vCPU is pinned to, its profile)
+    CONFIG = 'reserved_cpus = "0"\n'
+
     def __init__(self):
         super().__init__()
         shm = Path("/dev/shm")
@@ -98,7 +98,7 @@ class HookModel(RuleBasedStateMachine):
         kernel = build_host(root)
         (root / "profiles").mkdir()
         (root / "libvirt").mkdir()
-        (root / "vmtune.toml").write_text('reserved_cpus = "0"\n')
+        (root / "vmtune.toml").write_text(self.CONFIG)
         for name, value in (("SYSFS", root / "sys"), ("STATE_DIR", root / "state"), ("CONFIG", root / "vmtune.toml"),
                             ("PROFILES", root / "profiles"), ("LIBVIRT_RUNDIR", root / "libvirt")):
             self.mp.setenv(f"VMTUNE_{name}", str(value))
@@ -115,7 +115,7 @@ class HookModel(RuleBasedStateMachine):
         self.expected = tree(root)  # the host as it must be with no lease: as found, or as set by hand
         self.hand: set[str] = set()  # files changed by hand while leases were held
         self.qemu: dict[str, subprocess.Popen] = {}
-        self.status = {name: "off" for name in LATENCY}  # off, prepared (starting), running
+        self.status = {name: "off" for name in self.DOMAINS}  # off, prepared (starting), running
         self.files_left: set[str] = set()  # crashed domains whose status files libvirt left behind
         self.pending: set[str] = set()  # gone domains whose lease may still be held
         self.recorded: dict[str, bool | None] = {}  # its QEMU recorded in its lease (None: not known)
@@ -131,6 +131,10 @@ class HookModel(RuleBasedStateMachine):
         shutil.rmtree(self.root, ignore_errors=True)
 
     # -- libvirt's side ---------------------------------------------------------------------------
+    def xml(self, name: str) -> str:
+        uuid, cpus, profile = self.DOMAINS[name]
+        return domain(name, uuid, profile=profile, pins=cpus)
+
     def call(self, name: str, xml: str, op: str, sub: str, kill: int | None = None) -> int:
         argv = [name, op, sub, "-"]
         COUNTS["hook calls"] += 1
@@ -141,7 +145,7 @@ class HookModel(RuleBasedStateMachine):
         return code
 
     def launch_qemu(self, name: str) -> None:
-        uuid, _ = LATENCY[name]
+        uuid = self.DOMAINS[name][0]
         proc = subprocess.Popen(["/bin/sh", "-c", "read _", "-name", f"guest={name},debug-threads=on", "-uuid", uuid],
                                 stdin=subprocess.PIPE)
         wait_until(Path(f"/proc/{proc.pid}/cmdline").read_bytes, 30, f"{name}'s QEMU to have its command line",
@@ -173,7 +177,7 @@ class HookModel(RuleBasedStateMachine):
 
     # -- rules ------------------------------------------------------------------------------------
     def with_status(self, status: str) -> list[str]:
-        return [name for name in sorted(LATENCY) if self.status[name] == status]
+        return [name for name in sorted(self.DOMAINS) if self.status[name] == status]
 
     @precondition(lambda self: self.with_status("off"))
     @rule(pick=st.integers(0, 2), kill=kills)
@@ -184,10 +188,10 @@ class HookModel(RuleBasedStateMachine):
         for ext in ("xml", "pid"):  # libvirt cleans what a crash left before it starts the domain again
             (self.root / "libvirt" / f"{name}.{ext}").unlink(missing_ok=True)
         self.files_left.discard(name)
-        code = self.call(name, _xml(name), "prepare", "begin", kill)
+        code = self.call(name, self.xml(name), "prepare", "begin", kill)
         assert code in (0, KILLED), code
         if code == KILLED:  # a failed start: libvirt releases it
-            assert self.call(name, _xml(name), "release", "end") == 0
+            assert self.call(name, self.xml(name), "release", "end") == 0
             self.pending.discard(name)
             self.reaped()
             return
@@ -206,7 +210,7 @@ class HookModel(RuleBasedStateMachine):
         name = starting[pick % len(starting)]
         self.launch_qemu(name)
         self.status[name] = "running"
-        code = self.call(name, _xml(name), "started", "begin", kill)
+        code = self.call(name, self.xml(name), "started", "begin", kill)
         assert code in (0, KILLED), code
         self.recorded[name] = True if code == 0 else None
 
@@ -218,7 +222,7 @@ class HookModel(RuleBasedStateMachine):
         name = running[pick % len(running)]
         self.end_qemu(name)
         self.status[name] = "off"
-        code = self.call(name, _xml(name), "release", "end", kill)
+        code = self.call(name, self.xml(name), "release", "end", kill)
         assert code in (0, KILLED), code
         if code == KILLED:  # libvirt never repeats a release
             self.pending.add(name)
@@ -245,15 +249,15 @@ class HookModel(RuleBasedStateMachine):
         COUNTS["rule restart_libvirtd"] += 1
         completed, calls = True, bool(self.files_left)
         for name in sorted(self.files_left):
-            assert self.call(name, _xml(name), "reconnect", "begin") == 0
+            assert self.call(name, self.xml(name), "reconnect", "begin") == 0
             for ext in ("xml", "pid"):
                 (self.root / "libvirt" / f"{name}.{ext}").unlink(missing_ok=True)
-            assert self.call(name, _xml(name), "release", "end") == 0
+            assert self.call(name, self.xml(name), "release", "end") == 0
             self.files_left.discard(name)
             self.pending.discard(name)
-        running = [name for name in sorted(LATENCY) if self.status[name] == "running"]
+        running = [name for name in sorted(self.DOMAINS) if self.status[name] == "running"]
         for i, name in enumerate(running):
-            code = self.call(name, _xml(name), "reconnect", "begin", first_killed if i == 0 else None)
+            code = self.call(name, self.xml(name), "reconnect", "begin", first_killed if i == 0 else None)
             assert code in (0, KILLED), code
             self.since[name] = self.now()
             if code == 0:
@@ -344,11 +348,14 @@ class HookModel(RuleBasedStateMachine):
         self.check_tuned = False
         held = self.held() - RESERVED
         sysfs = self.root / "sys"
-        for cpu in ONLINE:
-            rel = f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"
-            if rel not in self.hand:
-                assert (self.root / rel).read_text().strip() == "performance", rel
-            assert (sysfs / f"devices/system/cpu/cpu{cpu}/cpuidle/state3/disable").read_text().strip() == "1", cpu
+        if self.POWER:
+            self.each_cpu_is_its_owners()
+        else:
+            for cpu in ONLINE:
+                rel = f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"
+                if rel not in self.hand:
+                    assert (self.root / rel).read_text().strip() == "performance", rel
+                assert (sysfs / f"devices/system/cpu/cpu{cpu}/cpuidle/state3/disable").read_text().strip() == "1", cpu
         assert (sysfs / "kernel/mm/ksm/run").read_text().strip() == "0"
         if IRQ not in self.hand:
             assert not held & cpuset.parse((self.root / IRQ).read_text()), (IRQ, held)
@@ -359,6 +366,37 @@ class HookModel(RuleBasedStateMachine):
             assert not held & cpuset.parse(status.read_text().rsplit("\t", 1)[1]), status
 
 
+    POWER = False  # [hook] power_scope = "pinned" (PowerModel)
+
+    def each_cpu_is_its_owners(self):
+        """Power scope pinned: a held CPU is as its earliest lease's profile says (governor
+        performance, the C-states above its cap disabled), every other CPU as found (or as set by hand)."""
+        owner: dict[int, str] = {}
+        for _, lease in sorted(self.leases().items(), key=lambda kv: (kv[1]["since"], kv[0])):
+            for cpu in cpuset.parse(lease["cpus"]):
+                owner.setdefault(cpu, lease["profile"])
+        for cpu in ONLINE:
+            rel = f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"
+            disabled = "".join((self.root / f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state{k}/disable").read_text().strip()
+                               for k in range(4))
+            if rel not in self.hand:
+                assert (self.root / rel).read_text().strip() == ("performance" if cpu in owner else self.expected[rel]), rel
+            assert disabled == (OFF_STATES[owner[cpu]] if cpu in owner else "0000"), (cpu, owner)
+
+
+# C-states 0-3 (0, 2, 10, 133 us) as each profile's cap leaves them: 1 disabled
+OFF_STATES = {"latency": "0001", "realtime": "0111"}
+
+
+class PowerModel(HookModel):
+    """The same walks with ``power_scope = "pinned"``: vm-c, a realtime domain on CPUs 1-2, overlaps
+    vm-a (latency, CPU 2); each CPU is its earliest lease's, as its profile says."""
+
+    DOMAINS = {**LATENCY, "vm-c": (UUID_C, "1-2", "realtime")}
+    CONFIG = 'reserved_cpus = "0"\n[hook]\npower_scope = "pinned"\non_conflict = "warn"\n'
+    POWER = True
+
+
 def test_the_hook_against_a_model_of_libvirt():
     """Random walks of libvirt's calls, kills, crashes, hand changes, reaps and time (see the module)."""
     run_state_machine_as_test(HookModel, settings=settings(
@@ -366,3 +404,12 @@ def test_the_hook_against_a_model_of_libvirt():
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     print("reliability: the hook's model: " + ", ".join(f"{n} {what}" for what, n in sorted(COUNTS.items())))
     assert COUNTS["calls killed"] > 0 and COUNTS["hook calls"] > EXAMPLES * 5  # the walks did walk
+
+
+def test_power_per_lease_against_the_model():
+    """The model's walks with power scoped to each lease, two of them overlapping with two profiles."""
+    before = COUNTS["calls killed"]
+    run_state_machine_as_test(PowerModel, settings=settings(
+        max_examples=max(EXAMPLES // 2, 5), stateful_step_count=STEPS, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    assert COUNTS["calls killed"] > before

@@ -500,11 +500,16 @@ def _live_tree(tmp_path) -> Path:
                   baseline=[], isolation=Isolation(frozenset({2, 3}), records={
                       Irq(5): Record(Irq(5), "0-31", "0-1,4-31")}))
     (state_dir / "state.json").write_text(json.dumps(state.to_json()))
+    for cpu, governor in ((2, "performance"), (3, "performance")):  # as the hook left them
+        freq = Path(sys_root) / f"devices/system/cpu/cpu{cpu}/cpufreq"
+        freq.mkdir(parents=True, exist_ok=True)
+        (freq / "scaling_governor").write_text(governor + "\n")
     return Path(sys_root)
 
 
 def test_live_with_the_hook_state_and_libvirt(capsys, tmp_path, monkeypatch):
-    """Live: libvirt's domains (its test driver), the sysfs pools, the hook's lease and isolation.
+    """Live: libvirt's domains (its test driver), the sysfs pools, the hook's lease and isolation,
+    and what its CPUs run at.
     (The test driver stands in for this machine's system daemon here, whose host is this machine's
     sysfs; any other URI draws libvirt's host: test_a_connection_to_another_daemon...)"""
     pytest.importorskip("libvirt")
@@ -526,6 +531,9 @@ def test_live_with_the_hook_state_and_libvirt(capsys, tmp_path, monkeypatch):
     assert data["warnings"] == []
     code, out, err = run_cli(capsys, "map", "-c", "test:///default", "--color", "never")
     assert code == 0 and "hook: 1 lease: db (latency, CPUs 2-3" in out and "isolated now: CPUs 2-3" in out
+    assert "hook power: CPUs 2-3 (db): performance" in out  # each held CPU as sysfs reads it, alike ones together
+    assert [(c["cpu"], c["lease"], c["governor"]) for c in data["hook"]["power"]] == [
+        (2, "db", "performance"), (3, "db", "performance")]
 
 
 def test_live_without_libvirt_says_so_once(capsys, tmp_path, monkeypatch):

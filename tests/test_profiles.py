@@ -80,12 +80,16 @@ def test_builtin_raw_toml_validates_with_jsonschema(name):
 
 @pytest.mark.parametrize("name", BUILTIN)
 def test_builtin_loads_with_a_description_and_typed_values(name):
-    """Each built-in loads as a Profile whose values have the types of the dataclass defaults."""
+    """Each built-in loads as a Profile whose values have the types of the dataclass defaults (an
+    optional value, whose default is None: None or the type it is declared with)."""
     prof = profiles.load(name)
     assert prof.name == name and prof.description
     for f in dataclasses.fields(Profile):
-        if f.name != "name":
-            assert type(getattr(prof, f.name)) is type(f.default), f.name
+        value = getattr(prof, f.name)
+        if f.default is None:
+            assert value is None or f.type == f"{type(value).__name__} | None", f.name
+        elif f.name != "name":
+            assert type(value) is type(f.default), f.name
 
 
 def test_profile_schema_is_a_valid_2020_12_schema():
@@ -113,12 +117,15 @@ def test_schema_keys_and_profile_fields_match_one_to_one():
 def test_realtime_inherits_latency_and_overrides_its_own_keys():
     """realtime takes latency's values except the keys it sets itself."""
     latency, realtime = profiles.load("latency"), profiles.load("realtime")
-    own = {"description", "cpu_smt", "cpu_scheduler", "cpu_priority", "cpu_pmu", "memory_locked"}
+    own = {"description", "cpu_smt", "cpu_scheduler", "cpu_priority", "cpu_pmu", "memory_locked",
+           "power_max_cstate_latency_us", "power_min_freq"}
     for key, value in latency.to_dict().items():
         if key not in own | {"name"}:
             assert getattr(realtime, key) == value, key
     assert (realtime.cpu_smt, realtime.cpu_scheduler, realtime.cpu_pmu, realtime.memory_locked) == (
         "isolate", "fifo", "off", True)
+    assert (realtime.power_max_cstate_latency_us, realtime.power_min_freq) == (0, "max")  # POLL only, full speed
+    assert (latency.power_max_cstate_latency_us, latency.power_min_freq) == (None, "base")  # the config's cap
     assert realtime.description != latency.description
 
 

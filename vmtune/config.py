@@ -37,6 +37,12 @@ Isolate = choice("Isolate", "on", "off")
 # (BENCHMARKS.md: the partition takes the scheduler's softirqs off the held CPU)
 IsolateMethod = choice("IsolateMethod", "on", "off", "partition", "auto")
 HugepagePolicy = choice("HugepagePolicy", "top-up", "off")
+# where the hook's power settings go: every online CPU (governor, EPP; C-states as cstate_scope says);
+# each lease's own CPUs, with its profile's [power] values (vmtune/hoststate/power.py)
+PowerScope = choice("PowerScope", "host", "pinned")
+Uncore = choice("Uncore", "keep", "max")  # Intel's uncore frequency while latency domains run
+# the config's dedicated_cpus that no lease holds, while latency domains run (power scope pinned)
+IdleDedicated = choice("IdleDedicated", "keep", "powersave")
 
 
 
@@ -47,6 +53,9 @@ class HookSettings:
     on_conflict: OnConflict = OnConflict.REFUSE
     max_cstate_latency_us: int = 10
     cstate_scope: CStateScope = CStateScope.HOST
+    power_scope: PowerScope = PowerScope.HOST
+    uncore: Uncore = Uncore.KEEP
+    idle_dedicated: IdleDedicated = IdleDedicated.KEEP
     ksm: KsmPolicy = KsmPolicy.OFF
     lock_timeout_s: float = 30.0
     isolate: IsolateMethod = IsolateMethod.AUTO
@@ -69,7 +78,8 @@ class HookSettings:
         """The settings of a ``[hook]`` table the schema passed: each value as its field's type."""
         types = {f.name: f.type for f in fields(cls)}
         convert = {"int": int, "float": float, **{t.__name__: t for t in (OnConflict, CStateScope, KsmPolicy,
-                                                                          Isolate, IsolateMethod, HugepagePolicy)}}
+                                                                          Isolate, IsolateMethod, HugepagePolicy,
+                                                                          PowerScope, Uncore, IdleDedicated)}}
         return cls(**{k: convert[types[k]](v) for k, v in table.items()})
 
 
@@ -78,6 +88,8 @@ class Config:
     reserved_cpus: frozenset[int] | None = None  # None: Host.default_reserved() (Host.reserved applies it)
     # a hybrid host's efficiency cores, where the host cannot say (capabilities XML): None: as read
     efficiency_cpus: frozenset[int] | None = None
+    # the host CPUs meant for latency domains' vCPUs ([hook] idle_dedicated): None, none named
+    dedicated_cpus: frozenset[int] | None = None
     placement: PlacementPolicy = PlacementPolicy.SPREAD
     profiles_dir: str | None = None
     smt: dict[str, SmtPolicy] = field(default_factory=dict)
@@ -113,18 +125,24 @@ def load(path: str | None = None, profiles_dir: str | None = None) -> Config:
     except InvalidInput as exc:
         line = schema.line_of(text, "reserved_cpus")
         raise InvalidInput(f"{where}:{line}: reserved_cpus: {exc}" if line else f"{where}: {exc}") from None
-    efficiency = data.get("efficiency_cpus")
-    try:
-        efficiency_cpus = cpuset.parse(efficiency) if efficiency is not None else None
-    except InvalidInput as exc:
-        line = schema.line_of(text, "efficiency_cpus")
-        raise InvalidInput(f"{where}:{line}: efficiency_cpus: {exc}" if line else f"{where}: {exc}") from None
+    efficiency_cpus, dedicated_cpus = (_cpus(data, text, where, key) for key in ("efficiency_cpus", "dedicated_cpus"))
     return Config(
         reserved_cpus=reserved_cpus,
         efficiency_cpus=efficiency_cpus,
+        dedicated_cpus=dedicated_cpus,
         placement=PlacementPolicy(data.get("placement", Config.placement)),
         profiles_dir=data.get("profiles_dir") or profiles_dir,
         smt={name: SmtPolicy(v) for name, v in data.get("smt", {}).items()},
         hook=HookSettings.of(data.get("hook", {})),
         source=where,
     )
+
+
+def _cpus(data: dict, text: str, where: str, key: str) -> frozenset[int] | None:
+    """The CPU list of ``key`` (None where the file does not give it); an error naming its line."""
+    value = data.get(key)
+    try:
+        return cpuset.parse(value) if value is not None else None
+    except InvalidInput as exc:
+        line = schema.line_of(text, key)
+        raise InvalidInput(f"{where}:{line}: {key}: {exc}" if line else f"{where}: {exc}") from None

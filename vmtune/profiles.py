@@ -37,8 +37,13 @@ DeviceLocality = choice("DeviceLocality", "required", "preferred", "ignore", mod
 # drivers of its own (Linux, the BSDs); virtio, for every guest but Windows (unknown ones too); keep.
 # Windows keeps it unless --force-virtio (vmtune/xml/guestos.py, passes/disks.py).
 BootDisk = choice("BootDisk", "auto", "virtio", "keep", module=__name__)
+# the hook's frequency floor on a lease's CPUs ([hook] power_scope = "pinned"): scaling_min_freq as
+# it is, raised to base_frequency, or to cpuinfo_max_freq
+MinFreq = choice("MinFreq", "keep", "base", "max", module=__name__)
+# a cpufreq policy over several CPUs: set only when leases hold all of them, or for any lease on one
+SharedPolicy = choice("SharedPolicy", "skip", "set", module=__name__)
 ENUMS = {e.__name__: e for e in (CpuMode, Pinning, SmtPolicy, Scheduler, Pmu, Balloon, DiskCache, DiskIo, Hpet,
-                                 KvmClock, CpuKinds, DeviceLocality, BootDisk)}
+                                 KvmClock, CpuKinds, DeviceLocality, BootDisk, MinFreq, SharedPolicy)}
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,11 @@ class Profile:
     guest_hpet: Hpet = Hpet.KEEP
     guest_kvmclock: KvmClock = KvmClock.KEEP
     guest_hyperv: bool = False
+    # the hook's power settings of the lease's CPUs (vmtune/hoststate/power.py): None, the config's
+    # [hook] max_cstate_latency_us
+    power_max_cstate_latency_us: int | None = None
+    power_min_freq: MinFreq = MinFreq.KEEP
+    power_shared_policy: SharedPolicy = SharedPolicy.SKIP
 
     @property
     def dedicated(self) -> bool:

@@ -1,5 +1,6 @@
 """vmtune's own state (area ``state``): the hook's leases and saved baseline (vmtune/hoststate/)
-against the live values (drift), leases that overlap, and leases whose domain no longer runs.
+against the live values (drift), leases that overlap, leases whose domain no longer runs, and what
+each held CPU runs at now.
 
 The state files are read with the hook's own reader and validator (statedir.py, document.py), never
 locked or written, so the doctor calls damaged exactly what the hook refuses (``state.json``
@@ -18,7 +19,7 @@ import time
 
 from .. import cpuset
 from ..install import reaper
-from ..hoststate import alive, engine
+from ..hoststate import alive, engine, power
 from ..hoststate.document import Damaged, State
 from ..hoststate.record import Record
 from ..hoststate.statedir import STATE_FILE, peek
@@ -52,6 +53,7 @@ def _leases(ctx: Context, state: State, path: str) -> list[Finding]:
             f"{cpuset.format(lease.cpus) or '-'})"
             for key, lease in sorted(state.leases.items())]
     out.append(new("INFO", path, f"{len(rows)} lease(s): {', '.join(rows)}"))
+    out += _power(ctx, state)
     seen: set[frozenset[str]] = set()
     for key, lease in sorted(state.leases.items()):
         for other, shared in state.conflicts(key, lease.cpus) if lease.dedicated else ():
@@ -61,6 +63,17 @@ def _leases(ctx: Context, state: State, path: str) -> list[Finding]:
                 out.append(new("FAIL", path, f"leases {' and '.join(sorted(pair))} share CPUs {cpuset.format(shared)}",
                                "no shared CPUs between latency domains", "vmtune plan, then re-pin one of them"))
     return out + _stale(ctx, state, path)
+
+
+def _power(ctx: Context, state: State) -> list[Finding]:
+    """An INFO per held CPU: what it runs at now (governor, EPP, floor, the deepest idle state left,
+    hoststate/power.py), with the lease that owns it (the earlier of two)."""
+    if not ctx.has("sysfs"):
+        return []
+    owner = power.owners(state.leases)
+    return [new("INFO", ctx.path("sysfs", f"devices/system/cpu/cpu{cpu}"),
+                f"CPU {cpu} ({owner[cpu].name}): {power.cpu_power(ctx.roots.sysfs, cpu).text()}")
+            for cpu in sorted(owner)]
 
 
 def _stale(ctx: Context, state: State, path: str) -> list[Finding]:
@@ -81,8 +94,9 @@ def _stale(ctx: Context, state: State, path: str) -> list[Finding]:
 
 
 def _records(state: State) -> list[Record]:
-    """Every sysfs record the hook keeps: the host baseline, then each lease's C-states."""
-    return list(state.baseline or []) + [r for lease in state.leases.values() for r in lease.cstates]
+    """Every sysfs record the hook keeps: the host baseline, then each lease's C-states and power
+    records (``power_scope = "pinned"``)."""
+    return list(state.baseline or []) + [r for lease in state.leases.values() for r in lease.cstates + lease.power]
 
 
 def _baseline(ctx: Context, state: State, path: str) -> list[Finding]:

@@ -190,12 +190,14 @@ class HookView:
     isolated: frozenset[int] = frozenset()
     moved: Mapping[str, int] = field(default_factory=dict)  # knob kind -> items moved off (irq, task, ...)
     problem: str | None = None  # the state could not be read: why
+    # each held CPU's power state now (hoststate/power.py's CpuPower.to_dict, with "lease": its owner)
+    power: tuple[dict, ...] = ()
 
     def to_dict(self) -> dict:
         return {"leases": [{"name": x.name, "profile": x.profile, "cpus": cpuset.format(x.cpus),
                             "dedicated": x.dedicated, "stale": x.stale} for x in self.leases],
                 "isolated": cpuset.format(self.isolated), "moved": dict(sorted(self.moved.items())),
-                "problem": self.problem}
+                "problem": self.problem, "power": [{k: v for k, v in p.items() if k != "text"} for p in self.power]}
 
 
 @dataclass(frozen=True)

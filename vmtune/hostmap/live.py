@@ -1,4 +1,5 @@
-"""What a live map reads besides libvirt: the hugepage pools' sizes from sysfs, and the hook's state.
+"""What a live map reads besides libvirt: the hugepage pools' sizes from sysfs, the hook's state, and
+what each CPU the hook holds runs at now (governor, EPP, frequency floor, idle states).
 
 The state is read as the doctor reads it (vmtune/doctor/hookstate.py): with the hook's own reader,
 never locked or written; whether a lease's domain still runs is judged as the hook judges it
@@ -12,7 +13,7 @@ import time
 from collections import Counter
 
 from ..host import sysfs as host_sysfs
-from ..hoststate import alive
+from ..hoststate import alive, power
 from ..hoststate.document import Damaged
 from ..hoststate.statedir import peek
 from .build import HookView, LeaseView
@@ -42,7 +43,10 @@ def hook_view(roots) -> HookView | None:
     leases = tuple(LeaseView(x.name, x.profile or None, x.cpus, x.dedicated,
                              alive.why_stale(roots.libvirt, alive.PROC, key, x.name, x.since, now, x.qemu) is not None)
                    for key, x in sorted(state.leases.items(), key=lambda kv: kv[1].name))
+    owner = power.owners(state.leases)
+    held = tuple({**(found := power.cpu_power(roots.sysfs, cpu)).to_dict(), "lease": owner[cpu].name,
+                  "text": found.text()} for cpu in sorted(owner))
     iso = state.isolation
     if iso is None:
-        return HookView(leases)
-    return HookView(leases, iso.cpus, dict(Counter(r.key.kind for r in iso.records.values())))
+        return HookView(leases, power=held)
+    return HookView(leases, iso.cpus, dict(Counter(r.key.kind for r in iso.records.values())), power=held)

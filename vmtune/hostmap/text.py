@@ -251,7 +251,12 @@ def hook_lines(hostmap: HostMap) -> list[str]:
     if hook.isolated:
         moved = ", ".join(f"{n} {kind}" for kind, n in sorted(hook.moved.items()))
         line += f"; isolated now: CPUs {cpuset.format(hook.isolated)}" + (f" ({moved} moved off)" if moved else "")
-    return [line]
+    alike: dict[tuple[str, str], list[int]] = {}  # the held CPUs that run alike, by lease
+    for cpu in hook.power:
+        alike.setdefault((cpu["lease"], cpu["text"]), []).append(cpu["cpu"])
+    power = [f"CPU{'s' if len(cpus) > 1 else ''} {cpuset.format(cpus)} ({escape(lease)}): {text}"
+             for (lease, text), cpus in alike.items()]
+    return [line] + ([f"hook power: {'; '.join(power)}"] if power else [])
 
 
 def notes(hostmap: HostMap) -> list[str]:

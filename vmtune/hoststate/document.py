@@ -8,13 +8,15 @@ completed state, committed separately)::
                            "dedicated": true,
                            "hugepages": {"0:2048": {"need": 512, "added": 100, "raising": {"from": 0, "to": 100}}},
                            "cstates": [KNOB, ...],
-                           "qemu": {"pid": 4321, "start": 123456}, "partition": "2-3"}},
+                           "qemu": {"pid": 4321, "start": 123456}, "partition": "2-3",
+                           "power": [KNOB, ...]}},
      "baseline": [KNOB, ...] | null,
      "isolation": {"cpus": "2-3", "irqs": "0-40",
                    "pairs": [{"kind": "task", "mask": "0-1", "removed": "2-3", "since": 345.6}],
                    "records": {"task:1234": {"before": "0-3", "after": "0-1", "label": "sshd[1234]",
                                              "ident": "4242"}}} | null,
-     "unrestored": [KNOB, ...]}
+     "unrestored": [KNOB, ...],
+     "idle": [KNOB, ...]}
     KNOB = {"path": "devices/system/cpu/cpu0/cpufreq/scaling_governor", "before": "powersave",
             "after": "performance", "pending": true}
 
@@ -32,8 +34,10 @@ nor ``""`` an empty list), a number that is not finite, a CPU beyond the host's 
 pairs than the hook keeps, a knob path that resolves outside the sysfs root. In a version-2 file a
 missing key is damage too; a version-1 file (which may lack keys) reads with the defaults. A lease's
 ``qemu`` (its QEMU's pid and start time, recorded once the domain has started: alive.py) and
-``partition`` (the CPUs its vCPU groups hold as isolated cpuset partitions) are the optional keys:
-a lease of a domain still starting, or one written by an older hook, has neither. The
+``partition`` (the CPUs its vCPU groups hold as isolated cpuset partitions) and ``power`` (its own
+cpufreq records under ``power_scope = "pinned"``, hoststate/power.py) are the optional keys: a
+lease of a domain still starting, or one written by an older hook, has none of them. So is the
+document's ``idle`` (the dedicated CPUs no lease holds, saving power: ``[hook] idle_dedicated``). The
 hook refuses to tune through a damaged state; it never starts from empty over one.
 """
 
@@ -107,6 +111,8 @@ class Lease:
     # the CPUs its vCPU groups hold as isolated cpuset partitions ([hook] isolate = "partition",
     # once started and read back from the kernel; kinds/partition.py); empty: today's isolation only
     partition: frozenset[int] = frozenset()
+    # its own cpufreq records (governor, EPP, floor) under [hook] power_scope = "pinned" (power.py)
+    power: list[Record] = field(default_factory=list)
 
     def to_json(self) -> dict:
         out = {"name": self.name, "profile": self.profile, "cpus": cpuset.format(self.cpus), "since": self.since,
@@ -117,6 +123,8 @@ class Lease:
             out["qemu"] = {"pid": self.qemu.pid, "start": self.qemu.start}
         if self.partition:
             out["partition"] = cpuset.format(self.partition)
+        if self.power:
+            out["power"] = [knob_json(r) for r in self.power]
         return out
 
 
@@ -169,16 +177,22 @@ class State:
     baseline: list[Record] | None = None
     isolation: Isolation | None = None
     unrestored: list[Record] = field(default_factory=list)  # restores that failed: tried again
+    # the dedicated CPUs no lease holds, saving power meanwhile ([hook] idle_dedicated, power.py)
+    idle: list[Record] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"version": VERSION, "leases": {k: lease.to_json() for k, lease in self.leases.items()},
-                "baseline": None if self.baseline is None else [knob_json(r) for r in self.baseline],
-                "isolation": None if self.isolation is None else self.isolation.to_json(),
-                "unrestored": [knob_json(r) for r in self.unrestored]}
+        out = {"version": VERSION, "leases": {k: lease.to_json() for k, lease in self.leases.items()},
+               "baseline": None if self.baseline is None else [knob_json(r) for r in self.baseline],
+               "isolation": None if self.isolation is None else self.isolation.to_json(),
+               "unrestored": [knob_json(r) for r in self.unrestored]}
+        if self.idle:
+            out["idle"] = [knob_json(r) for r in self.idle]
+        return out
 
     @property
     def empty(self) -> bool:
-        return not self.leases and self.baseline is None and self.isolation is None and not self.unrestored
+        return (not self.leases and self.baseline is None and self.isolation is None and not self.unrestored
+                and not self.idle)
 
     def find(self, uuid: str | None, name: str | None) -> str | None:
         """The key of the lease for this domain: a domain with a UUID by UUID only; one without (or
@@ -197,7 +211,7 @@ class State:
         old = self.leases.get(uuid)
         lease = Lease(name, profile, frozenset(cpus), time.time(), dedicated=dedicated)
         if old is not None:
-            lease.hugepages, lease.cstates = old.hugepages, old.cstates
+            lease.hugepages, lease.cstates, lease.power = old.hugepages, old.cstates, old.power
         self.leases[uuid] = lease
         return lease
 
@@ -350,7 +364,8 @@ class _Reader:
                      self.knobs(self.get(rec, "cstates", [], where), f"{where}.cstates"),
                      self.typed(self.get(rec, "dedicated", True, where), bool, f"{where}.dedicated"),
                      self.qemu(rec.get("qemu"), f"{where}.qemu"),
-                     self.cpus(rec.get("partition", ""), f"{where}.partition"))
+                     self.cpus(rec.get("partition", ""), f"{where}.partition"),
+                     self.knobs(rec.get("power", []), f"{where}.power"))
 
     def qemu(self, value, where: str) -> Qemu | None:
         if value is None:
@@ -394,7 +409,8 @@ class _Reader:
         return State({str(k): self.lease(v, f"leases.{k}") for k, v in leases.items()},
                      None if baseline is None else self.knobs(baseline, "baseline"),
                      self.isolation(self.get(doc, "isolation", None, ""), "isolation"),
-                     self.knobs(self.get(doc, "unrestored", [], ""), "unrestored"))
+                     self.knobs(self.get(doc, "unrestored", [], ""), "unrestored"),
+                     self.knobs(doc.get("idle", []), "idle"))
 
 
 def read_state(data, limit: int, sysfs: str | None = None) -> State:

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .. import cpuset
-from ..config import Config, CStateScope, HugepagePolicy, IsolateMethod, OnConflict
+from ..config import Config, CStateScope, HugepagePolicy, IdleDedicated, IsolateMethod, OnConflict, PowerScope
 from ..host.sysfs import cpu_limit, online_cpus
-from . import alive, engine, isolation, pages, tuning
+from . import alive, engine, isolation, pages, power, tuning
 from .document import Damaged, Lease, State, pool_step
 from .engine import Knob
 from .kinds import Pool, extra_options, partition
@@ -70,16 +70,19 @@ class LeaseRequest(NamedTuple):
 @dataclass
 class Missing:
     """What a lease's call found missing on the host: journal records of host knobs (``fresh``) and,
-    with scope pinned, of C-states per lease key (``cstates``); recorded knobs back at their
-    original value (``again``)."""
+    with scope pinned, of C-states per lease key (``cstates``) and with power scope pinned of each
+    lease's cpufreq knobs (``power``); recorded knobs back at their original value (``again``)."""
 
     fresh: list[Record] = field(default_factory=list)
     again: list[Knob] = field(default_factory=list)
     cstates: dict[str, list[Record]] = field(default_factory=dict)
+    power: dict[str, list[Record]] = field(default_factory=dict)
+    idle: list[Record] = field(default_factory=list)  # of the dedicated CPUs no lease holds
 
     @property
     def journal(self) -> list[Record]:
-        return self.fresh + [r for records in self.cstates.values() for r in records]
+        return self.fresh + [r for by in (self.power, self.cstates) for records in by.values() for r in records] \
+            + self.idle
 
     def __len__(self) -> int:
         return len(self.journal) + len(self.again)
@@ -102,7 +105,10 @@ class Leases:
         self.settings = cfg.hook
         self.store = StateDir(roots.state, dry_run=dry_run, sysfs=self.sysfs, limit=cpu_limit(self.sysfs),
                               lock_timeout=self.settings.lock_timeout_s)
-        self.pinned = self.settings.cstate_scope == CStateScope.PINNED
+        self.power = self.settings.power_scope == PowerScope.PINNED  # power.py: each lease's CPUs, its profile's
+        self.pinned = self.settings.cstate_scope == CStateScope.PINNED or self.power
+        # the dedicated CPUs no lease holds save power while others run (power scope pinned only)
+        self.idle = self.power and self.settings.idle_dedicated == IdleDedicated.POWERSAVE and bool(cfg.dedicated_cpus)
         self.isolate = self.settings.isolate != IsolateMethod.OFF
         self.partition = self.settings.isolate in (IsolateMethod.PARTITION, IsolateMethod.AUTO)
         self.asked = self.settings.isolate == IsolateMethod.PARTITION  # else auto: no warning where none can be made
@@ -181,13 +187,16 @@ class Leases:
     def _settle(self, state: State) -> bool:
         """Journal records left by a killed hook, made exact; True if any."""
         changed = False
-        groups = [state.baseline or []] + [lease.cstates for lease in state.leases.values()]
+        groups = [state.baseline or [], state.idle] + [g for lease in state.leases.values()
+                                                       for g in (lease.cstates, lease.power)]
         if any(rec.pending for group in groups for rec in group):
             changed = True
             if state.baseline:
                 state.baseline = engine.settle_journal(self.roots, state.baseline)
+            state.idle = engine.settle_journal(self.roots, state.idle)
             for lease in state.leases.values():
                 lease.cstates = engine.settle_journal(self.roots, lease.cstates)
+                lease.power = engine.settle_journal(self.roots, lease.power)
             log.warning("settled the records of a hook that was interrupted")
         for lease in state.leases.values():
             changed = pages.settle_steps(self.sysfs, lease) or changed
@@ -247,7 +256,7 @@ class Leases:
             stale = dict(self._stale(state))
             for key in sorted(state.leases, key=lambda k: state.leases[k].since, reverse=True):
                 name = state.leases[key].name
-                self._drop(state, key)
+                self._drop(state, key, complete=False)
                 done.append(f"released the lease of {name}: " + (stale[key] if key in stale else
                                                                   "its domain still runs, no longer tuned"))
             if state.isolation is not None:
@@ -380,6 +389,8 @@ class Leases:
     def _tune(self, state: State, original: State, lease: Lease, first: bool, shorts: dict[Pool, tuple[int, int]],
               others: list[Lease], iso: frozenset[int] | None) -> int:
         """Journal, top up, complete the host's tuning for every lease, isolate, commit (steps 4-8)."""
+        self._wake(state)
+        self._reconcile(state)
         todo = self._missing(state)
         if (todo or shorts) and not self.dry_run:
             self.store.commit(state)  # journal first: the records exist before any value changes
@@ -389,9 +400,12 @@ class Leases:
                 return 1
             if first:
                 log.info("%s: first latency lease: saving the host state and tuning the host", lease.name)
-            elif todo:
-                log.warning("%s: the host was not fully tuned (%d value(s) missing): completing it", lease.name,
-                            len(todo))
+            else:
+                # power scope pinned: a new lease's CPUs are tuned for it, which is not a lack
+                lacking = len(todo.fresh) + len(todo.again) if self.power else len(todo)
+                if lacking:
+                    log.warning("%s: the host was not fully tuned (%d value(s) missing): completing it", lease.name,
+                                lacking)
             self._complete(state, todo)
             if iso is not None:
                 self._isolate(state, iso)
@@ -414,16 +428,50 @@ class Leases:
         ``state``: host knobs nobody recorded go into the baseline; with scope pinned, each lease's
         CPUs' C-states nobody recorded go into the earliest lease pinning them."""
         latency = self.settings.max_cstate_latency_us
-        host = tuning.knobs(self.sysfs, max_cstate_latency_us=latency, ksm=self.settings.ksm, cstates=not self.pinned)
+        host = tuning.knobs(self.sysfs, max_cstate_latency_us=latency, ksm=self.settings.ksm, cstates=not self.pinned,
+                            cpufreq=not self.power, uncore=self.settings.uncore)
         fresh, again = engine.complete(self.roots, state.baseline or [], host)
         cstates: dict[str, list[Record]] = {}
-        if self.pinned:
+        freq: dict[str, list[Record]] = {}
+        if self.power:
+            freq, cstates, more = power.for_leases(self.roots, state.leases, self.settings, self.cfg.profiles_dir)
+            again += more
+        elif self.pinned:
             cstates, more = tuning.cstates_for_leases(self.roots, state.leases, latency)
             again += more
         state.baseline = (state.baseline or []) + fresh
         for key, records in cstates.items():
             state.leases[key].cstates += records
-        return Missing(fresh, again, cstates)
+        for key, records in freq.items():
+            state.leases[key].power += records
+        idle: list[Record] = []
+        if self.idle:
+            idle, more = engine.complete(self.roots, state.idle, self._idle_knobs(state))
+            state.idle += idle
+            again += more
+        return Missing(fresh, again, cstates, freq, idle)
+
+    def _idle_knobs(self, state: State) -> list[Knob]:
+        return power.idle_knobs(self.sysfs, power.idle_cpus(self.sysfs, self.cfg.dedicated_cpus, state.leases))
+
+    def _reconcile(self, state: State, loose: list[tuple[str, Record]] = ()) -> None:
+        """Power scope pinned: each lease's records to the lease that owns their CPU now, the rest
+        (and ``loose``: a lease's that goes) written back (power.reconcile)."""
+        if not self.power:
+            return
+        back = power.reconcile(state.leases, self.sysfs, self.settings, self.cfg.profiles_dir, loose)
+        engine.restore(self.roots, back, dry_run=self.dry_run, failed=state.unrestored)
+
+    def _wake(self, state: State) -> None:
+        """Give back the idle records of dedicated CPUs a lease holds now (or of all, with no lease),
+        before the leases' own values are taken: what a lease records is then what the CPU had."""
+        if not state.idle:
+            return
+        keep = {k.key for k in self._idle_knobs(state)} if self.idle else set()
+        back = [r for r in state.idle if r.key not in keep]
+        if back:
+            state.idle = [r for r in state.idle if r.key in keep]
+            engine.restore(self.roots, back, dry_run=self.dry_run, failed=state.unrestored)
 
     def _complete(self, state: State, todo: Missing) -> None:
         """Write what is missing; each journal record becomes what the kernel read back (or goes)."""
@@ -433,6 +481,10 @@ class Leases:
         for key, records in todo.cstates.items():
             lease = state.leases[key]
             lease.cstates = _settled(lease.cstates, records, applied)
+        for key, records in todo.power.items():
+            lease = state.leases[key]
+            lease.power = _settled(lease.power, records, applied)
+        state.idle = _settled(state.idle, todo.idle, applied)
 
     def _undo(self, journal: list[Record], shorts: dict[Pool, tuple[int, int]], others: list[Lease]) -> None:
         """Best effort after an error half-way: the journalled knobs and this call's pool raises."""
@@ -477,8 +529,9 @@ class Leases:
             return self.trouble(name, exc, refuse=False)
         return 0
 
-    def _drop(self, state: State, key: str) -> None:
-        """Everything a release does for the lease ``key``, but the final commit."""
+    def _drop(self, state: State, key: str, complete: bool = True) -> None:
+        """Everything a release does for the lease ``key``, but the final commit; with power scope
+        pinned, what the other leases then lack is completed (unless ``complete`` is false: they go too)."""
         lease = state.leases[key]
         others = [other for k, other in state.leases.items() if k != key]
         give = pages.to_give_back(self.sysfs, lease, others)
@@ -489,7 +542,17 @@ class Leases:
         # journal first: a kill in here leaves the lease, so the next release does it all again
         self._isolate(state, self._isolated(state.held_cpus(but=key)), but=key)
         del state.leases[key]
-        engine.restore(self.roots, self._hand_over(lease, state), dry_run=self.dry_run, failed=state.unrestored)
+        if self.power:
+            self._reconcile(state, [(group, rec) for group in ("power", "cstates") for rec in getattr(lease, group)])
+        else:
+            engine.restore(self.roots, self._hand_over(lease, state), dry_run=self.dry_run, failed=state.unrestored)
+        self._wake(state)
+        if self.power and state.leases and complete:  # what the heirs want at another value than the lease had
+            todo = self._missing(state)
+            if todo:
+                if not self.dry_run:
+                    self.store.commit(state)  # journal first
+                self._complete(state, todo)
         for k, (nr, n) in give.items():
             if self.dry_run:
                 log.info("dry run: would lower %s: %d -> %d", k.describe(), nr, nr - n)

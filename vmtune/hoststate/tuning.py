@@ -6,7 +6,9 @@ governor is set last and, restore walking backwards, restored first); the idle s
 latency is above ``max_cstate_latency_us`` are disabled; KSM stops (unless ``ksm = "keep"``).
 
 With ``cstate_scope = "pinned"`` the C-states are each lease's own (``cstates_for_leases``): a CPU
-two leases pin goes to the earlier one, which is also the one that restores it last. The engine
+two leases pin goes to the earlier one, which is also the one that restores it last. With
+``power_scope = "pinned"`` the governor, EPP and C-states are each lease's, by its profile
+(power.py), and only KSM and the uncore floor (``uncore = "max"``) stay host-wide. The engine
 (engine.py) applies, verifies and restores what this module asks for.
 """
 
@@ -16,10 +18,11 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 
-from ..config import HookSettings, KsmPolicy
+from ..config import HookSettings, KsmPolicy, Uncore
 from ..host.sysfs import CPU_DIR, online_cpus
 from .engine import Knob, complete
-from .kinds import CState, Cpufreq, Ksm, read_file
+from .kinds import CState, Cpufreq, Ksm, UncoreMin, read_file
+from .kinds.files import UNCORE_DIR
 from .document import Lease
 from .record import Record
 
@@ -62,18 +65,40 @@ def _cpuidle(sysfs: str, cpu: int, max_latency_us: int) -> list[Knob]:
 
 
 def knobs(sysfs: str, max_cstate_latency_us: int = DEFAULT_MAX_CSTATE_LATENCY_US, ksm: KsmPolicy = KsmPolicy.OFF,
-          cpus: list[int] | None = None, cstates: bool = True) -> list[Knob]:
-    """The host's low-latency state, in the order to apply it: per CPU EPP then governor, the
-    C-states deeper than ``max_cstate_latency_us`` (unless ``cstates`` is false: scope ``pinned``
-    leaves them to ``cstate_knobs``), then KSM off (unless ``ksm`` is ``KsmPolicy.KEEP``)."""
+          cpus: list[int] | None = None, cstates: bool = True, cpufreq: bool = True,
+          uncore: Uncore = Uncore.KEEP) -> list[Knob]:
+    """The host's low-latency state, in the order to apply it: per CPU EPP then governor (unless
+    ``cpufreq`` is false: power scope ``pinned`` leaves them to power.py), the C-states deeper than
+    ``max_cstate_latency_us`` (unless ``cstates`` is false: scope ``pinned`` leaves them to
+    ``cstate_knobs`` or power.py), then KSM off (unless ``ksm`` is ``KsmPolicy.KEEP``), then with
+    ``uncore = "max"`` each uncore frequency floor at its ceiling."""
     targets = online_cpus(sysfs) if cpus is None else sorted(cpus)
     out: list[Knob] = []
-    for cpu in targets:
-        out += _cpufreq(sysfs, cpu)
+    if cpufreq:
+        for cpu in targets:
+            out += _cpufreq(sysfs, cpu)
     if cstates:
         out += cstate_knobs(sysfs, targets, max_cstate_latency_us)
     if ksm == KsmPolicy.OFF and read_file(sysfs, Ksm().text) is not None:
         out.append(Knob(Ksm(), "0"))
+    if uncore == Uncore.MAX:
+        out += uncore_knobs(sysfs)
+    return out
+
+
+def uncore_knobs(sysfs: str) -> list[Knob]:
+    """Each package and die's uncore frequency floor (``min_freq_khz``) at its ceiling
+    (``max_freq_khz``): the intel-uncore-frequency driver's folders, none where it is not loaded."""
+    try:
+        names = sorted(os.listdir(os.path.join(sysfs, UNCORE_DIR)))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        key = UncoreMin(name)
+        now, top = read_file(sysfs, key.text), read_file(sysfs, f"{UNCORE_DIR}/{name}/max_freq_khz")
+        if now is not None and top is not None and top.isdigit():
+            out.append(Knob(key, top))
     return out
 
 

@@ -10,9 +10,10 @@ and ``systemctl status`` are.
 It says: the hook installed or not and for which libvirt (hookcheck.py), the leases held with their
 domains and since when, whether each domain still runs (as the hook judges it, alive.py), the CPUs
 isolated and by which method (a cpuset partition, or today's isolation: tasks, IRQs and workqueues
-moved off), what the host was before (the saved baseline: each value and what the hook set), the
-values a stop could not restore, the reaper (reaper.py), and the last lines of the hook's log
-(journald's ``vmtune-hook`` lines, else syslog's files). The state is read as the doctor reads it
+moved off), each held CPU's power state as sysfs reads it now (governor, EPP, frequency floor, the
+deepest idle state left: hoststate/power.py), what the host was before (the saved baseline: each
+value and what the hook set), the values a stop could not restore, the reaper (reaper.py), and the
+last lines of the hook's log (journald's ``vmtune-hook`` lines, else syslog's files). The state is read as the doctor reads it
 (statedir.peek): never locked, never written.
 """
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from .. import cpuset
 from . import hookcheck, reaper
 from ..hoststate import alive
+from ..hoststate.power import cpu_power, owners
 from ..hoststate.document import Damaged, State
 from ..hoststate.record import Record
 from ..hoststate.statedir import STATE_FILE, peek
@@ -59,6 +61,8 @@ class HookStatus:
     isolated: str = ""  # every CPU the hook keeps the host's work off
     partition: str = ""  # those held as isolated cpuset partitions
     method: str = ""  # [hook] isolate
+    power_scope: str = ""  # [hook] power_scope
+    power: list[dict] = field(default_factory=list)  # each held CPU's power state now (power.CpuPower), and its lease
     before: list[dict] = field(default_factory=list)  # the saved baseline: {"path", "before", "after"}
     unrestored: list[dict] = field(default_factory=list)
     reaper: dict = field(default_factory=dict)
@@ -74,6 +78,7 @@ class HookStatus:
         return {"active": self.active, "hook": self.hook.to_dict(), "state_file": self.state_file,
                 "state_error": self.state_error, "leases": [vars(lease) for lease in self.leases],
                 "isolated": self.isolated, "partition": self.partition, "isolate": self.method,
+                "power_scope": self.power_scope, "power": self.power,
                 "before": self.before, "unrestored": self.unrestored, "reaper": self.reaper,
                 "log": {"source": self.log_source, "lines": self.log}}
 
@@ -108,6 +113,9 @@ class HookStatus:
         if self.isolated:
             how = f"; as partitions: {self.partition}" if self.partition else ""
             out.append(f"  isolated:  CPUs {self.isolated} (isolate = {self.method}{how})")
+        for i, cpu in enumerate(self.power):
+            lead = "  power:     " if i == 0 else "             "
+            out.append(f"{lead}CPU {cpu['cpu']} ({cpu['lease']}): {cpu['text']}")
         for i, line in enumerate(_grouped(self.before)):
             out.append(("  before:    " if i == 0 else "             ") + line)
         for i, line in enumerate(_grouped(self.unrestored)):
@@ -155,7 +163,7 @@ def status(cfg, roots, hooks_dir: str | None = None, log_lines: int = 5) -> Hook
     """What the hook is doing now on the host of ``roots`` (see the module)."""
     root = roots.root or "/"
     now = HookStatus(hookcheck.inspect(hooks_dir, root), os.path.join(roots.state, STATE_FILE),
-                     method=str(cfg.hook.isolate))
+                     method=str(cfg.hook.isolate), power_scope=str(cfg.hook.power_scope))
     state = peek(roots.state, roots.sysfs, owners=root == "/")
     if isinstance(state, (Damaged, str)):
         now.state_error = str(state)
@@ -172,6 +180,10 @@ def status(cfg, roots, hooks_dir: str | None = None, log_lines: int = 5) -> Hook
 
 
 def _read_state(now: HookStatus, state: State, roots) -> None:
+    owner = owners(state.leases)
+    for cpu in sorted(owner):
+        found = cpu_power(roots.sysfs, cpu)
+        now.power.append({**found.to_dict(), "lease": owner[cpu].name, "text": found.text()})
     stale, _blind = alive.stale(roots.libvirt, roots.proc, state.leases, time.time())
     for key, lease in sorted(state.leases.items(), key=lambda item: item[1].since):
         now.leases.append(LeaseStatus(lease.name, key, lease.profile, cpuset.format(lease.cpus), lease.since,

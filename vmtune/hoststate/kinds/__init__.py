@@ -31,7 +31,7 @@ from functools import lru_cache
 
 from . import files, groups, irqbalance, partition, tasks  # noqa: F401 - each registers its kinds
 from .base import KINDS, Item, Key, Kind, Listing, extra_options, read_file, write_file
-from .files import CState, Cpufreq, CpuMask, Irq, Ksm, Pool, Sysctl, Workqueue
+from .files import CState, Cpufreq, CpuMask, Irq, Ksm, Pool, Sysctl, UncoreMin, Workqueue
 from .groups import Cgroup, Unit
 from .tasks import GONE, Gone, Task
 
@@ -52,5 +52,5 @@ def parse_key(section: str, text: str, ident: str = "") -> Key | None:
     return None
 
 
-__all__ = ["GONE", "KINDS", "CState", "Listing", "extra_options", "Cgroup", "CpuMask", "Cpufreq", "Gone", "Irq", "Item", "Key", "Kind", "Ksm",
+__all__ = ["GONE", "KINDS", "CState", "Listing", "extra_options", "Cgroup", "CpuMask", "Cpufreq", "Gone", "Irq", "Item", "Key", "Kind", "Ksm", "UncoreMin",
            "Pool", "Sysctl", "Task", "Unit", "Workqueue", "in_section", "parse_key", "read_file", "write_file"]

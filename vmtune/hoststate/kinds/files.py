@@ -5,7 +5,9 @@ affinities and hugepage pools.
 kind      file (key)                                                the state document's name
 ========  ========================================================  ===========================
 sysfs     ``devices/system/cpu/cpuN/cpufreq/{scaling_governor,``    the path under the sysfs root
-          ``energy_performance_preference}``, ``kernel/mm/ksm/run``
+          ``energy_performance_preference,scaling_min_freq}``,
+          ``devices/system/cpu/intel_uncore_frequency/NAME/``
+          ``min_freq_khz``, ``kernel/mm/ksm/run``
 cstate    ``devices/system/cpu/cpuN/cpuidle/stateK/disable``        the path under the sysfs root
 mask      ``irq/default_smp_affinity`` (proc), the unbound          ``irq:default``, ``wq:cpumask``,
           workqueues' ``devices/virtual/workqueue/cpumask`` and     ``wq:NAME``,
@@ -31,8 +33,9 @@ from ...host.sysfs import CPU_DIR, NODE_DIR
 from .base import KINDS, Item, Key, Kind, Listing, digits, inside, key_of, name_of, printable, read_file, register, valid
 from .tasks import GONE, Gone
 
-CPUFREQ_ATTRS = ("energy_performance_preference", "scaling_governor")
+CPUFREQ_ATTRS = ("energy_performance_preference", "scaling_governor", "scaling_min_freq")
 KSM_RUN = "kernel/mm/ksm/run"
+UNCORE_DIR = CPU_DIR + "/intel_uncore_frequency"  # a folder per package and die (intel-uncore-frequency)
 MAX_CPU_DIGITS = 5
 MAX_IRQ = 1 << 20  # IRQ numbers below it
 
@@ -59,6 +62,12 @@ class Cpufreq(Key, kind="sysfs"):
 
 class Ksm(Key, kind="sysfs", name=KSM_RUN):
     __slots__ = ()
+
+
+class UncoreMin(Key, kind="sysfs", name=UNCORE_DIR + "/{name}/min_freq_khz"):
+    """The uncore frequency floor of one package and die (``name``: its folder, ``package_00_die_00``)."""
+
+    __slots__ = ("name",)
 
 
 def _cpu_part(part: str, prefix: str) -> int | None:
@@ -90,6 +99,9 @@ class SysfsValue(SysfsFile):
         if text == KSM_RUN:
             return Ksm()
         parts = text.split("/")
+        if len(parts) == 6 and "/".join(parts[:4]) == UNCORE_DIR and parts[5] == "min_freq_khz":
+            name = parts[4]
+            return UncoreMin(name) if name not in ("", ".", "..") and name.isprintable() else None
         if len(parts) != 6 or parts[:3] != CPU_DIR.split("/") or parts[5] not in CPUFREQ_ATTRS:
             return None
         if parts[4] == "cpufreq" and (n := _cpu_part(parts[3], "cpu")) is not None:
