@@ -64,6 +64,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vmtune import cpuset
+from vmtune.doctor import oslat
 from vmtune.doctor.noise import read_table
 from vmtune.hoststate.kinds import irqbalance as irqbalance_kind
 
@@ -78,7 +79,7 @@ FULL = {"rounds": 6, "seconds": 15, "settle_s": 5.0}  # about 11 minutes here
 QUICK = {"rounds": 2, "seconds": 1, "settle_s": 1.0}  # about 35 s here
 SMOKE = {"rounds": 1, "seconds": 1, "settle_s": 0.5}  # each variant once (the test command's run)
 SIZES = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
-BUCKETS = 1024  # oslat -b: 1 us buckets up to 1023 us (the last one holds everything above)
+BUCKETS = oslat.BUCKETS  # oslat -b: 1 us buckets up to 1023 us (the last one holds everything above)
 THRESHOLDS_US = (10, 50, 100)
 IRQBALANCE = Path("/usr/sbin/irqbalance")
 IRQBALANCE_RUN = Path("/run/irqbalance")  # where it binds irqbalance<PID>.sock (the hook's first choice)
@@ -247,15 +248,6 @@ def _tables() -> tuple:
     return tuple(read_table(_read(f"/proc/{name}")) for name in ("interrupts", "softirqs"))
 
 
-def _quantile_label(hist: dict[int, int], q: float) -> int:
-    total, seen = sum(hist.values()), 0
-    for label in sorted(hist):
-        seen += hist[label]
-        if seen >= q * total:
-            return label
-    return max(hist)
-
-
 def oslat_figures(data: dict, cpu: int) -> dict:
     """One oslat --json result -> the figures (raises NoiseError if it did not measure ``cpu``).
     Bucket label N counts gaps of [N-1, N) us; a stall over X us is a gap of X us or more."""
@@ -265,14 +257,14 @@ def oslat_figures(data: dict, cpu: int) -> dict:
     t = next(iter(threads.values()))
     if int(t["cpu"]) != cpu:
         raise NoiseError(f"oslat ran on CPU {t['cpu']}, not {cpu}")
-    hist = {int(k.rstrip(":")): int(v) for k, v in t["histogram"].items()}
+    hist = oslat.histogram(t)
     duration = float(t["duration"])
-    stalls = {x: sum(v for k, v in hist.items() if k > x) for x in THRESHOLDS_US}
+    stalls = {x: oslat.stalls(hist, x) for x in THRESHOLDS_US}
     return {
         "max_us": int(t["max"]), "min_us": int(t["min"]), "avg_us": float(t["avg"]),
         "duration_s": duration, "samples": sum(hist.values()), "counter_mhz": t.get("freq"),
-        "p50_us": _quantile_label(hist, 0.5), "p99_us": _quantile_label(hist, 0.99),
-        "p999999_us": _quantile_label(hist, 0.999999),
+        "p50_us": oslat.quantile(hist, 0.5), "p99_us": oslat.quantile(hist, 0.99),
+        "p999999_us": oslat.quantile(hist, 0.999999),
         **{f"stalls_over_{x}us": stalls[x] for x in THRESHOLDS_US},
         **{f"stalls_over_{x}us_per_min": stalls[x] * 60 / duration for x in THRESHOLDS_US},
         "histogram_bands": {(f"{lo}-{hi}us" if hi else f">={lo}us"): sum(v for k, v in hist.items()

@@ -5,7 +5,7 @@
 #    source ~/.local/share/bash_completion/vmtune
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
-_shtab_vmtune_subparsers=(rewrite untune topology profiles hook tag untag apply revert plan doctor map status)
+_shtab_vmtune_subparsers=(rewrite untune topology profiles hook tag untag apply revert plan doctor map status verify)
 
 _shtab_vmtune_rewrite_option_strings=(-h --help -o --output -i --in-place --host --sysfs --nodedev --config --profile --claim --diff --explain --json --force-virtio)
 _shtab_vmtune_untune_option_strings=(-h --help -o --output -i --in-place --diff --json)
@@ -20,6 +20,7 @@ _shtab_vmtune_plan_option_strings=(-h --help -c --connect --json --config --node
 _shtab_vmtune_doctor_option_strings=(-h --help --sysfs --proc --root --connect --json --no-measure --census-seconds --prometheus --config)
 _shtab_vmtune_map_option_strings=(-h --help --host --sysfs --claim --nodedev --config -c --connect --json --svg --color)
 _shtab_vmtune_status_option_strings=(-h --help --hooks-dir -n --lines --json --config)
+_shtab_vmtune_verify_option_strings=(-h --help --cpus --seconds --as-is --max-us --json --config)
 _shtab_vmtune_option_strings=(-h --help --version)
 
 _shtab_vmtune_rewrite_pos_0_COMPGEN=_shtab_compgen_files
@@ -66,10 +67,11 @@ _shtab_vmtune_map___config_COMPGEN=_shtab_compgen_files
 _shtab_vmtune_map___svg_COMPGEN=_shtab_compgen_files
 _shtab_vmtune_status___hooks_dir_COMPGEN=_shtab_compgen_dirs
 _shtab_vmtune_status___config_COMPGEN=_shtab_compgen_files
+_shtab_vmtune_verify___config_COMPGEN=_shtab_compgen_files
 
 _shtab_vmtune_hook_pos_0_choices=(install uninstall reap restore)
 _shtab_vmtune_map___color_choices=(auto always never)
-_shtab_vmtune_pos_0_choices=(rewrite untune topology profiles hook tag untag apply revert plan doctor map status)
+_shtab_vmtune_pos_0_choices=(rewrite untune topology profiles hook tag untag apply revert plan doctor map status verify)
 
 _shtab_vmtune_rewrite__h_nargs=0
 _shtab_vmtune_rewrite___help_nargs=0
@@ -128,6 +130,10 @@ _shtab_vmtune_map___json_nargs=0
 _shtab_vmtune_status__h_nargs=0
 _shtab_vmtune_status___help_nargs=0
 _shtab_vmtune_status___json_nargs=0
+_shtab_vmtune_verify__h_nargs=0
+_shtab_vmtune_verify___help_nargs=0
+_shtab_vmtune_verify___as_is_nargs=0
+_shtab_vmtune_verify___json_nargs=0
 _shtab_vmtune_pos_0_nargs=A...
 _shtab_vmtune__h_nargs=0
 _shtab_vmtune___help_nargs=0

@@ -109,7 +109,7 @@ MACHINE = pytest.StashKey[dict]()
 MACHINE_MODULES = {"test_bench", "test_ansible_libvirt", "test_cgroup2_guest", "test_debian_package", "test_doctor",
                    "test_hook", "test_hook_irqbalance_real", "test_hook_isolation", "test_hook_isolation_kernel",
                    "test_hook_isolation_records", "test_hook_libvirt", "test_libvirt_harness", "test_libvirt_real",
-                   "test_live", "test_guest_l3"}
+                   "test_live", "test_guest_l3", "test_verify"}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -688,33 +688,6 @@ def test_this_machine(capsys):
 
 # -- the noise census (issue 17) -------------------------------------------------------------------
 
-INTERRUPTS = """           CPU0       CPU1       CPU2       CPU3
- 30:        {a}          0          0        {b}   IO-APIC   5-edge      eth0
- 32:          0          0          0        {c}   PCI-MSIX   0-edge      nvme0q3
-LOC:        100        100        100        {d}   Local timer interrupts
-RES:          1          1          1        {e}   Rescheduling interrupts
-ERR:          0
-"""
-SOFTIRQS = """                    CPU0       CPU1       CPU2       CPU3
-          HI:          0          0          0          0
-       TIMER:         10         10         10        {t}
-         RCU:         10         10         10        {r}
-"""
-
-
-def _counts(tree, a=5, b=7, c=3, d=500, e=9, t=40, r=60) -> None:
-    tree.write("proc/interrupts", INTERRUPTS.format(a=a, b=b, c=c, d=d, e=e))
-    tree.write("proc/softirqs", SOFTIRQS.format(t=t, r=r))
-
-
-def _ran(tree, pid: int, comm: str, cpu: int, ticks: int, cpus: str = "0-7", flags: int = 0) -> None:
-    """A thread that last ran on ``cpu`` with ``ticks`` of run time (stat fields 14, 15 and 39)."""
-    fields = ["S", "1", "1", "1", "0", "-1", str(flags)] + ["0"] * 4 + [str(ticks), "0"] + ["0"] * 23 + [str(cpu)]
-    tree.write(f"proc/{pid}/cgroup", "0::/")
-    tree.write(f"proc/{pid}/task/{pid}/stat", f"{pid} ({comm}) " + " ".join(fields))
-    tree.write(f"proc/{pid}/task/{pid}/status", f"Name:\t{comm}\nCpus_allowed_list:\t{cpus}")
-
-
 def test_the_noise_census_names_what_interrupts_a_held_cpu(healthy_host_tree):
     """db1 holds CPU 3. Over the census, eth0 (which may run elsewhere) and a movable task ran there:
     a WARN naming them; the local timer, an IRQ pinned to CPU 3 alone, RCU and a per-CPU kernel
@@ -722,16 +695,16 @@ def test_the_noise_census_names_what_interrupts_a_held_cpu(healthy_host_tree):
     _latency(healthy_host_tree, "db1", [3])
     healthy_host_tree.write("proc/irq/30/smp_affinity_list", "0-7")
     healthy_host_tree.write("proc/irq/32/smp_affinity_list", "3")
-    _counts(healthy_host_tree)
-    _ran(healthy_host_tree, 300, "backup", 3, 10)
-    _ran(healthy_host_tree, 301, "kworker/3:1", 3, 10, cpus="3", flags=0x04000000)
-    _ran(healthy_host_tree, 302, "idle-one", 3, 10)
+    trees.counts(healthy_host_tree)
+    trees.ran(healthy_host_tree, 300, "backup", 3, 10)
+    trees.ran(healthy_host_tree, 301, "kworker/3:1", 3, 10, cpus="3", flags=0x04000000)
+    trees.ran(healthy_host_tree, 302, "idle-one", 3, 10)
 
     def meanwhile(seconds: float) -> None:
         assert seconds == 0.5
-        _counts(healthy_host_tree, a=5, b=17, c=8, d=1500, e=19, t=90, r=160)
-        _ran(healthy_host_tree, 300, "backup", 3, 30)
-        _ran(healthy_host_tree, 301, "kworker/3:1", 3, 20, cpus="3", flags=0x04000000)
+        trees.counts(healthy_host_tree, a=5, b=17, c=8, d=1500, e=19, t=90, r=160)
+        trees.ran(healthy_host_tree, 300, "backup", 3, 30)
+        trees.ran(healthy_host_tree, 301, "kworker/3:1", 3, 20, cpus="3", flags=0x04000000)
 
     report = diagnose(healthy_host_tree.roots(), measure=False, census_seconds=0.5, sleep=meanwhile)
     (warn,) = found(report, "noise", level="WARN")
@@ -750,7 +723,7 @@ def test_the_noise_census_names_what_interrupts_a_held_cpu(healthy_host_tree):
 
 def test_no_census_without_a_held_cpu_or_when_asked_for_none(healthy_host_tree):
     """No lease: no census, no ``census`` key; a lease with census_seconds=0: none either."""
-    _counts(healthy_host_tree)
+    trees.counts(healthy_host_tree)
     report = diagnose(healthy_host_tree.roots(), measure=False, census_seconds=0.5, sleep=lambda s: None)
     assert not found(report, "noise") and "census" not in report.to_dict()
     _latency(healthy_host_tree, "db1", [3])

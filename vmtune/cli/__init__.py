@@ -8,6 +8,7 @@ line, ``vmtune: error: ...``; a usage error names the command (``vmtune: error: 
     doctor.py   doctor: what is wrong with this host
     hostmap.py  map: a picture of the host, live or offline
     status.py   status: what the hook is doing now
+    verify.py   verify: oslat on the CPUs meant for latency domains, and what ran there
     format.py   the tables and lines printed for people
     helptext.py the examples every --help ends with    argtypes.py  numbers within bounds
     manual.py   the man pages and the completion, generated (python -m vmtune.cli.manual ROOT)
@@ -26,7 +27,7 @@ from ..errors import VmtuneError
 from ..install.hookfile import DEFAULT_HOOKS_DIR
 from ..oneline import escape
 from ..roots import Roots
-from . import doctor, helptext, hostmap, live, offline, status
+from . import doctor, helptext, hostmap, live, offline, status, verify
 
 # Every exit code of the command line (the man page's EXIT STATUS is made from this).
 # docs/cli.md's table is made from it too (python -m vmtune.cli.manual).
@@ -34,14 +35,15 @@ EXIT_CODES = (
     (0, "done"),
     (1, "invalid input: malformed XML (the error names the file, its line and column), an unknown profile, a "
         "foreign arch, a Xen or LXC domain, a configuration that does not fit the host, a domain libvirt does not know or refuses, a hook state that cannot be read "
-        "(`vmtune: error: ...` on stderr, one line); `plan`: a problem found; `doctor`: a check FAILs"),
+        "(`vmtune: error: ...` on stderr, one line); `plan`: a problem found; `doctor`: a check FAILs; "
+        "`verify`: a CPU's largest gap is over --max-us"),
     (2, "usage: one line too, naming the command and its `--help`; an option the command would ignore is one "
         "(`map --connect` with `--host` or `--claim`, `hook reap --unit-dir`), and so is `doctor "
         "--census-seconds` outside 0-60"),
     (3, "the domain does not fit on the host (CPUs, memory or hugepages)"),
     (4, "the live commands: libvirt's Python binding is not installed (the message names the command that "
         "installs it) or libvirt cannot be reached at `--connect`; `doctor --prometheus` without "
-        "prometheus_client"),
+        "prometheus_client; `verify` without oslat (the message names the package)"),
     (130, "interrupted (Ctrl-C)"),
 )
 
@@ -53,6 +55,7 @@ GROUPS = (
     doctor,   # doctor: what is wrong with this host
     hostmap,  # map: a picture of the host
     status,   # status: what the hook is doing now
+    verify,   # verify: whether CPUs meant for latency domains are quiet
 )
 COMMANDS = {name: run for group in GROUPS for name, run in group.COMMANDS.items()}
 
