@@ -3,7 +3,8 @@ the CPUs asked, the doctor's census around it, a verdict.
 
 On a captured tree (fixtures/doctortrees.py) oslat's run is stood in for by a function that grows
 the tree's counters and returns the JSON oslat 2.40 writes; on this machine (as root, with rt-tests)
-a real oslat runs on CPU 1 beside a busy process pinned there, which the census must name.
+a real oslat runs on CPU 1 beside a busy process pinned there, which the census must name, as the
+CPU is and under verify's own lease (which moves it off, and back).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -112,3 +114,97 @@ def test_a_real_oslat_names_a_hog_pinned_on_the_cpu(tmp_path):
     (cpu,) = doc["cpus"]
     assert any(s["kind"] == "thread" and s["pid"] == hog.pid for s in cpu["sources"]), cpu["sources"]
     assert cpu["max_us"] > doc["max_us"] and cpu["stalls"]["over_100us"] > 0
+
+
+# -- verify's own lease, on this machine ---------------------------------------------------------------
+
+def _watched(pid: int) -> dict:
+    """What verify's lease changes and must give back: the hog's affinity, the IRQ and workqueue
+    masks, the sysctls, the C-states."""
+    out = {"hog": os.sched_getaffinity(pid)}
+    for path in ("/proc/irq/default_smp_affinity", "/sys/devices/virtual/workqueue/cpumask",
+                 "/proc/sys/kernel/timer_migration", "/proc/sys/kernel/watchdog_cpumask", "/proc/sys/vm/stat_interval",
+                 *map(str, Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpuidle/state*/disable"))):
+        try:
+            out[path] = Path(path).read_text()
+        except OSError:
+            pass
+    return out
+
+
+def _verify(state: Path, *args: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "vmtune", "verify", "--cpus", "1", *args]
+    (state.parent / "none.toml").write_text("")  # the defaults, whatever this machine's /etc/vmtune says
+    env = {**os.environ, "VMTUNE_STATE_DIR": str(state), "VMTUNE_CONFIG": str(state.parent / "none.toml")}
+    cwd = Path(__file__).resolve().parents[1]
+    if not wait:
+        return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def pinned_hog(tmp_path):
+    """A busy process pinned to CPU 1; after the test, whatever it did, ``vmtune hook restore`` on
+    its state folder (this machine is not left isolated by a test that failed half-way)."""
+    if os.geteuid() != 0 or not shutil.which("oslat") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs root, oslat (rt-tests) and 2 CPUs")
+    hog = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while True: pass"])
+    time.sleep(0.3)
+    yield hog
+    hog.kill()
+    hog.wait()
+    (tmp_path / "none.toml").write_text("")
+    subprocess.run([sys.executable, "-m", "vmtune", "hook", "restore", "--quiet", "--hooks-dir", str(tmp_path / "hooks")],
+                   env={**os.environ, "VMTUNE_STATE_DIR": str(tmp_path / "state"),
+                        "VMTUNE_CONFIG": str(tmp_path / "none.toml")}, capture_output=True, timeout=60, check=False)
+
+
+def test_under_its_own_lease_the_hog_moves_off_and_comes_back(pinned_hog, tmp_path):
+    """As is, the hog pinned to CPU 1 is a source and stalls oslat for its time slices; under
+    verify's lease it runs elsewhere (it is not among the sources, the largest gap falls), and after
+    it every value the lease changed is as before, the hog's affinity first."""
+    before = _watched(pinned_hog.pid)
+    as_is = _verify(tmp_path / "state", "--seconds", "2", "--as-is", "--json")
+    leased = _verify(tmp_path / "state", "--seconds", "2", "--json")
+    assert _watched(pinned_hog.pid) == before
+    assert as_is.returncode in (0, 1) and leased.returncode in (0, 1), (as_is.stderr, leased.stderr)
+    (mine,), (theirs,) = json.loads(as_is.stdout)["cpus"], json.loads(leased.stdout)["cpus"]
+    assert any(s["kind"] == "thread" and s["pid"] == pinned_hog.pid for s in mine["sources"])
+    assert not any(s["kind"] == "thread" and s["pid"] == pinned_hog.pid for s in theirs["sources"])
+    assert theirs["max_us"] < mine["max_us"], (theirs["max_us"], mine["max_us"])
+    assert json.loads((tmp_path / "state" / "state.json").read_text())["leases"] == {}
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_mid_run_the_host_comes_back(pinned_hog, tmp_path, how):
+    """SIGTERM: verify releases its lease itself. SIGKILL: the lease records verify's process, so
+    it is stale at once, and `vmtune hook reap` (the reaper, or the next hook call) gives everything
+    back."""
+    before = _watched(pinned_hog.pid)
+    state = tmp_path / "state"
+    run = _verify(state, "--seconds", "30", wait=False)
+    deadline = time.monotonic() + 30
+    while os.sched_getaffinity(pinned_hog.pid) == before["hog"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.sched_getaffinity(pinned_hog.pid) != before["hog"]  # the lease moved it
+    time.sleep(0.5)  # oslat runs now (a signal while the lease is taken is given back the same way)
+    run.send_signal(how)
+    run.wait(60)
+    if how == signal.SIGKILL:
+        assert list(json.loads((state / "state.json").read_text())["leases"]) == [f"verify:{run.pid}"]
+        env = {**os.environ, "VMTUNE_STATE_DIR": str(state), "VMTUNE_CONFIG": str(tmp_path / "none.toml")}
+        reap = subprocess.run([sys.executable, "-m", "vmtune", "hook", "reap", "--hooks-dir", str(tmp_path / "hooks")],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert reap.returncode == 0 and "reaped the lease of vmtune-verify" in reap.stdout, reap
+    else:
+        assert run.returncode == 128 + signal.SIGTERM
+    assert _watched(pinned_hog.pid) == before
+    assert json.loads((state / "state.json").read_text())["leases"] == {}
+
+
+def test_without_oslat_nothing_is_leased(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(os.path, "exists", lambda path: False if "oslat" in str(path) else os.path.isdir(path))
+    monkeypatch.setenv("VMTUNE_STATE_DIR", str(tmp_path / "state"))
+    assert cli.main(["verify", "--cpus", "1", "--seconds", "1"]) == 4
+    assert not (tmp_path / "state").exists()

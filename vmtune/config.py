@@ -66,6 +66,8 @@ class HookSettings:
     isolate_vmstat: Isolate = Isolate.ON  # vm.stat_interval = 10
     isolate_workqueues: Isolate = Isolate.ON  # /sys/bus/workqueue/devices/*/cpumask less them
     isolate_irqbalance: Isolate = Isolate.ON  # a running irqbalance bans them too
+    # a task pinned to isolated CPUs only moves to the host's CPUs too (vmtune verify's own lease)
+    isolate_pinned: Isolate = Isolate.OFF
 
     def extras(self, options: dict[str, str]) -> frozenset[str]:
         """The names of the extra isolation items that are on. Each kind declares its extras and the

@@ -37,7 +37,9 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             ("vmtune map --svg host.svg", "the same picture as an SVG file")),
     "status": (("vmtune status", "the hook, the leases held, the CPUs isolated, the host before, the log"),
                ("vmtune status --json | jq .leases", "the leases only")),
-    "verify": (("vmtune verify --cpus 2-3 --as-is", "oslat on CPUs 2 and 3 for 10 s: the gaps, what ran there, a verdict"),
+    "verify": (("vmtune verify --cpus 2-3", "oslat on CPUs 2 and 3 for 10 s under a lease of its own: the gaps, "
+                                             "what ran there, a verdict"),
+               ("vmtune verify --cpus 2-3 --as-is", "the same, the CPUs as they are"),
                ("vmtune verify --cpus 1 --seconds 60 --as-is --max-us 40 --json", "a minute, a 40 µs mark, as JSON")),
 }
 

@@ -23,13 +23,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "gap, the 99th and 99.9th percentiles, the stalls of 10, 100 and 1,000 µs or "
                                    "more and their sources, and a verdict against --max-us (default "
                                    f"{DEFAULT_MAX_US} µs: Red Hat's oslat mark for real-time virtualization). "
-                                   "--as-is measures the CPUs as they are (the only way yet: a lease of their own, "
-                                   "with the hook's isolation, comes next). Needs root.")
+                                   "Without --as-is, verify first takes a lease of its own for the CPUs, as a "
+                                   "latency domain's start would (the host's work kept off them, pinned tasks too; "
+                                   "power as --profile says), and releases it however it ends; --as-is measures "
+                                   "them as they are. Needs root.")
     p.add_argument("--cpus", metavar="LIST", required=True, help="the host CPUs to measure (a libvirt cpulist)")
     p.add_argument("--seconds", metavar="N", type=bounded(int, 1, 3600, "seconds"), default=DEFAULT_SECONDS,
                    help=f"how long oslat runs (default {DEFAULT_SECONDS})")
-    p.add_argument("--as-is", action="store_true", required=True,
-                   help="measure the CPUs as they are, nothing changed (required for now)")
+    p.add_argument("--as-is", action="store_true", help="measure the CPUs as they are, nothing changed")
+    p.add_argument("--profile", metavar="P", default="latency",
+                   help="the profile of verify's own lease (default latency): the power its CPUs get")
     p.add_argument("--max-us", metavar="N", type=bounded(int, 1, 10_000_000, "max-us"), default=DEFAULT_MAX_US,
                    help=f"the largest gap that passes, in µs (default {DEFAULT_MAX_US})")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -39,13 +42,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_verify(args, cfg, roots) -> int:
     from .. import cpuset
     from ..doctor.findings import Context
-    from ..doctor.verify import measure
+    from ..doctor import oslat
+    from ..doctor.verify import check, held, measure
 
     cpus = cpuset.parse(args.cpus)
     if not cpus:
         from ..errors import UsageError
         raise UsageError("verify: --cpus names no CPU")
-    done = measure(Context(roots, cfg), cpus, args.seconds, args.max_us, as_is=args.as_is)
+    ctx = Context(roots, cfg)
+    check(ctx, cpus)
+    tool = oslat.find()  # before any lease: without oslat, nothing is changed
+    if args.as_is:
+        done = measure(ctx, cpus, args.seconds, args.max_us, tool=tool)
+    else:
+        with held(ctx, cpus, args.profile):
+            done = measure(ctx, cpus, args.seconds, args.max_us, tool=tool, as_is=False)
     if args.json:
         print(json.dumps(done.to_dict(), indent=2))
     else:

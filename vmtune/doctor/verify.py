@@ -12,16 +12,25 @@ time. The verdict: every CPU's largest gap at most ``max_us``.
 cyclictest's is 40 µs). On a virtual machine (this project's test machines are) the hypervisor's own
 stalls of a few milliseconds are measured too: the verdict is then a FAIL whatever the host does.
 
-This first part measures the CPUs as they are (``--as-is``); taking a lease of their own for them
-(isolation and power as a latency domain's lease would give them) is the next.
+Without ``as_is``, ``held`` takes a lease of verify's own for the CPUs first, through the hook's
+own code (vmtune/hoststate/leases.py), as a latency domain's start would: the host's work kept off
+them (with ``[hook] isolate_pinned`` on: a task pinned to them alone moves too, so that what is
+measured is what a vCPU there would get), power as its profile says; and it releases the lease
+however the measurement ends (SIGTERM and Ctrl-C included). The lease is keyed ``verify:PID`` and
+records verify's own process: killed (SIGKILL), it is stale at once, and the next hook call or the
+reaper gives everything back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
 import os
 import re
+import signal
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .. import cpuset
@@ -122,16 +131,22 @@ def main_cpu(cpus: frozenset[int], online: list[int]) -> int:
     return spare[0]
 
 
-def measure(ctx: Context, cpus: frozenset[int], seconds: float, max_us: int = DEFAULT_MAX_US, *,
-            tool: str | None = None, as_is: bool = True, run: Callable | None = None) -> Verification:
-    """oslat on ``cpus`` for ``seconds``, with the census around it (``run``: how oslat runs, for
-    the tests: the arguments of ``oslat.run``)."""
+def check(ctx: Context, cpus: frozenset[int]) -> int:
+    """InvalidInput (one line) unless ``cpus`` are online and leave one for oslat's main thread:
+    that one."""
     online = online_cpus(ctx.roots.sysfs)
     missing = cpus - frozenset(online)
     if missing:
         raise InvalidInput(f"CPUs {cpuset.format(missing)} are not online (online: {cpuset.format(online)})")
+    return main_cpu(cpus, online)
+
+
+def measure(ctx: Context, cpus: frozenset[int], seconds: float, max_us: int = DEFAULT_MAX_US, *,
+            tool: str | None = None, as_is: bool = True, run: Callable | None = None) -> Verification:
+    """oslat on ``cpus`` for ``seconds``, with the census around it (``run``: how oslat runs, for
+    the tests: the arguments of ``oslat.run``)."""
+    main = check(ctx, cpus)
     tool = tool or oslat.find()
-    main = main_cpu(cpus, online)
     found: dict = {}
     with tempfile.TemporaryDirectory(prefix="vmtune-verify-") as work:
         out = os.path.join(work, "oslat.json")
@@ -150,3 +165,55 @@ def measure(ctx: Context, cpus: frozenset[int], seconds: float, max_us: int = DE
                                  sum(hist.values()), {x: oslat.stalls(hist, x) for x in STALLS_US},
                                  sources(census, cpu)))
     return Verification(cpus, seconds, max_us, as_is, results, tool)
+
+
+LEASE_NAME = "vmtune-verify"
+
+
+@contextlib.contextmanager
+def held(ctx: Context, cpus: frozenset[int], profile: str = "latency") -> Iterator[str]:
+    """A lease of verify's own on ``cpus`` while the block runs (its key), released however it
+    ends; InvalidInput (one line) when the hook's rules refuse it (CPUs a running latency domain
+    holds, no CPU left for the host, a state it cannot read)."""
+    from ..config import Isolate
+    from ..hoststate import alive
+    from ..hoststate.leases import LeaseRequest, Leases
+
+    me = alive.process(os.getpid(), ctx.roots.proc or alive.PROC)
+    key = f"{alive.OWN}{os.getpid()}"
+    cfg = dataclasses.replace(ctx.cfg, hook=dataclasses.replace(ctx.cfg.hook, isolate_pinned=Isolate.ON))
+    leases = Leases(cfg, ctx.roots)
+    said = _Said()
+    log = logging.getLogger("vmtune.hoststate")
+    previous = signal.signal(signal.SIGTERM, _terminate)  # from before the lease: a SIGTERM anywhere releases it
+    try:
+        log.addHandler(said)
+        try:
+            refused = leases.lease(LeaseRequest(LEASE_NAME, key, profile, cpus), refuse_conflicts=True,
+                                   top_up=False, owner=me)
+        finally:
+            log.removeHandler(said)
+        if refused:
+            raise InvalidInput(f"verify: no lease for CPUs {cpuset.format(cpus)}: {said.last or 'refused'}")
+        yield key
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the release is not cut short
+        try:
+            leases.release(key, LEASE_NAME)  # none taken (refused, interrupted): nothing to give back
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Said(logging.Handler):
+    """The last error the hook's code logged (why a lease was refused)."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.last = record.getMessage()
+
+
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # the lease's release runs (``held``'s finally)

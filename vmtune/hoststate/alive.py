@@ -41,6 +41,9 @@ UUID = re.compile(rb"<uuid>\s*([0-9a-fA-F-]{32,36})\s*</uuid>")
 DOMSTATUS_PID = re.compile(rb"<domstatus\b[^>]*\spid=['\"]([0-9]+)['\"]")
 
 
+OWN = "verify:"  # the key of a lease vmtune verify takes for itself: alive while its process runs
+
+
 class Qemu(NamedTuple):
     """A domain's QEMU process: its pid and its start time (``/proc/PID/stat`` field 22, clock
     ticks after boot), which no later process with the same pid shares."""
@@ -153,10 +156,18 @@ def why_gone(proc: str, qemu: Qemu, key: str, name: str) -> str | None:
         return f"pid {qemu.pid} is another process now, not its QEMU"
     if seen[0] in "ZX":
         return f"its QEMU (pid {qemu.pid}) has exited"
+    if key.startswith(OWN):  # vmtune verify's lease: its own process, not a QEMU
+        return None
     cmdline = _read(os.path.join(proc, str(qemu.pid), "cmdline"))
     if cmdline and not runs_as(cmdline, key, name):
         return f"pid {qemu.pid} is not its QEMU"
     return None
+
+
+def process(pid: int, proc: str = PROC) -> Qemu | None:
+    """A process as a lease records its QEMU (pid and start time): ``vmtune verify``'s own."""
+    seen = _stat(proc, pid)
+    return None if seen is None else Qemu(pid, seen[1])
 
 
 def why_stale(folder: str, proc: str | None, key: str, name: str, since: float, now: float,

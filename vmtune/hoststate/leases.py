@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .. import cpuset
-from ..config import Config, CStateScope, HugepagePolicy, IdleDedicated, IsolateMethod, OnConflict, PowerScope
+from ..config import Config, CStateScope, HugepagePolicy, IdleDedicated, Isolate, IsolateMethod, OnConflict, PowerScope
 from ..host.sysfs import cpu_limit, online_cpus
 from . import alive, engine, isolation, pages, power, tuning
 from .document import Damaged, Lease, State, pool_step
@@ -145,7 +145,8 @@ class Leases:
         def reconcile(dry_run: bool) -> None:
             claims = [PartitionClaim(lease.qemu.pid, lease.partition) for lease in parted()]  # type: ignore[union-attr]
             state.isolation = isolation.reconcile(state.isolation, cpus, self.roots, journal, dry_run=dry_run,
-                                                  extras=self.settings.extras(extra_options()), claims=claims)
+                                                  extras=self.settings.extras(extra_options()), claims=claims,
+                                                  evict=self.settings.isolate_pinned == Isolate.ON)
 
         reconcile(self.dry_run)
         if self.dry_run:
@@ -332,16 +333,19 @@ class Leases:
         return True
 
     # -- prepare / reconnect -------------------------------------------------------------------
-    def lease(self, dom: LeaseRequest, refuse_conflicts: bool, top_up: bool = True, running: bool = False) -> int:
+    def lease(self, dom: LeaseRequest, refuse_conflicts: bool, top_up: bool = True, running: bool = False,
+              owner: alive.Qemu | None = None) -> int:
         """Record the lease and tune the host; 1 if refused (pins overlap, too few hugepages, no
-        housekeeping CPU, a state the hook cannot use)."""
+        housekeeping CPU, a state the hook cannot use). ``owner``: the process whose life is the
+        lease's (``vmtune verify``'s own, keyed ``alive.OWN``), recorded with it, journal first."""
         try:
             with self.store.locked() as state:
-                return self._lease(state, dom, refuse_conflicts, top_up, running)
+                return self._lease(state, dom, refuse_conflicts, top_up, running, owner)
         except TROUBLE as exc:
             return self.trouble(dom.name, exc, refuse_conflicts)
 
-    def _lease(self, state: State, dom: LeaseRequest, refuse: bool, top_up: bool, running: bool) -> int:
+    def _lease(self, state: State, dom: LeaseRequest, refuse: bool, top_up: bool, running: bool,
+               owner: alive.Qemu | None = None) -> int:
         if (self._settle(state) | bool(self._reap(state, skip=dom.uuid))) and not self.dry_run:
             self.store.commit(state, final=True)
         if not self._admit(state, dom, refuse):
@@ -369,6 +373,8 @@ class Leases:
         lease = state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus, dom.dedicated)
         if running:  # reconnect: the domain runs, its QEMU is there to record
             self._record_qemu(state, dom.uuid)
+        if owner is not None:
+            lease.qemu = owner
         pages.record_needs(lease, dom.pages)
         pages.journal(lease, shorts)
         return self._tune(state, original, lease, first, shorts, others, iso)

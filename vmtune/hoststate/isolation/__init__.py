@@ -84,7 +84,8 @@ def groups(roots, online: frozenset[int]) -> list[Item]:
 
 def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: Callable[[Isolation], None],
               dry_run: bool = False, only: Collection[int] | None = None,
-              extras: Collection[str] = (), claims: Collection[PartitionClaim] = ()) -> Isolation | None:
+              extras: Collection[str] = (), claims: Collection[PartitionClaim] = (),
+              evict: bool = False) -> Isolation | None:
     """Make the host match the isolated set ``cpus``; return the new isolation record (None: none).
 
     ``previous`` is the last record (from the state file); ``commit(journal)`` is called with the
@@ -92,7 +93,8 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
     (no IRQ, mask or group): tests that use the real ``/proc`` on their own processes. ``extras``:
     the extra items that are on (the kinds' ``extras``: sysctls, the watchdog's and the workqueues'
     masks, irqbalance); the records of one that is off are restored. ``claims``: the domains whose
-    vCPU groups are to be isolated partitions (kinds/partition.py).
+    vCPU groups are to be isolated partitions (kinds/partition.py). ``evict``: a task pinned to
+    isolated CPUs only moves to the others too (``[hook] isolate_pinned``).
 
     Every isolation kind lists its own items (``Kind.items``): the partitions first, then the groups
     that hold tasks (they cover their tasks), the swept kind (the tasks) last.
@@ -117,7 +119,7 @@ def reconcile(previous: Isolation | None, cpus: frozenset[int], roots, commit: C
         extra = KINDS[key.kind].extra(key)
         return extra is None or extra in extras
 
-    run = Moves(previous, cpus, online, irqs, uptime(roots.proc), enabled)
+    run = Moves(previous, cpus, online, irqs, uptime(roots.proc), enabled, evict)
     swept = [k for k in kinds if k.swept]
     listed = [i for k in swept for i in k.items(listing)]
     for item in found + listed:

@@ -54,9 +54,10 @@ class Moves:
     """One reconcile: the previous isolation, the isolated CPUs wanted, and what was found."""
 
     def __init__(self, previous: Isolation, cpus: frozenset[int], online: frozenset[int], irqs: frozenset[int],
-                 since: float, enabled: Callable[[Key], bool] = lambda key: True):
+                 since: float, enabled: Callable[[Key], bool] = lambda key: True, evict: bool = False):
         self.previous = previous
         self.enabled = enabled  # whether an item is isolated at all (an extra turned off: restored)
+        self.evict = evict  # a task pinned to isolated CPUs only moves to the others ([hook] isolate_pinned)
         self.cpus, self.online, self.irqs, self.since = cpus, online, irqs, since
         self.records: dict[Key, Record] = {}  # the state's records as of now (journal, then final)
         self.moves: list[Move] = []
@@ -81,6 +82,8 @@ class Moves:
             return None
         before = rec.before if rec is not None else (self._inherited(item) or item.raw)
         isolated = item.kind.isolated(item, before, self.cpus, self.online) if self.enabled(item.key) else None
+        if isolated is None and self.evict and item.key.kind == "task":
+            isolated = self._evicted(item, before)
         narrowed = isolated is not None
         want = before if isolated is None else isolated
         if narrowed and item.key == DEFAULT_IRQ:  # new IRQs copy it
@@ -94,6 +97,12 @@ class Moves:
         move = Move(item, before, want, narrowed)
         self.moves.append(move)
         return move
+
+    def _evicted(self, item: Item, before: str) -> str | None:
+        """A task pinned to isolated CPUs only: the others (``evict``); None for any other task."""
+        pinned = item.kind.parse(before, item) & self.online
+        rest = self.online - self.cpus
+        return item.kind.format(rest, item) if pinned and pinned <= self.cpus and rest else None
 
     def _inherited(self, item: Item) -> str | None:
         """The original value of an unrecorded item that holds a mask the hook imposed; None if none."""
