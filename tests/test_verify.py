@@ -67,7 +67,7 @@ def test_the_json_has_the_documented_shape(healthy_host_tree):
                           run=lambda tool, cpus, main, seconds, out: {"thread": {
                               str(i): oslat_json(c, {1: 100}, 1)["thread"]["0"] for i, c in enumerate(sorted(cpus))}})
     doc = done.to_dict()
-    assert set(doc) == {"cpus", "pass", "max_us", "seconds", "as_is", "tool"} and doc["pass"] is True
+    assert set(doc) == {"cpus", "pass", "max_us", "seconds", "as_is", "tool", "domain"} and doc["pass"] is True
     assert [set(c) for c in doc["cpus"]] == [{"cpu", "max_us", "p99_us", "p999_us", "samples", "stalls", "sources"}] * 2
     assert doc["cpus"][0]["stalls"] == {"over_10us": 0, "over_100us": 0, "over_1000us": 0}
 
@@ -92,6 +92,10 @@ def test_usage_errors_are_exit_2(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["verify", "--cpus", "1", "--as-is", "--seconds", "0"])
     assert exc.value.code == 2 and "seconds" in capsys.readouterr().err
+    for argv in (["verify"], ["verify", "db1", "--cpus", "1"], ["verify", "db1", "--load"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("vmtune: error: verify: ") and err.count("\n") == 1, argv
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("oslat"), reason="needs root and oslat (rt-tests)")
@@ -208,3 +212,65 @@ def test_without_oslat_nothing_is_leased(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("VMTUNE_STATE_DIR", str(tmp_path / "state"))
     assert cli.main(["verify", "--cpus", "1", "--seconds", "1"]) == 4
     assert not (tmp_path / "state").exists()
+
+
+def test_the_prometheus_text_has_each_figure(healthy_host_tree):
+    pytest.importorskip("prometheus_client")
+    trees.counts(healthy_host_tree)
+    done = verify.measure(Context(healthy_host_tree.roots()), frozenset({3}), 2, tool="oslat",
+                          run=lambda tool, cpus, main, seconds, out: oslat_json(3, {1: 99, 150: 1}, 180))
+    lines = verify.prometheus_text(done).splitlines()
+    for sample in ('vmtune_verify_max_latency_us{cpu="3"} 180.0', 'vmtune_verify_stalls{cpu="3",over_us="100"} 1.0',
+                   "vmtune_verify_pass 0.0", "vmtune_verify_mark_us 20.0", "vmtune_verify_leased 0.0"):
+        assert sample in lines, sample
+
+
+def test_the_load_is_one_busy_process_per_other_cpu_and_goes_after():
+    from vmtune.roots import Roots
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    ctx = Context(Roots())
+    online = set(range(os.cpu_count() or 1)) & os.sched_getaffinity(0)
+    with verify.load(ctx, frozenset({max(online)})) as pids:
+        assert len(pids) == len(online) - 1
+        assert all(os.sched_getaffinity(pid) == online - {max(online)} for pid in pids)
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists() and
+                not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")]
+
+
+
+def test_a_running_domain_is_judged_by_what_else_ran_on_its_cpus(healthy_host_tree):
+    """db1 runs and holds CPU 3 (the hook's lease): no probe, the census alone. eth0 (its affinity
+    allows other CPUs) and a movable task ran there: FAIL, naming them; the local timer, an IRQ
+    pinned to CPU 3 alone and a per-CPU kernel thread alone: PASS."""
+    xml = trees.domain("db1", [3], hugepage_kib=None)
+    trees.running(healthy_host_tree, xml)
+    trees.hook_state(healthy_host_tree, {trees.uuid_of(xml): {"name": "db1", "profile": "latency", "cpus": "3"}}, [])
+    healthy_host_tree.write("proc/irq/30/smp_affinity_list", "0-7")
+    healthy_host_tree.write("proc/irq/32/smp_affinity_list", "3")
+    trees.counts(healthy_host_tree)
+    trees.ran(healthy_host_tree, 300, "backup", 3, 10)
+    trees.ran(healthy_host_tree, 301, "kworker/3:1", 3, 10, cpus="3", flags=0x04000000)
+
+    def meanwhile(seconds):
+        trees.counts(healthy_host_tree, b=17, c=8, d=1500)
+        trees.ran(healthy_host_tree, 300, "backup", 3, 30)
+        trees.ran(healthy_host_tree, 301, "kworker/3:1", 3, 20, cpus="3", flags=0x04000000)
+
+    ctx = Context(healthy_host_tree.roots())
+    done = verify.running(ctx, "db1", 1, sleep=meanwhile)
+    assert not done.passed and done.domain == "db1"
+    moved = {s["name"] for r in done.results for s in r.sources if s.get("movable")}
+    assert moved == {"IRQ 30 (eth0)", "backup"}
+    assert done.lines()[0].startswith("CPU 3: could run elsewhere: backup[300] 200 ms, IRQ 30 (eth0) ×10")
+
+    def quiet(seconds):
+        trees.counts(healthy_host_tree, c=8, d=1500)
+        trees.ran(healthy_host_tree, 301, "kworker/3:1", 3, 20, cpus="3", flags=0x04000000)
+
+    trees.counts(healthy_host_tree)
+    trees.ran(healthy_host_tree, 301, "kworker/3:1", 3, 10, cpus="3", flags=0x04000000)
+    assert verify.running(ctx, "db1", 1, sleep=quiet).passed
+    with pytest.raises(InvalidInput, match="db2 holds no lease"):
+        verify.running(ctx, "db2", 1, sleep=quiet)

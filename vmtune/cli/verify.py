@@ -8,6 +8,7 @@ Exit 0 when every CPU's largest gap is within ``--max-us``, 1 when one is not, 2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
 from .argtypes import bounded
@@ -26,8 +27,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "Without --as-is, verify first takes a lease of its own for the CPUs, as a "
                                    "latency domain's start would (the host's work kept off them, pinned tasks too; "
                                    "power as --profile says), and releases it however it ends; --as-is measures "
-                                   "them as they are. Needs root.")
-    p.add_argument("--cpus", metavar="LIST", required=True, help="the host CPUs to measure (a libvirt cpulist)")
+                                   "them as they are. For a running latency DOMAIN, whose vCPUs run on its CPUs, "
+                                   "it reports what else ran there, and passes when nothing that could run "
+                                   "elsewhere did. Needs root.")
+    p.add_argument("domains", metavar="DOMAIN", nargs="*",
+                   help="a running latency domain: what else ran on its CPUs (its vCPUs run there, so no probe)")
+    p.add_argument("--cpus", metavar="LIST", help="the host CPUs to measure (a libvirt cpulist): CPUs no running "
+                                                  "domain holds")
     p.add_argument("--seconds", metavar="N", type=bounded(int, 1, 3600, "seconds"), default=DEFAULT_SECONDS,
                    help=f"how long oslat runs (default {DEFAULT_SECONDS})")
     p.add_argument("--as-is", action="store_true", help="measure the CPUs as they are, nothing changed")
@@ -35,28 +41,53 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="the profile of verify's own lease (default latency): the power its CPUs get")
     p.add_argument("--max-us", metavar="N", type=bounded(int, 1, 10_000_000, "max-us"), default=DEFAULT_MAX_US,
                    help=f"the largest gap that passes, in µs (default {DEFAULT_MAX_US})")
+    p.add_argument("--load", action="store_true",
+                   help="a busy process on each of the other CPUs meanwhile (the host's own work at its worst)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--prometheus", metavar="FILE",
+                   help="also write the result as node_exporter textfile metrics to FILE (atomically; needs "
+                        "prometheus_client: pip install vmtune[prometheus])")
     p.add_argument("--config", metavar="FILE", help="host configuration (default /etc/vmtune/vmtune.toml)")
 
 
 def cmd_verify(args, cfg, roots) -> int:
     from .. import cpuset
     from ..doctor.findings import Context
-    from ..doctor import oslat
-    from ..doctor.verify import check, held, measure
+    from ..atomic import write_atomic
+    from ..doctor import oslat, prometheus
+    from ..doctor.verify import check, held, load, measure, prometheus_text, running
 
+    from ..errors import UsageError
+
+    if bool(args.domains) == bool(args.cpus):
+        raise UsageError("verify: give either running domains or --cpus (see vmtune verify --help)")
+    ctx = Context(roots, cfg)
+    if args.domains:
+        if args.load or args.as_is or args.prometheus:
+            raise UsageError("verify: --load, --as-is and --prometheus go with --cpus (a running domain's CPUs "
+                             "are measured as they are, by the census alone)")
+        found = [running(ctx, name, args.seconds) for name in args.domains]
+        if args.json:
+            print(json.dumps({"domains": [v.to_dict() for v in found], "pass": all(v.passed for v in found)},
+                             indent=2))
+        else:
+            print("\n".join(line for v in found for line in v.lines()))
+        return 0 if all(v.passed for v in found) else 1
     cpus = cpuset.parse(args.cpus)
     if not cpus:
-        from ..errors import UsageError
         raise UsageError("verify: --cpus names no CPU")
-    ctx = Context(roots, cfg)
     check(ctx, cpus)
-    tool = oslat.find()  # before any lease: without oslat, nothing is changed
-    if args.as_is:
-        done = measure(ctx, cpus, args.seconds, args.max_us, tool=tool)
-    else:
-        with held(ctx, cpus, args.profile):
-            done = measure(ctx, cpus, args.seconds, args.max_us, tool=tool, as_is=False)
+    tool = oslat.find()  # before any lease: without oslat (or prometheus_client), nothing is changed
+    if args.prometheus:
+        prometheus.require()
+    with contextlib.ExitStack() as stack:
+        if not args.as_is:
+            stack.enter_context(held(ctx, cpus, args.profile))
+        if args.load:
+            stack.enter_context(load(ctx, cpus))
+        done = measure(ctx, cpus, args.seconds, args.max_us, tool=tool, as_is=args.as_is)
+    if args.prometheus:
+        write_atomic(args.prometheus, prometheus_text(done), mode=0o644)
     if args.json:
         print(json.dumps(done.to_dict(), indent=2))
     else:

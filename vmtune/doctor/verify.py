@@ -50,12 +50,12 @@ class CpuResult:
     """One CPU's figures and what ran there."""
 
     cpu: int
-    max_us: int
-    p99_us: int
-    p999_us: int
-    samples: int
+    max_us: int | None  # oslat's figures; None for a running domain's CPU (no probe runs there)
+    p99_us: int | None
+    p999_us: int | None
+    samples: int | None
     stalls: dict[int, int]  # µs -> samples of that many µs or more
-    sources: list[dict] = field(default_factory=list)  # {kind, name, pid?, count}, the most first
+    sources: list[dict] = field(default_factory=list)  # {kind, name, pid?, count, movable?}, the most first
 
     def to_dict(self) -> dict:
         return {"cpu": self.cpu, "max_us": self.max_us, "p99_us": self.p99_us, "p999_us": self.p999_us,
@@ -73,17 +73,22 @@ class Verification:
     as_is: bool
     results: list[CpuResult]
     tool: str
+    domain: str | None = None  # a running domain's CPUs: the census alone (``running``)
 
     @property
     def passed(self) -> bool:
-        return all(r.max_us <= self.max_us for r in self.results)
+        if self.domain is not None:  # nothing that could run elsewhere ran on its CPUs
+            return not any(s.get("movable") for r in self.results for s in r.sources)
+        return all(r.max_us is not None and r.max_us <= self.max_us for r in self.results)
 
     def to_dict(self) -> dict:
         return {"cpus": [r.to_dict() for r in self.results], "pass": self.passed, "max_us": self.max_us,
-                "seconds": self.seconds, "as_is": self.as_is, "tool": self.tool}
+                "seconds": self.seconds, "as_is": self.as_is, "tool": self.tool, "domain": self.domain}
 
     def lines(self, shown: int = 3) -> list[str]:
         """A table, a CPU a row, then the verdict."""
+        if self.domain is not None:
+            return self._census_lines(shown)
         out = [f"{'CPU':>4} {'max µs':>8} {'p99 µs':>7} {'p99.9 µs':>8} {'>10µs':>7} {'>100µs':>7} {'>1ms':>6}"
                "  what ran there (the most first)"]
         for r in self.results:
@@ -99,25 +104,43 @@ class Verification:
         return out
 
 
+    def _census_lines(self, shown: int) -> list[str]:
+        out = []
+        for r in self.results:
+            moved = [s for s in r.sources if s.get("movable")]
+            what = ", ".join(_said(s) for s in (moved or r.sources)[:shown]) or "nothing counted"
+            out.append(f"CPU {r.cpu}: {'could run elsewhere: ' if moved else ''}{what}")
+        verdict = "PASS" if self.passed else "FAIL"
+        why = ("nothing that could run elsewhere ran there" if self.passed else
+               "host work that could run elsewhere ran there (`vmtune status`: is the hook's isolation on?)")
+        out.append(f"{verdict}: {self.domain}'s CPUs over {self.seconds:g} s: {why}")
+        return out
+
+
 def _said(source: dict) -> str:
     if source["kind"] == "thread":
         return f"{source['name']}[{source['pid']}] {source['count']} ms"
     return f"{source['name']} ×{source['count']}"
 
 
-def sources(census: noise.Census, cpu: int) -> list[dict]:
+def sources(census: noise.Census, cpu: int, movable: bool = False) -> list[dict]:
     """What ran on ``cpu`` during the census, the most first: IRQs (``irq``, by number and name), the
     architecture's interrupts (``interrupt``), softirqs (``softirq``), threads (``thread``: name, id
-    and its run time in ms as ``count``)."""
+    and its run time in ms as ``count``). ``movable``: each IRQ and thread says whether it could run
+    elsewhere (the census's judgement: its affinity allows another CPU)."""
     out = []
     for label, count in census.interrupts.get(cpu, {}).items():
         kind = "irq" if label.startswith("IRQ ") else "interrupt"
         out.append({"kind": kind, "name": label, "count": count})
+        if movable and kind == "irq":
+            out[-1]["movable"] = label in census.movable_irqs
     out += [{"kind": "softirq", "name": label, "count": count} for label, count in census.softirqs.get(cpu, {}).items()]
     for label, ms in census.tasks.get(cpu, {}).items():
         m = _TASK.match(label)
         name, tid = (m.group("comm"), int(m.group("tid"))) if m else (label, None)
         out.append({"kind": "thread", "name": name, "pid": tid, "count": round(ms)})
+        if movable:
+            out[-1]["movable"] = label in census.movable_tasks
     rank = {"thread": 0, "irq": 1, "interrupt": 2, "softirq": 3}  # a thread's ms outweighs a count
     return sorted(out, key=lambda s: (rank[s["kind"]], -s["count"], s["name"]))
 
@@ -217,3 +240,70 @@ class _Said(logging.Handler):
 
 def _terminate(signum, frame) -> None:
     raise SystemExit(128 + signum)  # the lease's release runs (``held``'s finally)
+
+
+@contextlib.contextmanager
+def load(ctx: Context, cpus: frozenset[int]) -> Iterator[list[int]]:
+    """A busy process on each online CPU but ``cpus`` (the housekeeping ones: the host's own
+    work, a backup job) while the block runs; their pids."""
+    import subprocess
+    import sys
+
+    rest = [c for c in online_cpus(ctx.roots.sysfs) if c not in cpus]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+                             preexec_fn=lambda: os.sched_setaffinity(0, rest)) for _ in rest]  # noqa: PLW1509
+    try:
+        yield [h.pid for h in hogs]
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def prometheus_text(done: Verification) -> str:
+    """The result as node_exporter textfile metrics (prometheus.py's writer): per CPU the largest
+    gap, p99, p99.9, the stalls by threshold and what ran there; the verdict and the mark."""
+    import time
+
+    from .prometheus import Metrics
+
+    m = Metrics()
+    for r in done.results:
+        m.set("vmtune_verify_max_latency_us", "the largest gap oslat measured on the CPU", r.max_us, cpu=r.cpu)
+        m.set("vmtune_verify_p99_latency_us", "the 99th percentile of oslat's gaps (an upper bound)", r.p99_us,
+              cpu=r.cpu)
+        m.set("vmtune_verify_p999_latency_us", "the 99.9th percentile of oslat's gaps (an upper bound)", r.p999_us,
+              cpu=r.cpu)
+        for over, n in r.stalls.items():
+            m.set("vmtune_verify_stalls", "oslat's gaps of at least over_us µs", n, cpu=r.cpu, over_us=over)
+        for source in r.sources:
+            m.set("vmtune_verify_source_count", "what ran on the CPU meanwhile: events (a thread: its run ms)",
+                  source["count"], cpu=r.cpu, kind=source["kind"], name=source["name"])
+    m.set("vmtune_verify_pass", "1 when every CPU's largest gap is within the mark", 1 if done.passed else 0)
+    m.set("vmtune_verify_mark_us", "the largest gap that passes", done.max_us)
+    m.set("vmtune_verify_seconds", "how long oslat ran", done.seconds)
+    m.set("vmtune_verify_leased", "1 when the CPUs were measured under verify's own lease", 0 if done.as_is else 1)
+    m.set("vmtune_verify_timestamp_seconds", "when the verification ended", time.time())
+    return m.text()
+
+
+def running(ctx: Context, name: str, seconds: float, sleep: Callable[[float], None] | None = None) -> Verification:
+    """A running latency domain's CPUs (its lease's, less the host's reserved ones): no probe runs
+    there (its vCPUs do), so what else ran on them over ``seconds``, and a verdict: PASS when
+    nothing that could run elsewhere (an IRQ or a host thread whose affinity allows another CPU)
+    did. InvalidInput (one line) when no running domain of that name holds a lease."""
+    from .hookstate import load, state_path
+    from .isolation import held_cpus, live_leases
+
+    state = load(ctx, state_path(ctx))
+    leases = live_leases(ctx, state) if hasattr(state, "leases") else {}
+    mine = {k: lease for k, lease in leases.items() if lease.name == name}
+    if not mine:
+        raise InvalidInput(f"verify: {name} holds no lease of the hook: it is not running, or not tagged with a "
+                           "latency profile (vmtune status lists the leases)")
+    cpus = held_cpus(ctx, mine)
+    if not cpus:
+        raise InvalidInput(f"verify: {name}'s CPUs are all the host's reserved ones: nothing of its own to verify")
+    census = noise.take(ctx, cpus, seconds, **({"sleep": sleep} if sleep else {}))
+    results = [CpuResult(cpu, None, None, None, None, {}, sources(census, cpu, movable=True)) for cpu in sorted(cpus)]
+    return Verification(cpus, seconds, 0, True, results, "census", domain=name)
