@@ -20,7 +20,7 @@ _shtab_vmtune_plan_option_strings=(-h --help -c --connect --json --config --node
 _shtab_vmtune_doctor_option_strings=(-h --help --sysfs --proc --root --connect --json --no-measure --census-seconds --prometheus --config)
 _shtab_vmtune_map_option_strings=(-h --help --host --sysfs --claim --nodedev --config -c --connect --json --svg --color)
 _shtab_vmtune_status_option_strings=(-h --help --hooks-dir -n --lines --json --config)
-_shtab_vmtune_verify_option_strings=(-h --help --cpus --seconds --as-is --profile --max-us --load --json --prometheus --config)
+_shtab_vmtune_verify_option_strings=(-h --help --cpus --seconds --as-is --profile --max-us --load -c --connect --json --prometheus --config)
 _shtab_vmtune_option_strings=(-h --help --version)
 
 _shtab_vmtune_rewrite_pos_0_COMPGEN=_shtab_compgen_files

@@ -67,7 +67,7 @@ def test_the_json_has_the_documented_shape(healthy_host_tree):
                           run=lambda tool, cpus, main, seconds, out: {"thread": {
                               str(i): oslat_json(c, {1: 100}, 1)["thread"]["0"] for i, c in enumerate(sorted(cpus))}})
     doc = done.to_dict()
-    assert set(doc) == {"cpus", "pass", "max_us", "seconds", "as_is", "tool", "domain"} and doc["pass"] is True
+    assert set(doc) == {"cpus", "pass", "max_us", "seconds", "as_is", "tool", "domain", "pinned_by"} and doc["pass"] is True
     assert [set(c) for c in doc["cpus"]] == [{"cpu", "max_us", "p99_us", "p999_us", "samples", "stalls", "sources"}] * 2
     assert doc["cpus"][0]["stalls"] == {"over_10us": 0, "over_100us": 0, "over_1000us": 0}
 
@@ -274,3 +274,27 @@ def test_a_running_domain_is_judged_by_what_else_ran_on_its_cpus(healthy_host_tr
     assert verify.running(ctx, "db1", 1, sleep=quiet).passed
     with pytest.raises(InvalidInput, match="db2 holds no lease"):
         verify.running(ctx, "db2", 1, sleep=quiet)
+
+
+def test_a_defined_domain_that_does_not_run_has_its_pins_measured(libvirtd, pinned_hog, tmp_path):
+    """A latency-tagged domain libvirt knows, shut off, its vCPU pinned to CPU 1: verify NAME runs
+    oslat on CPU 1 under a lease of its profile, as its start would take it, and gives it back."""
+    from fixtures.libvirt_env import define, minimal_domain, undefine
+
+    name = define(minimal_domain(extra="<cputune><vcpupin vcpu='0' cpuset='1'/></cputune><metadata><vmtune:tune "
+                                       "xmlns:vmtune='https://vmtune.dev/xmlns/1' profile='latency'/></metadata>"))
+    (tmp_path / "none.toml").write_text("")
+    try:
+        before = _watched(pinned_hog.pid)
+        argv_done = subprocess.run([sys.executable, "-m", "vmtune", "verify", name, "--seconds", "1", "--json"],
+                                   env={**os.environ, "VMTUNE_STATE_DIR": str(tmp_path / "state"),
+                                        "VMTUNE_CONFIG": str(tmp_path / "none.toml")},
+                                   capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+        assert argv_done.returncode in (0, 1), argv_done.stderr
+        (result,) = json.loads(argv_done.stdout)["domains"]
+        assert result["pinned_by"] == name and [c["cpu"] for c in result["cpus"]] == [1]
+        assert result["cpus"][0]["max_us"] is not None and result["as_is"] is False
+        assert not any(s["kind"] == "thread" and s["pid"] == pinned_hog.pid for s in result["cpus"][0]["sources"])
+        assert _watched(pinned_hog.pid) == before
+    finally:
+        undefine(name)

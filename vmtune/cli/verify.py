@@ -43,6 +43,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help=f"the largest gap that passes, in µs (default {DEFAULT_MAX_US})")
     p.add_argument("--load", action="store_true",
                    help="a busy process on each of the other CPUs meanwhile (the host's own work at its worst)")
+    p.add_argument("-c", "--connect", metavar="URI", default=None,
+                   help="libvirt URI of a DOMAIN that does not run (default qemu:///system)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prometheus", metavar="FILE",
                    help="also write the result as node_exporter textfile metrics to FILE (atomically; needs "
@@ -55,7 +57,7 @@ def cmd_verify(args, cfg, roots) -> int:
     from ..doctor.findings import Context
     from ..atomic import write_atomic
     from ..doctor import oslat, prometheus
-    from ..doctor.verify import check, held, load, measure, prometheus_text, running
+    from ..doctor.verify import check, held, lease_of, load, measure, prometheus_text, running
 
     from ..errors import UsageError
 
@@ -66,7 +68,8 @@ def cmd_verify(args, cfg, roots) -> int:
         if args.load or args.as_is or args.prometheus:
             raise UsageError("verify: --load, --as-is and --prometheus go with --cpus (a running domain's CPUs "
                              "are measured as they are, by the census alone)")
-        found = [running(ctx, name, args.seconds) for name in args.domains]
+        found = [running(ctx, name, args.seconds) if lease_of(ctx, name) else
+                 _defined(ctx, name, args, check, held, measure) for name in args.domains]
         if args.json:
             print(json.dumps({"domains": [v.to_dict() for v in found], "pass": all(v.passed for v in found)},
                              indent=2))
@@ -93,6 +96,31 @@ def cmd_verify(args, cfg, roots) -> int:
     else:
         print("\n".join(done.lines()))
     return 0 if done.passed else 1
+
+
+def _defined(ctx, name: str, args, check, held, measure):
+    """A domain libvirt knows that does not run: its pinned CPUs measured by oslat under a lease of
+    its profile, as its start would take them."""
+    from ..doctor import oslat
+    from ..doctor.verify import defined_pins
+    from ..errors import InvalidInput
+    from ..live import connect, domains
+
+    uri = args.connect or connect.DEFAULT_URI
+    with connect.connection(uri, read_only=True) as conn:
+        found = domains.read(domains.lookup(conn, name, uri))
+    if found.state != "shut off":
+        raise InvalidInput(f"verify: {name} is {found.state} but holds no lease of the hook: not tagged with a latency "
+                           "profile (vmtune tag NAME --profile latency), or the hook is not installed")
+    pins, profile = defined_pins(found.xml)
+    if not pins:
+        raise InvalidInput(f"verify: {name} pins no vCPU to host CPUs: nothing to verify (vmtune apply pins it)")
+    check(ctx, pins)
+    tool = oslat.find()
+    with held(ctx, pins, profile or "latency"):
+        done = measure(ctx, pins, args.seconds, args.max_us, tool=tool, as_is=False)
+    done.pinned_by = name
+    return done
 
 
 COMMANDS: dict = {"verify": cmd_verify}

@@ -74,6 +74,7 @@ class Verification:
     results: list[CpuResult]
     tool: str
     domain: str | None = None  # a running domain's CPUs: the census alone (``running``)
+    pinned_by: str | None = None  # a defined domain that does not run, whose pinned CPUs these are
 
     @property
     def passed(self) -> bool:
@@ -83,7 +84,8 @@ class Verification:
 
     def to_dict(self) -> dict:
         return {"cpus": [r.to_dict() for r in self.results], "pass": self.passed, "max_us": self.max_us,
-                "seconds": self.seconds, "as_is": self.as_is, "tool": self.tool, "domain": self.domain}
+                "seconds": self.seconds, "as_is": self.as_is, "tool": self.tool, "domain": self.domain,
+                "pinned_by": self.pinned_by}
 
     def lines(self, shown: int = 3) -> list[str]:
         """A table, a CPU a row, then the verdict."""
@@ -99,8 +101,9 @@ class Verification:
                        f"{r.stalls[1000]:>6}  {what}")
         worst = max(self.results, key=lambda r: r.max_us)
         verdict = "PASS" if self.passed else "FAIL"
+        whose = f", {self.pinned_by}'s pinned CPUs" if self.pinned_by else ""
         out.append(f"{verdict}: the largest gap is {worst.max_us} µs (CPU {worst.cpu}), the mark {self.max_us} µs, "
-                   f"over {self.seconds:g} s {'as the CPUs are' if self.as_is else 'under a lease'}")
+                   f"over {self.seconds:g} s {'as the CPUs are' if self.as_is else 'under a lease'}{whose}")
         return out
 
 
@@ -292,12 +295,9 @@ def running(ctx: Context, name: str, seconds: float, sleep: Callable[[float], No
     there (its vCPUs do), so what else ran on them over ``seconds``, and a verdict: PASS when
     nothing that could run elsewhere (an IRQ or a host thread whose affinity allows another CPU)
     did. InvalidInput (one line) when no running domain of that name holds a lease."""
-    from .hookstate import load, state_path
-    from .isolation import held_cpus, live_leases
+    from .isolation import held_cpus
 
-    state = load(ctx, state_path(ctx))
-    leases = live_leases(ctx, state) if hasattr(state, "leases") else {}
-    mine = {k: lease for k, lease in leases.items() if lease.name == name}
+    mine = lease_of(ctx, name)
     if not mine:
         raise InvalidInput(f"verify: {name} holds no lease of the hook: it is not running, or not tagged with a "
                            "latency profile (vmtune status lists the leases)")
@@ -307,3 +307,26 @@ def running(ctx: Context, name: str, seconds: float, sleep: Callable[[float], No
     census = noise.take(ctx, cpus, seconds, **({"sleep": sleep} if sleep else {}))
     results = [CpuResult(cpu, None, None, None, None, {}, sources(census, cpu, movable=True)) for cpu in sorted(cpus)]
     return Verification(cpus, seconds, 0, True, results, "census", domain=name)
+
+
+def lease_of(ctx: Context, name: str) -> dict:
+    """The hook's leases of the running domain ``name`` (none when it does not run or holds none)."""
+    from .hookstate import load, state_path
+    from .isolation import live_leases
+
+    state = load(ctx, state_path(ctx))
+    leases = live_leases(ctx, state) if hasattr(state, "leases") else {}
+    return {k: lease for k, lease in leases.items() if lease.name == name}
+
+
+def defined_pins(xml: str) -> tuple[frozenset[int], str | None]:
+    """The host CPUs a defined domain's vCPUs are pinned to (every ``<vcpupin>``'s, else its
+    ``<vcpu cpuset>``), and its vmtune profile (None: untagged)."""
+    from ..xml import xmlsafe
+    from ..xml.model import Domain
+
+    dom = Domain(xmlsafe.parse(xml, "domain XML"))
+    pins = frozenset().union(*dom.vcpupins().values()) if dom.vcpupins() else frozenset()
+    if not pins and dom.vcpu_cpuset:
+        pins = frozenset(dom.vcpu_cpuset)
+    return pins, dom.tagged_profile
