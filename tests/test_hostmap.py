@@ -532,6 +532,8 @@ def test_live_with_the_hook_state_and_libvirt(capsys, tmp_path, monkeypatch):
     code, out, err = run_cli(capsys, "map", "-c", "test:///default", "--color", "never")
     assert code == 0 and "hook: 1 lease: db (latency, CPUs 2-3" in out and "isolated now: CPUs 2-3" in out
     assert "hook power: CPUs 2-3 (db): performance" in out  # each held CPU as sysfs reads it, alike ones together
+    assert " 2*^" in out and " 3*^" in out and " 4  " in out  # held, isolated, at performance; not held
+    assert "^ the performance governor" in " ".join(out.split())
     assert [(c["cpu"], c["lease"], c["governor"]) for c in data["hook"]["power"]] == [
         (2, "db", "performance"), (3, "db", "performance")]
 

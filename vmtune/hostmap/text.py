@@ -8,7 +8,9 @@
       0000:3c:00.0 pci (vfio-pci): free
 
 A CPU's cell is its id, a mark (``!`` an overlap or a float that ``vmtune plan`` reports, else ``*``
-isolated now, else a space) and its label (``HostMap.label``); an efficiency core is in ``( )``
+isolated now, else a space), on a live map while the hook holds CPUs a second mark for the power a
+held CPU runs at now (``^`` the performance governor, ``v`` another, ``?`` no cpufreq), and its
+label (``HostMap.label``); an efficiency core is in ``( )``
 instead of ``[ ]``. On a host with L3 domains a node's cores are grouped by L3, each group under
 its line and indented; without, they follow the node's lines. Then the PCI devices and mdevs that
 domains pass through and that hang off the node, a line each with the domain that holds it, and
@@ -39,6 +41,17 @@ LEGEND = ("NAME:vN vCPU N of a domain, NAME:emu its emulator, NAME:ioN its iothr
           "holds; free: nothing pinned; off: offline; * isolated now; ! an overlap or a float (vmtune "
           "plan); # both")
 HYBRID_LEGEND = "; ( ): an efficiency core"
+# live, while the hook holds CPUs: a second mark after the first on each CPU, what it runs at now
+POWER_LEGEND = "; after it, a held CPU's power now: ^ the performance governor, v another, ? no cpufreq"
+
+
+def power_mark(cpu: dict | None) -> str:
+    """A held CPU's power mark (``hook.power``'s entry): ``^`` performance, ``v`` another governor,
+    ``?`` no cpufreq; a space for a CPU the hook does not hold."""
+    if cpu is None:
+        return " "
+    governor = cpu.get("governor")
+    return "?" if not governor else "^" if governor == "performance" else "v"
 NODEDEV_HINT = "give their `virsh nodedev-dumpxml` with --nodedev"
 
 
@@ -57,11 +70,16 @@ class _Cells:
         self.map, self.color = hostmap, color
         self.id_width = max((len(str(c.id)) for c in cpus), default=1)
         self.label_width = max([4] + [len(hostmap.label(c)) for c in cpus])
-        self.width = self.id_width + 1 + self.label_width
+        held = hostmap.hook.power if hostmap.hook is not None else ()
+        self.power = {p["cpu"]: p for p in held} if held else None  # None: no power column
+        self.width = self.id_width + 1 + (1 if self.power is not None else 0) + self.label_width
+
+    def marks(self, cpu: MapCpu) -> str:
+        return mark(cpu) + ("" if self.power is None else power_mark(self.power.get(cpu.id)))
 
     def draw(self, cpu: MapCpu) -> str:
         label = self.map.label(cpu)
-        text = f"{cpu.id:>{self.id_width}}{mark(cpu)}{label:<{self.label_width}}"
+        text = f"{cpu.id:>{self.id_width}}{self.marks(cpu)}{label:<{self.label_width}}"
         if not self.color:
             return text
         owner = self.map.owner(cpu)
@@ -69,7 +87,8 @@ class _Cells:
             style = f"\x1b[{PALETTE[owner % len(PALETTE)]}m"
         else:
             style = "" if cpu.role in (Role.SHARED, Role.ISOLATED, Role.SIBLING) else DIM
-        head = f"{cpu.id:>{self.id_width}}" + (f"{BOLD}{mark(cpu)}{RESET}{style}" if mark(cpu) != " " else " ")
+        marks = self.marks(cpu)
+        head = f"{cpu.id:>{self.id_width}}" + (f"{BOLD}{marks}{RESET}{style}" if marks.strip() else marks)
         return f"{style}{head}{label:<{self.label_width}}{RESET}"
 
 
@@ -301,5 +320,6 @@ def render(hostmap: HostMap, color: bool = False, width: int = WIDTH) -> list[st
     lines += _domains(hostmap, width)
     for line in notes(hostmap):
         lines += _wrap(line, width)
-    lines += _wrap("legend: " + LEGEND + (HYBRID_LEGEND if hostmap.hybrid else ""), width, "        ")
+    lines += _wrap("legend: " + LEGEND + (HYBRID_LEGEND if hostmap.hybrid else "")
+                   + (POWER_LEGEND if cells.power is not None else ""), width, "        ")
     return lines
