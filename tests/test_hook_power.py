@@ -370,3 +370,38 @@ def test_a_reconnect_renews_a_lease_and_the_cpus_follow_the_earlier_one(power_ho
     assert [cpu_power(sysfs, c) for c in (2, 3)] == [latency_on(2), latency_on(3)]
     assert call(a, "vm-a", "release", "end") == 0
     assert snapshot(sysfs) == before
+
+
+def test_a_scope_switched_back_to_host_gives_the_power_records_back(power_host):
+    """The config goes back to power_scope = "host" while vm-a holds CPU 2: its release (or a hook
+    restore) still gives back the governor, EPP and floor it set, and the host ends as found."""
+    sysfs = power_host / "sys"
+    before = snapshot(sysfs)
+    assert call(domain("vm-a", UUID_A, pins="2"), "vm-a", "prepare", "begin") == 0
+    (power_host / "vmtune.toml").write_text("")
+    assert call(domain("vm-a", UUID_A, pins="2"), "vm-a", "release", "end") == 0
+    assert snapshot(sysfs) == before
+    (power_host / "vmtune.toml").write_text(PINNED)
+    assert call(domain("vm-a", UUID_A, pins="2"), "vm-a", "prepare", "begin") == 0
+    (power_host / "vmtune.toml").write_text("")
+    assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "prepare", "begin") == 0  # host scope: every CPU
+    assert "power" not in state(power_host)["leases"][UUID_A]  # given back, the baseline has them now
+    assert cpu_power(sysfs, 2)["governor"] == "performance" and cpu_power(sysfs, 2)["min"] == MIN
+    assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "release", "end") == 0
+    assert call(domain("vm-a", UUID_A, pins="2"), "vm-a", "release", "end") == 0
+    assert snapshot(sysfs) == before
+
+
+def test_a_floor_above_the_cpus_ceiling_is_the_ceiling(power_host):
+    """scaling_max_freq capped below the base frequency: the floor goes to the cap (where the
+    kernel would clamp it), so a later call finds it as recorded and writes nothing again."""
+    sysfs = power_host / "sys"
+    put(sysfs, f"{CPU}/cpu2/cpufreq/scaling_max_freq", "2000000")
+    assert call(domain("vm-a", UUID_A, pins="2"), "vm-a", "prepare", "begin") == 0
+    assert cpu_power(sysfs, 2)["min"] == "2000000"
+    seen = snapshot(sysfs)
+    records = state(power_host)["leases"][UUID_A]["power"]
+    assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "prepare", "begin") == 0
+    assert call(domain("vm-a", UUID_A, pins="2"), "vm-a", "reconnect", "begin") == 0
+    assert {k: v for k, v in snapshot(sysfs).items() if "cpu2" in k} == {k: v for k, v in seen.items() if "cpu2" in k}
+    assert state(power_host)["leases"][UUID_A]["power"] == records

@@ -5,11 +5,14 @@ A lease (``prepare begin``; ``reconnect begin`` without the top-up and never ref
 1. settle what a killed hook left (journal records made exact against sysfs), and reap the
    leases of domains that no longer run (alive.py), exactly as their release would;
 2. refuse overlapping vCPU pins (or warn), and a lease that would leave no housekeeping CPU;
-3. find what is missing: the hugepage shortfalls, and the host knobs and C-states (scope ``host``: every CPU's;
-   scope ``pinned``: those of every lease's CPUs, not only this one's), verified, never assumed: a
-   knob not recorded and not at its value gets a new record (the first lease records them all), a
-   recorded knob found back at its original value is written again, one changed by hand since is
-   left alone. A prepare or reconnect after any crash leaves the host fully tuned for every lease;
+3. find what is missing: the hugepage shortfalls, and the host knobs and C-states (scope
+   ``host``: every CPU's; scope ``pinned``: those of every lease's CPUs, not only this one's; with
+   ``power_scope = "pinned"`` each lease's governor, EPP, floor and C-states by its profile, after
+   each record is handed to the lease that owns its CPU now and the idle dedicated CPUs a lease
+   takes are given back: power.py), verified, never assumed: a knob not recorded and not at its
+   value gets a new record (the first lease records them all), a recorded knob found back at its
+   original value is written again, one changed by hand since is left alone. A prepare or
+   reconnect after any crash leaves the host fully tuned for every lease;
 4. journal: commit the lease with every record it may leave (knob values before, pools' ``nr``
    before and target) before any sysfs write;
 5. compact memory, raise the short pools, read back (pages.py); too few: lower them again, put the
@@ -432,7 +435,9 @@ class Leases:
     def _missing(self, state: State) -> Missing:
         """What the host lacks for every lease (verify, never assume), its journal records already in
         ``state``: host knobs nobody recorded go into the baseline; with scope pinned, each lease's
-        CPUs' C-states nobody recorded go into the earliest lease pinning them."""
+        CPUs' C-states nobody recorded go into the earliest lease pinning them; with power scope
+        pinned, each lease's power knobs into it (power.py), and the idle dedicated CPUs' into the
+        state's ``idle``."""
         latency = self.settings.max_cstate_latency_us
         host = tuning.knobs(self.sysfs, max_cstate_latency_us=latency, ksm=self.settings.ksm, cstates=not self.pinned,
                             cpufreq=not self.power, uncore=self.settings.uncore)
@@ -462,10 +467,19 @@ class Leases:
 
     def _reconcile(self, state: State, loose: list[tuple[str, Record]] = ()) -> None:
         """Power scope pinned: each lease's records to the lease that owns their CPU now, the rest
-        (and ``loose``: a lease's that goes) written back (power.reconcile)."""
-        if not self.power:
-            return
-        back = power.reconcile(state.leases, self.sysfs, self.settings, self.cfg.profiles_dir, loose)
+        (and ``loose``: a lease's that goes) written back (power.reconcile). Scope host: the
+        leases' power records (of a pinned scope since switched off) and ``loose`` ones written
+        back; the host-wide tuning then completes what it wants (a lease's C-states stay its own,
+        as ``cstate_scope`` says)."""
+        if self.power:
+            back = power.reconcile(state.leases, self.sysfs, self.settings, self.cfg.profiles_dir, loose)
+        else:
+            back = [rec for lease in state.leases.values() for rec in lease.power]
+            back += [rec for group, rec in loose if group == "power"]
+            for lease in state.leases.values():
+                lease.power = []
+            if not back:
+                return
         engine.restore(self.roots, back, dry_run=self.dry_run, failed=state.unrestored)
 
     def _wake(self, state: State) -> None:
@@ -552,6 +566,7 @@ class Leases:
             self._reconcile(state, [(group, rec) for group in ("power", "cstates") for rec in getattr(lease, group)])
         else:
             engine.restore(self.roots, self._hand_over(lease, state), dry_run=self.dry_run, failed=state.unrestored)
+            self._reconcile(state, [("power", rec) for rec in lease.power])  # a pinned power scope's, since off
         self._wake(state)
         if self.power and state.leases and complete:  # what the heirs want at another value than the lease had
             todo = self._missing(state)

@@ -7,7 +7,7 @@ Per CPU of a lease, in the order to apply them (restore walks them backwards):
    non-performance EPP under the performance governor);
 2. ``scaling_min_freq`` raised to the floor the profile's ``min_freq`` names: ``base_frequency``
    (``base``; a driver without one keeps the value, with a log line) or ``cpuinfo_max_freq``
-   (``max``); never lowered;
+   (``max``), at most the CPU's ``scaling_max_freq`` (the kernel clamps it there); never lowered;
 3. the C-states whose exit latency is above the profile's ``max_cstate_latency_us`` (else the
    config's) disabled.
 
@@ -94,6 +94,9 @@ def _floor(sysfs: str, cpu: int, how: MinFreq) -> list[Knob]:
     if floor is None or not floor.isdigit():
         log.info("cpu%d: no %s: scaling_min_freq kept (min_freq = \"%s\")", cpu, FLOOR_FILES[how], how)
         return []
+    top = read_file(sysfs, f"{CPU_DIR}/cpu{cpu}/cpufreq/scaling_max_freq")
+    if top is not None and top.isdigit() and int(top) < int(floor):  # the kernel clamps the floor there
+        floor = top
     return [Knob(key, floor)] if not now.isdigit() or int(now) <= int(floor) else []
 
 
@@ -190,7 +193,8 @@ def reconcile(leases: Mapping[str, Lease], sysfs: str, settings: HookSettings, p
     back (``engine.restore``, newest last). What the leases then lack, ``for_leases`` finds."""
     owner = {knob.key: (key, knob.want)
              for key, (freq, idle) in wanted(sysfs, leases, settings, profiles_dir).items() for knob in freq + idle}
-    pool = [(group, rec) for lease in leases.values() for group in ("power", "cstates") for rec in getattr(lease, group)]
+    pool = [(group, rec) for lease in leases.values() for group in ("power", "cstates")
+            for rec in getattr(lease, group)]
     pool += list(loose)
     for lease in leases.values():
         lease.power, lease.cstates = [], []

@@ -13,8 +13,8 @@ isolated and by which method (a cpuset partition, or today's isolation: tasks, I
 moved off), each held CPU's power state as sysfs reads it now (governor, EPP, frequency floor, the
 deepest idle state left: hoststate/power.py), what the host was before (the saved baseline: each
 value and what the hook set), the values a stop could not restore, the reaper (reaper.py), and the
-last lines of the hook's log (journald's ``vmtune-hook`` lines, else syslog's files). The state is read as the doctor reads it
-(statedir.peek): never locked, never written.
+last lines of the hook's log (journald's ``vmtune-hook`` lines, else syslog's files). The state is
+read as the doctor reads it (statedir.peek): never locked, never written.
 """
 
 from __future__ import annotations
