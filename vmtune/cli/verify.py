@@ -54,11 +54,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_verify(args, cfg, roots) -> int:
     from .. import cpuset
-    from ..doctor.findings import Context
     from ..atomic import write_atomic
-    from ..doctor import oslat, prometheus
-    from ..doctor.verify import check, held, lease_of, load, measure, prometheus_text, running
-
+    from ..doctor.findings import Context
+    from ..doctor.verify import lease_of, prometheus_text, running
     from ..errors import UsageError
 
     if bool(args.domains) == bool(args.cpus):
@@ -68,8 +66,8 @@ def cmd_verify(args, cfg, roots) -> int:
         if args.load or args.as_is or args.prometheus:
             raise UsageError("verify: --load, --as-is and --prometheus go with --cpus (a running domain's CPUs "
                              "are measured as they are, by the census alone)")
-        found = [running(ctx, name, args.seconds) if lease_of(ctx, name) else
-                 _defined(ctx, name, args, check, held, measure) for name in args.domains]
+        found = [running(ctx, name, args.seconds) if lease_of(ctx, name) else _defined(ctx, name, args)
+                 for name in args.domains]
         if args.json:
             print(json.dumps({"domains": [v.to_dict() for v in found], "pass": all(v.passed for v in found)},
                              indent=2))
@@ -79,16 +77,7 @@ def cmd_verify(args, cfg, roots) -> int:
     cpus = cpuset.parse(args.cpus)
     if not cpus:
         raise UsageError("verify: --cpus names no CPU")
-    check(ctx, cpus)
-    tool = oslat.find()  # before any lease: without oslat (or prometheus_client), nothing is changed
-    if args.prometheus:
-        prometheus.require()
-    with contextlib.ExitStack() as stack:
-        if not args.as_is:
-            stack.enter_context(held(ctx, cpus, args.profile))
-        if args.load:
-            stack.enter_context(load(ctx, cpus))
-        done = measure(ctx, cpus, args.seconds, args.max_us, tool=tool, as_is=args.as_is)
+    done = _measured(ctx, cpus, args, args.profile, args.as_is, args.load)
     if args.prometheus:
         write_atomic(args.prometheus, prometheus_text(done), mode=0o644)
     if args.json:
@@ -98,10 +87,28 @@ def cmd_verify(args, cfg, roots) -> int:
     return 0 if done.passed else 1
 
 
-def _defined(ctx, name: str, args, check, held, measure):
+def _measured(ctx, cpus, args, profile: str, as_is: bool, load_others: bool):
+    """oslat on ``cpus``: under a lease of ``profile`` unless ``as_is``, beside a load on the other
+    CPUs with ``load_others``. oslat (and prometheus_client, when asked for) are looked for before
+    any lease: without them, nothing is changed."""
+    from ..doctor import oslat, prometheus
+    from ..doctor.verify import check, held, load, measure
+
+    check(ctx, cpus)
+    tool = oslat.find()
+    if args.prometheus:
+        prometheus.require()
+    with contextlib.ExitStack() as stack:
+        if not as_is:
+            stack.enter_context(held(ctx, cpus, profile))
+        if load_others:
+            stack.enter_context(load(ctx, cpus))
+        return measure(ctx, cpus, args.seconds, args.max_us, tool=tool, as_is=as_is)
+
+
+def _defined(ctx, name: str, args):
     """A domain libvirt knows that does not run: its pinned CPUs measured by oslat under a lease of
     its profile, as its start would take them."""
-    from ..doctor import oslat
     from ..doctor.verify import defined_pins
     from ..errors import InvalidInput
     from ..live import connect, domains
@@ -115,10 +122,7 @@ def _defined(ctx, name: str, args, check, held, measure):
     pins, profile = defined_pins(found.xml)
     if not pins:
         raise InvalidInput(f"verify: {name} pins no vCPU to host CPUs: nothing to verify (vmtune apply pins it)")
-    check(ctx, pins)
-    tool = oslat.find()
-    with held(ctx, pins, profile or "latency"):
-        done = measure(ctx, pins, args.seconds, args.max_us, tool=tool, as_is=False)
+    done = _measured(ctx, pins, args, profile or "latency", as_is=False, load_others=False)
     done.pinned_by = name
     return done
 

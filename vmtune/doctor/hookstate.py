@@ -70,10 +70,9 @@ def _power(ctx: Context, state: State) -> list[Finding]:
     hoststate/power.py), with the lease that owns it (the earlier of two)."""
     if not ctx.has("sysfs"):
         return []
-    owner = power.owners(state.leases)
-    return [new("INFO", ctx.path("sysfs", f"devices/system/cpu/cpu{cpu}"),
-                f"CPU {cpu} ({owner[cpu].name}): {power.cpu_power(ctx.roots.sysfs, cpu).text()}")
-            for cpu in sorted(owner)]
+    return [new("INFO", ctx.path("sysfs", f"devices/system/cpu/cpu{cpu['cpu']}"),
+                f"CPU {cpu['cpu']} ({cpu['lease']}): {cpu['text']}")
+            for cpu in power.held(ctx.roots.sysfs, state.leases)]
 
 
 def _stale(ctx: Context, state: State, path: str) -> list[Finding]:

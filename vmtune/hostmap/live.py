@@ -43,9 +43,7 @@ def hook_view(roots) -> HookView | None:
     leases = tuple(LeaseView(x.name, x.profile or None, x.cpus, x.dedicated,
                              alive.why_stale(roots.libvirt, alive.PROC, key, x.name, x.since, now, x.qemu) is not None)
                    for key, x in sorted(state.leases.items(), key=lambda kv: kv[1].name))
-    owner = power.owners(state.leases)
-    held = tuple({**(found := power.cpu_power(roots.sysfs, cpu)).to_dict(), "lease": owner[cpu].name,
-                  "text": found.text()} for cpu in sorted(owner))
+    held = tuple(power.held(roots.sysfs, state.leases))
     iso = state.isolation
     if iso is None:
         return HookView(leases, power=held)

@@ -37,7 +37,7 @@ from .document import Lease
 from .engine import Knob, complete
 from .kinds import CState, Cpufreq, read_file
 from .record import Record
-from .tuning import PERFORMANCE, cstate_knobs
+from .tuning import cpufreq_knobs, cstate_knobs, idle_states
 
 log = logging.getLogger("vmtune.hoststate")
 
@@ -101,20 +101,10 @@ def _floor(sysfs: str, cpu: int, how: MinFreq) -> list[Knob]:
 
 
 def _cpufreq(sysfs: str, cpu: int, power: Power) -> list[Knob]:
-    """EPP, governor and floor of the policy named by ``cpu``."""
-    governor = Cpufreq(cpu, "scaling_governor")
-    if read_file(sysfs, governor.text) is None:
+    """EPP, governor (tuning.py's, as the host scope sets them) and floor of the policy named by ``cpu``."""
+    if read_file(sysfs, Cpufreq(cpu, "scaling_governor").text) is None:
         return []
-    available = read_file(sysfs, f"{CPU_DIR}/cpu{cpu}/cpufreq/scaling_available_governors")
-    knobs: list[Knob] = []
-    if available is not None and PERFORMANCE not in available.split():
-        log.warning("cpu%d: no %s governor (available: %s); governor left alone", cpu, PERFORMANCE, available)
-    else:
-        epp = Cpufreq(cpu, "energy_performance_preference")
-        if read_file(sysfs, epp.text) is not None:
-            knobs.append(Knob(epp, PERFORMANCE))
-        knobs.append(Knob(governor, PERFORMANCE))
-    return knobs + _floor(sysfs, cpu, power.min_freq)
+    return cpufreq_knobs(sysfs, cpu) + _floor(sysfs, cpu, power.min_freq)
 
 
 def lease_knobs(sysfs: str, cpus: frozenset[int], power: Power, held: frozenset[int],
@@ -237,10 +227,8 @@ def idle_knobs(sysfs: str, cpus: frozenset[int]) -> list[Knob]:
         if first not in named and policy <= cpus and POWERSAVE in available.split():
             named.add(first)
             out.append(Knob(governor, POWERSAVE))
-        state = 0
-        while read_file(sysfs, CState(cpu, state).text) is not None:
-            out.append(Knob(CState(cpu, state), "0"))
-            state += 1
+        out += [Knob(CState(cpu, state), "0") for state in idle_states(sysfs, cpu)
+                if read_file(sysfs, CState(cpu, state).text) is not None]
     return out
 
 
@@ -253,6 +241,14 @@ def owners(leases: Mapping[str, Lease]) -> dict[int, Lease]:
         for cpu in lease.cpus:
             out.setdefault(cpu, lease)
     return out
+
+
+def held(sysfs: str, leases: Mapping[str, Lease]) -> list[dict]:
+    """Each held CPU as ``vmtune status``, ``vmtune map`` and the doctor show it: what it runs at
+    now (``CpuPower.to_dict``), with ``lease`` (its owner's name) and ``text`` (``CpuPower.text``)."""
+    owner = owners(leases)
+    return [{**(found := cpu_power(sysfs, cpu)).to_dict(), "lease": owner[cpu].name, "text": found.text()}
+            for cpu in sorted(owner)]
 
 
 class CpuPower(NamedTuple):
@@ -305,11 +301,9 @@ def cpu_power(sysfs: str, cpu: int) -> CpuPower:
     freq = _policy_dir(sysfs, cpu)
     low = read_file(sysfs, f"{freq}/scaling_min_freq")
     idle = []
-    for state in range(16):
+    for state in idle_states(sysfs, cpu):
         base = f"{CPU_DIR}/cpu{cpu}/cpuidle/state{state}"
         off = read_file(sysfs, f"{base}/disable")
-        if off is None:
-            break
         latency = read_file(sysfs, f"{base}/latency") or ""
         if off == "0" and latency.isdigit():
             idle.append((read_file(sysfs, f"{base}/name") or f"state{state}", int(latency)))

@@ -32,7 +32,9 @@ PERFORMANCE = "performance"
 DEFAULT_MAX_CSTATE_LATENCY_US = HookSettings.max_cstate_latency_us
 
 
-def _cpufreq(sysfs: str, cpu: int) -> list[Knob]:
+def cpufreq_knobs(sysfs: str, cpu: int) -> list[Knob]:
+    """EPP then governor ``performance`` on ``cpu``'s cpufreq (none without one, or without the
+    performance governor: a warning)."""
     governor = Cpufreq(cpu, "scaling_governor")
     if read_file(sysfs, governor.text) is None:
         return []
@@ -45,15 +47,18 @@ def _cpufreq(sysfs: str, cpu: int) -> list[Knob]:
     return first + [Knob(governor, PERFORMANCE)]
 
 
-def _cpuidle(sysfs: str, cpu: int, max_latency_us: int) -> list[Knob]:
-    base = os.path.join(sysfs, CPU_DIR, f"cpu{cpu}", "cpuidle")
+def idle_states(sysfs: str, cpu: int) -> list[int]:
+    """The numbers of ``cpu``'s idle states (``cpuidle/stateN``), in order; none without cpuidle."""
     try:
-        names = os.listdir(base)
+        names = os.listdir(os.path.join(sysfs, CPU_DIR, f"cpu{cpu}", "cpuidle"))
     except OSError:
         return []
-    states = sorted(int(n[5:]) for n in names if n.startswith("state") and n[5:].isascii() and n[5:].isdigit())
+    return sorted(int(n[5:]) for n in names if n.startswith("state") and n[5:].isascii() and n[5:].isdigit())
+
+
+def _cpuidle(sysfs: str, cpu: int, max_latency_us: int) -> list[Knob]:
     knobs = []
-    for state in states:
+    for state in idle_states(sysfs, cpu):
         key = CState(cpu, state)
         try:
             latency = int(read_file(sysfs, f"{CPU_DIR}/cpu{cpu}/cpuidle/state{state}/latency") or "")
@@ -76,7 +81,7 @@ def knobs(sysfs: str, max_cstate_latency_us: int = DEFAULT_MAX_CSTATE_LATENCY_US
     out: list[Knob] = []
     if cpufreq:
         for cpu in targets:
-            out += _cpufreq(sysfs, cpu)
+            out += cpufreq_knobs(sysfs, cpu)
     if cstates:
         out += cstate_knobs(sysfs, targets, max_cstate_latency_us)
     if ksm == KsmPolicy.OFF and read_file(sysfs, Ksm().text) is not None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from .. import cpuset
 from . import hookcheck, reaper
 from ..hoststate import alive
-from ..hoststate.power import cpu_power, owners
+from ..hoststate.power import held
 from ..hoststate.document import Damaged, State
 from ..hoststate.record import Record
 from ..hoststate.statedir import STATE_FILE, peek
@@ -180,10 +180,7 @@ def status(cfg, roots, hooks_dir: str | None = None, log_lines: int = 5) -> Hook
 
 
 def _read_state(now: HookStatus, state: State, roots) -> None:
-    owner = owners(state.leases)
-    for cpu in sorted(owner):
-        found = cpu_power(roots.sysfs, cpu)
-        now.power.append({**found.to_dict(), "lease": owner[cpu].name, "text": found.text()})
+    now.power = held(roots.sysfs, state.leases)
     stale, _blind = alive.stale(roots.libvirt, roots.proc, state.leases, time.time())
     for key, lease in sorted(state.leases.items(), key=lambda item: item[1].since):
         now.leases.append(LeaseStatus(lease.name, key, lease.profile, cpuset.format(lease.cpus), lease.since,
