@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import assume, given
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import vmtune
@@ -86,6 +86,9 @@ def test_spread_and_pack_say_the_room_decided():
     assert f"placement: {spread.placement['why_not'][0]}" in fmt.explain(spread)
 
 
+# small generated hosts often cannot hold a latency domain (DoesNotFit, assumed away): in some runs most
+# inputs, which Hypothesis's health check would take for a strategy gone wrong
+@settings(suppress_health_check=[HealthCheck.filter_too_much])
 @given(domains(max_vcpus=6, virt_types=("kvm",)), hosts(arches=("x86_64",), max_nodes=3), st.sampled_from(("latency", "realtime")))
 def test_why_not_names_the_chosen_nodes_and_another_place_by_a_rule_of_the_list(xml, host, profile):
     """Whatever the host and domain: at most one line, naming the nodes the domain got, other
