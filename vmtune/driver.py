@@ -196,7 +196,7 @@ def run_passes(root: etree._Element, ctx: PassContext, passes=ORDER, watch=None)
             if isinstance(edit, Warn):
                 warnings.append(edit.message)
                 continue
-            applied = edits_mod.applied(edit, watch)
+            applied = edits_mod.applied(edit, watch, done)
             if applied is not None:
                 done.append(applied)
     return edits_mod.settle(done, root), warnings  # each path as it is in the output

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 from copy import deepcopy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Union
 
@@ -210,34 +210,56 @@ def apply(edit: Edit, watch=None) -> Change | None:
     return done.change if done is not None else None
 
 
-@dataclass(frozen=True)
 class Applied:
-    """A Change and the element it touched (None: an element it removed), for ``settle``."""
+    """A change made, and the element it touched (None: an element it removed), for ``settle``. The
+    XPath of a touched element is taken once, when the change is asked for (``settle``), or before
+    the element leaves the tree (``applied`` of a later Remove or Put: ``_leaving``)."""
 
-    change: Change
-    node: etree._Element | None
-    attr: str | None = None
+    __slots__ = ("node", "attr", "before", "after", "reason", "element")
+
+    def __init__(self, node: etree._Element | None, attr: str | None, before: str | None, after: str | None,
+                 reason: str, element: str | None = None):
+        self.node, self.attr, self.before, self.after, self.reason = node, attr, before, after, reason
+        self.element = element  # None: not taken yet (``node`` is in the tree)
+
+    def where(self) -> str:
+        """The XPath of the element (and /@attr) as the tree stands now."""
+        return _path(self.node) + (f"/@{self.attr}" if self.attr else "")
+
+    @property
+    def change(self) -> Change:
+        if self.element is None:
+            self.element = self.where()
+        return Change(self.element, self.before, self.after, self.reason)
+
+
+def _leaving(gone: etree._Element, done: list[Applied] | None) -> None:
+    """Before ``gone`` leaves the tree: the paths of the changes made in it, as they stand."""
+    for d in done or ():
+        if d.element is None and d.node is not None and (d.node is gone or any(a is gone for a in d.node.iterancestors())):
+            d.element = d.where()
 
 
 def settle(done: list[Applied], root: etree._Element) -> list[Change]:
     """The changes, each naming its element by its XPath in ``root`` as the edits left it: a path
-    taken when an edit was applied goes stale when a later edit adds a sibling of its tag (the one
+    taken when an edit was applied would go stale when a later edit adds a sibling of its tag (the one
     ``timer`` is then ``timer[1]``, and ``timer`` names both) or removes one before it. An element
-    no longer in ``root`` (removed, or replaced whole) keeps the path it had."""
+    no longer in ``root`` (removed, or replaced whole) keeps the path it had last there."""
     out = []
     for d in done:
-        if d.node is None or d.node.getroottree().getroot() is not root:
-            out.append(d.change)
+        if d.element is not None and (d.node is None or d.node.getroottree().getroot() is not root):
+            out.append(Change(d.element, d.before, d.after, d.reason))
             continue
-        where = _path(d.node) + (f"/@{d.attr}" if d.attr else "")
-        out.append(d.change if where == d.change.element else replace(d.change, element=where))
+        d.element = d.where()
+        out.append(Change(d.element, d.before, d.after, d.reason))
     return out
 
 
-def applied(edit: Edit, watch=None) -> Applied | None:
+def applied(edit: Edit, watch=None, done: list[Applied] | None = None) -> Applied | None:
     """``apply``, with the element the Change is about (``settle``). ``watch`` (a markup.Source)
     is told of each node before it changes (``touch``), so that the domain's text keeps every byte
-    of what did not."""
+    of what did not. ``done``: the changes applied before, whose paths are taken before an element
+    they are in leaves the tree."""
     if isinstance(edit, Set):
         elem_path, attr = split_path(edit.path)
         node = _walk(edit.anchor, elem_path, edit.value is not None, watch)
@@ -253,14 +275,14 @@ def applied(edit: Edit, watch=None) -> Applied | None:
                 del node.attrib[attr]
             else:
                 node.set(attr, edit.value)
-            return Applied(Change(f"{_path(node)}/@{attr}", before, edit.value, edit.reason), node, attr)
+            return Applied(node, attr, before, edit.value, edit.reason)
         before = xmltext.text(node).strip() or None
         if before == edit.value:
             return None
         if watch is not None:
             watch.touch(node)
         xmltext.set_text(node, edit.value)  # the whole value: text after a comment too
-        return Applied(Change(_path(node), before, edit.value, edit.reason), node)
+        return Applied(node, None, before, edit.value, edit.reason)
     if isinstance(edit, Put):
         old = edit.parent.find(edit.element.tag)
         before = show(old)
@@ -270,18 +292,20 @@ def applied(edit: Edit, watch=None) -> Applied | None:
         if watch is not None:
             watch.touch(edit.parent, True)
         if old is not None:
+            _leaving(old, done)
             old.addprevious(edit.element)
             edit.parent.remove(old)
         else:
             insert(edit.parent, edit.element)
-        return Applied(Change(_path(edit.element), before, after, edit.reason), edit.element)
+        return Applied(edit.element, None, before, after, edit.reason)
     if isinstance(edit, Remove):
         parent = edit.element.getparent()
         if parent is None:
             return None
         where, before = _path(edit.element), show(edit.element)
+        _leaving(edit.element, done)
         if watch is not None:
             watch.touch(parent, True)
         parent.remove(edit.element)
-        return Applied(Change(where, before, None, edit.reason), None)
+        return Applied(None, None, before, None, edit.reason, where)
     return None
