@@ -536,6 +536,15 @@ def test_live_with_the_hook_state_and_libvirt(capsys, tmp_path, monkeypatch):
     assert "^ the performance governor" in " ".join(out.split())
     assert [(c["cpu"], c["lease"], c["governor"]) for c in data["hook"]["power"]] == [
         (2, "db", "performance"), (3, "db", "performance")]
+    code, out, err = run_cli(capsys, "map", "-c", "test:///default", "--svg", "-")
+    assert code == 0, err
+    picture = etree.fromstring(out.encode())
+    cpu = {g.get("id"): g for g in picture.iter(f"{{{SVG_NS}}}g") if (g.get("id") or "").startswith("cpu")}
+    said = {k: [t.text for t in g.iter(f"{{{SVG_NS}}}text")][0] for k, g in cpu.items()}
+    assert said["cpu2"] == "2*^" and said["cpu3"] == "3*^" and said["cpu4"] == "4", said  # the text view's marks
+    tip = next(cpu["cpu2"].iter(f"{{{SVG_NS}}}title")).text
+    assert "runs at performance" in tip and "(the hook's lease db)" in tip, tip
+    assert "^ v ?" in [t.text for t in picture.iter(f"{{{SVG_NS}}}text")]  # the legend says what the marks are
 
 
 def test_live_without_libvirt_says_so_once(capsys, tmp_path, monkeypatch):

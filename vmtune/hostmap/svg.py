@@ -69,8 +69,14 @@ def _pale(colour: str) -> str:
     return "#" + "".join(f"{(c + 2 * 255) // 3:02x}" for c in rgb)
 
 
+def _power(hostmap: HostMap) -> dict[int, dict] | None:
+    """Each CPU the hook holds -> its power now (``hook.power``); None: no power to show (not a live map)."""
+    held = hostmap.hook.power if hostmap.hook is not None else ()
+    return {p["cpu"]: p for p in held} if held else None
+
+
 def title(hostmap: HostMap, cpu: MapCpu) -> str:
-    """The tooltip: the CPU, its role and holder, every thread pinned there."""
+    """The tooltip: the CPU, its role and holder, every thread pinned there, what a held CPU runs at."""
     head = f"CPU {cpu.id}: {cpu.role.value}"
     if cpu.holder is not None:
         dom = hostmap.domains[cpu.holder.domain]
@@ -86,6 +92,9 @@ def title(hostmap: HostMap, cpu: MapCpu) -> str:
         head += f"; L3 {cpu.l3}"
     if cpu.efficient:
         head += "; an efficiency core"
+    power = (_power(hostmap) or {}).get(cpu.id)
+    if power is not None:
+        head += f"; runs at {power.get('text') or power.get('governor') or 'no cpufreq'} (the hook's lease {power['lease']})"
     return head
 
 
@@ -103,7 +112,8 @@ def _cpu(parent, hostmap: HostMap, cpu: MapCpu, x: int, y: int) -> None:
         rect.set("stroke-dasharray", dash)
     dark = cpu.role == Role.DEDICATED
     ink = "#ffffff" if dark else "#222222"
-    mark = text.mark(cpu).strip()
+    power = _power(hostmap)
+    mark = (text.mark(cpu) + ("" if power is None else text.power_mark(power.get(cpu.id)))).strip()
     _el(g, "text", f"{cpu.id}{mark}", x=x + 5, y=y + 14, font_family=FONT, font_size=11, fill=ink,
         font_weight="bold" if mark else "normal")
     _el(g, "text", hostmap.label(cpu), x=x + CPU_W / 2, y=y + 34, font_family=MONO, font_size=12, fill=ink,
@@ -213,6 +223,8 @@ def _legend_items(hostmap: HostMap) -> list[tuple[str, str, str, str | None]]:
              (ROLE_FILL[Role.OFFLINE], "off", "offline", None),
              (ROLE_FILL[Role.ISOLATED], "*", "isolated now (dashed blue border)", "#1f5fbf"),
              ("#ffffff", "!", "an overlap or a float: vmtune plan (red border; dashed: isolated too)", "#d62728")]
+    if _power(hostmap) is not None:
+        items.append(("#ffffff", "^ v ?", "a held CPU's power now: the performance governor, another, no cpufreq", None))
     if any(n.caches for n in hostmap.nodes):
         items.append((L3_FILL, "L3", "an L3 cache domain: the cores that share it (blue box)", L3_STROKE))
     if hostmap.hybrid:
