@@ -2,13 +2,21 @@
 (tests/fixtures/guest.py, tests/fixtures/libvirt_env.py): find the linux-image package behind a kernel metapackage,
 unpack members of a downloaded .deb without installing it (no maintainer script runs), write a newc
 cpio archive, and point a domain at such a kernel and initramfs with a file serial console.
+
+A domain boots the kernel uncompressed where it can (``pvh_kernel``): Debian's vmlinuz is an xz
+payload that its own decompressor unpacks in about 6 s under TCG, before the kernel's first line;
+the ELF inside it has a PVH entry point (Xen's PHYS32_ENTRY note), which QEMU enters directly. A
+guest then boots in about 4 s instead of 10.
 """
 
 from __future__ import annotations
 
 import io
+import lzma
 import os
+import struct
 import subprocess
+import zlib
 import tempfile
 from pathlib import Path
 
@@ -82,9 +90,72 @@ def _child(root: etree._Element, tag: str) -> etree._Element:
     return el if el is not None else etree.SubElement(root, tag)
 
 
+# an ELF note of Xen's: the 32-bit entry point that QEMU's PVH boot enters (XEN_ELFNOTE_PHYS32_ENTRY)
+PVH_NOTE = (b"Xen\0", 18)
+
+
+def pvh_kernel(vmlinuz: Path) -> Path:
+    """The kernel inside ``vmlinuz`` as an ELF that QEMU boots by its PVH entry, kept beside it
+    (``NAME.pvh``, made once); ``vmlinuz`` itself where there is none (another compression, no note)."""
+    out = vmlinuz.with_name(vmlinuz.name + ".pvh")
+    try:
+        if out.stat().st_mtime_ns >= vmlinuz.stat().st_mtime_ns:
+            return out
+    except FileNotFoundError:
+        pass
+    elf = _unpacked(vmlinuz.read_bytes())
+    if elf is None or not _has_note(elf, *PVH_NOTE):
+        return vmlinuz
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(elf)
+    tmp.chmod(0o644)
+    os.replace(tmp, out)
+    return out
+
+
+def _unpacked(image: bytes) -> bytes | None:
+    """The ELF a bzImage carries, compressed with xz or gzip (the first payload that unpacks to one)."""
+    for magic, unpack in ((b"\xfd7zXZ\x00", lambda d: lzma.LZMADecompressor(lzma.FORMAT_XZ).decompress(d)),
+                          (b"\x1f\x8b\x08", lambda d: zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(d))):
+        at = image.find(magic)
+        while at >= 0:
+            try:
+                out = unpack(image[at:])
+            except (lzma.LZMAError, zlib.error):
+                out = b""
+            if out[:4] == b"\x7fELF":
+                return out
+            at = image.find(magic, at + 1)
+    return None
+
+
+def _has_note(elf: bytes, name: bytes, kind: int) -> bool:
+    """Whether a 64-bit little-endian ELF has note ``kind`` of owner ``name`` in a PT_NOTE segment."""
+    if elf[4:6] != b"\x02\x01":  # ELFCLASS64, little-endian
+        return False
+    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    size, count = struct.unpack_from("<HH", elf, 0x36)
+    for i in range(count):
+        ptype, = struct.unpack_from("<I", elf, phoff + i * size)
+        if ptype != 4:  # PT_NOTE
+            continue
+        offset, = struct.unpack_from("<Q", elf, phoff + i * size + 8)
+        filesz, = struct.unpack_from("<Q", elf, phoff + i * size + 32)
+        at, end = offset, offset + filesz
+        while at + 12 <= end:
+            namesz, descsz, ntype = struct.unpack_from("<III", elf, at)
+            owner = elf[at + 12:at + 12 + namesz]
+            if owner == name and ntype == kind:
+                return True
+            at += 12 + (namesz + 3) // 4 * 4 + (descsz + 3) // 4 * 4
+    return False
+
+
 def direct_boot(root: etree._Element, kernel: Path, initrd: Path, cmdline: str, console: Path) -> None:
-    """Make domain ``root`` boot ``kernel``/``initrd`` with ``cmdline`` and write its one serial
-    console to the file ``console`` (any other boot, serial or console element goes)."""
+    """Make domain ``root`` boot ``kernel``/``initrd`` with ``cmdline`` (the kernel uncompressed
+    where it can: ``pvh_kernel``) and write its one serial console to the file ``console`` (any
+    other boot, serial or console element goes)."""
+    kernel = pvh_kernel(kernel)
     os_el = _child(root, "os")
     for tag in ("boot", "kernel", "initrd", "cmdline"):
         for el in os_el.findall(tag):
