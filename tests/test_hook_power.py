@@ -164,6 +164,32 @@ def test_a_profile_may_set_a_shared_policy_for_one_cpu(power_host):
     assert snapshot(sysfs) == before
 
 
+@pytest.mark.parametrize("how", ["removed", "broken"])
+def test_a_lease_whose_profile_goes_keeps_what_its_cpus_run_at(power_host, capsys, how):
+    """vm-a's own profile (realtime's power) is removed or broken while it runs: another domain's
+    start and vm-a's reconnect change nothing on its CPU (the config's limit would enable C1 and
+    C1E and lower the floor of a running real-time domain), and its release gives everything back."""
+    sysfs = power_host / "sys"
+    mine = power_host / "profiles" / "mine.toml"
+    mine.write_text('inherit = "realtime"\n')
+    before = snapshot(sysfs)
+    a = domain("vm-a", UUID_A, profile="mine", pins="2")
+    assert call(a, "vm-a", "prepare", "begin") == 0
+    assert cpu_power(sysfs, 2) == realtime_on(2)
+    if how == "removed":
+        mine.unlink()
+    else:
+        mine.write_text("[power\n")
+    capsys.readouterr()
+    assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "prepare", "begin") == 0
+    assert call(a, "vm-a", "reconnect", "begin") == 0
+    assert [cpu_power(sysfs, c) for c in (2, 3)] == [realtime_on(2), latency_on(3)]
+    assert "the lease of vm-a keeps what its CPUs run at: its profile mine cannot be read" in capsys.readouterr().err
+    assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "release", "end") == 0
+    assert call(a, "vm-a", "release", "end") == 0
+    assert snapshot(sysfs) == before
+
+
 def test_a_floor_without_a_base_frequency_is_kept(power_host, capsys):
     sysfs = power_host / "sys"
     (sysfs / CPU / "cpu2/cpufreq/base_frequency").unlink()

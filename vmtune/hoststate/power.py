@@ -53,14 +53,14 @@ class Power(NamedTuple):
     shared: SharedPolicy = SharedPolicy.SKIP
 
 
-def of(profile: str, settings: HookSettings, profiles_dir: str | None = None) -> Power:
-    """The power settings of a lease of ``profile`` (a profile that cannot be read now: the
-    config's C-state limit and nothing else, with a warning)."""
+def of(profile: str, settings: HookSettings, profiles_dir: str | None = None) -> Power | None:
+    """The power settings of a lease of ``profile``; None for a profile that cannot be read now
+    (``wanted`` says what its lease gets then)."""
     try:
         prof = profiles.load(profile, profiles_dir) if profile else None
     except InvalidInput as exc:
-        log.warning("profile %s: %s; its lease's CPUs get the config's C-state limit only", profile, exc)
-        prof = None
+        log.warning("profile %s: %s", profile, exc)
+        return None
     if prof is None:
         return Power(settings.max_cstate_latency_us)
     cap = prof.power_max_cstate_latency_us
@@ -146,10 +146,18 @@ def wanted(sysfs: str, leases: Mapping[str, Lease], settings: HookSettings,
     taken: set = set()
     out: dict[str, tuple[list[Knob], list[Knob]]] = {}
     for key, lease in _ordered(leases):
-        power = powers.get(lease.profile)
-        if power is None:
-            power = powers[lease.profile] = of(lease.profile, settings, profiles_dir)
-        freq, idle = lease_knobs(sysfs, lease.cpus - owned, power, held, online)
+        if lease.profile not in powers:
+            powers[lease.profile] = of(lease.profile, settings, profiles_dir)
+        power = powers[lease.profile]
+        if power is None and (lease.power or lease.cstates):
+            # its profile was removed or broken since the lease took its CPUs: they stay as they are
+            # (a running domain's CPUs change at its next start, not when a file goes)
+            log.warning("the lease of %s keeps what its CPUs run at: its profile %s cannot be read", lease.name,
+                        lease.profile)
+            freq, idle = [Knob(r.key, r.after) for r in lease.power], [Knob(r.key, r.after) for r in lease.cstates]
+        else:  # a new lease of a profile that cannot be read: the config's C-state limit only
+            freq, idle = lease_knobs(sysfs, lease.cpus - owned, power or Power(settings.max_cstate_latency_us),
+                                     held, online)
         owned |= lease.cpus
         freq = [k for k in freq if k.key not in taken]
         taken.update(k.key for k in freq)
