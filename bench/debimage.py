@@ -16,8 +16,8 @@ import lzma
 import os
 import struct
 import subprocess
-import zlib
 import tempfile
+import zlib
 from pathlib import Path
 
 from lxml import etree

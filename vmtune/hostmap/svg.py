@@ -69,14 +69,9 @@ def _pale(colour: str) -> str:
     return "#" + "".join(f"{(c + 2 * 255) // 3:02x}" for c in rgb)
 
 
-def _power(hostmap: HostMap) -> dict[int, dict] | None:
-    """Each CPU the hook holds -> its power now (``hook.power``); None: no power to show (not a live map)."""
-    held = hostmap.hook.power if hostmap.hook is not None else ()
-    return {p["cpu"]: p for p in held} if held else None
-
-
-def title(hostmap: HostMap, cpu: MapCpu) -> str:
-    """The tooltip: the CPU, its role and holder, every thread pinned there, what a held CPU runs at."""
+def title(hostmap: HostMap, cpu: MapCpu, power: dict | None = None) -> str:
+    """The tooltip: the CPU, its role and holder, every thread pinned there, what a held CPU runs at
+    (``power``: its entry of ``text.held_power``)."""
     head = f"CPU {cpu.id}: {cpu.role.value}"
     if cpu.holder is not None:
         dom = hostmap.domains[cpu.holder.domain]
@@ -92,7 +87,6 @@ def title(hostmap: HostMap, cpu: MapCpu) -> str:
         head += f"; L3 {cpu.l3}"
     if cpu.efficient:
         head += "; an efficiency core"
-    power = (_power(hostmap) or {}).get(cpu.id)
     if power is not None:
         head += f"; runs at {power.get('text') or power.get('governor') or 'no cpufreq'} (the hook's lease {power['lease']})"
     return head
@@ -100,7 +94,8 @@ def title(hostmap: HostMap, cpu: MapCpu) -> str:
 
 def _cpu(parent, hostmap: HostMap, cpu: MapCpu, x: int, y: int) -> None:
     g = _el(parent, "g", class_=f"cpu {cpu.role.value}", id=f"cpu{cpu.id}")
-    _el(g, "title", title(hostmap, cpu))
+    power = text.held_power(hostmap)
+    _el(g, "title", title(hostmap, cpu, None if power is None else power.get(cpu.id)))
     stroke, dash, width = "#555555", None, 1
     if cpu.problems:  # red; dashed when it is isolated too
         stroke, dash, width = "#d62728", "5,3" if cpu.isolated else None, 3
@@ -112,8 +107,7 @@ def _cpu(parent, hostmap: HostMap, cpu: MapCpu, x: int, y: int) -> None:
         rect.set("stroke-dasharray", dash)
     dark = cpu.role == Role.DEDICATED
     ink = "#ffffff" if dark else "#222222"
-    power = _power(hostmap)
-    mark = (text.mark(cpu) + ("" if power is None else text.power_mark(power.get(cpu.id)))).strip()
+    mark = text.marks(cpu, power).strip()
     _el(g, "text", f"{cpu.id}{mark}", x=x + 5, y=y + 14, font_family=FONT, font_size=11, fill=ink,
         font_weight="bold" if mark else "normal")
     _el(g, "text", hostmap.label(cpu), x=x + CPU_W / 2, y=y + 34, font_family=MONO, font_size=12, fill=ink,
@@ -223,7 +217,7 @@ def _legend_items(hostmap: HostMap) -> list[tuple[str, str, str, str | None]]:
              (ROLE_FILL[Role.OFFLINE], "off", "offline", None),
              (ROLE_FILL[Role.ISOLATED], "*", "isolated now (dashed blue border)", "#1f5fbf"),
              ("#ffffff", "!", "an overlap or a float: vmtune plan (red border; dashed: isolated too)", "#d62728")]
-    if _power(hostmap) is not None:
+    if text.held_power(hostmap) is not None:
         items.append(("#ffffff", "^ v ?", "a held CPU's power now: the performance governor, another, no cpufreq", None))
     if any(n.caches for n in hostmap.nodes):
         items.append((L3_FILL, "L3", "an L3 cache domain: the cores that share it (blue box)", L3_STROKE))

@@ -52,6 +52,20 @@ def power_mark(cpu: dict | None) -> str:
         return " "
     governor = cpu.get("governor")
     return "?" if not governor else "^" if governor == "performance" else "v"
+
+
+def held_power(hostmap: HostMap) -> dict[int, dict] | None:
+    """Each CPU the hook holds -> its power now (``hook.power``'s entry); None: no power to show
+    (not a live map, or the hook holds nothing)."""
+    held = hostmap.hook.power if hostmap.hook is not None else ()
+    return {p["cpu"]: p for p in held} if held else None
+
+
+def marks(cpu: MapCpu, power: dict[int, dict] | None) -> str:
+    """``mark``, then the power mark where there is power to show (``held_power``)."""
+    return mark(cpu) + ("" if power is None else power_mark(power.get(cpu.id)))
+
+
 NODEDEV_HINT = "give their `virsh nodedev-dumpxml` with --nodedev"
 
 
@@ -70,12 +84,11 @@ class _Cells:
         self.map, self.color = hostmap, color
         self.id_width = max((len(str(c.id)) for c in cpus), default=1)
         self.label_width = max([4] + [len(hostmap.label(c)) for c in cpus])
-        held = hostmap.hook.power if hostmap.hook is not None else ()
-        self.power = {p["cpu"]: p for p in held} if held else None  # None: no power column
+        self.power = held_power(hostmap)  # None: no power column
         self.width = self.id_width + 1 + (1 if self.power is not None else 0) + self.label_width
 
     def marks(self, cpu: MapCpu) -> str:
-        return mark(cpu) + ("" if self.power is None else power_mark(self.power.get(cpu.id)))
+        return marks(cpu, self.power)
 
     def draw(self, cpu: MapCpu) -> str:
         label = self.map.label(cpu)

@@ -155,7 +155,7 @@ def wanted(sysfs: str, leases: Mapping[str, Lease], settings: HookSettings,
             log.warning("the lease of %s keeps what its CPUs run at: its profile %s cannot be read", lease.name,
                         lease.profile)
             freq, idle = [Knob(r.key, r.after) for r in lease.power], [Knob(r.key, r.after) for r in lease.cstates]
-        else:  # a new lease of a profile that cannot be read: the config's C-state limit only
+        else:  # (a new lease of a profile that cannot be read: the config's C-state limit only)
             freq, idle = lease_knobs(sysfs, lease.cpus - owned, power or Power(settings.max_cstate_latency_us),
                                      held, online)
         owned |= lease.cpus

@@ -236,7 +236,7 @@ class Applied:
 def _leaving(gone: etree._Element, done: list[Applied] | None) -> None:
     """Before ``gone`` leaves the tree: the paths of the changes made in it, as they stand."""
     for d in done or ():
-        if d.element is None and d.node is not None and (d.node is gone or any(a is gone for a in d.node.iterancestors())):
+        if d.element is None and (d.node is gone or any(a is gone for a in d.node.iterancestors())):
             d.element = d.where()
 
 
@@ -245,14 +245,10 @@ def settle(done: list[Applied], root: etree._Element) -> list[Change]:
     taken when an edit was applied would go stale when a later edit adds a sibling of its tag (the one
     ``timer`` is then ``timer[1]``, and ``timer`` names both) or removes one before it. An element
     no longer in ``root`` (removed, or replaced whole) keeps the path it had last there."""
-    out = []
     for d in done:
-        if d.element is not None and (d.node is None or d.node.getroottree().getroot() is not root):
-            out.append(Change(d.element, d.before, d.after, d.reason))
-            continue
-        d.element = d.where()
-        out.append(Change(d.element, d.before, d.after, d.reason))
-    return out
+        if d.node is not None and (d.element is None or d.node.getroottree().getroot() is root):
+            d.element = d.where()
+    return [d.change for d in done]
 
 
 def applied(edit: Edit, watch=None, done: list[Applied] | None = None) -> Applied | None:
