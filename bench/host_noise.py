@@ -50,7 +50,6 @@ directory, under its lock: the two cases (and part 1) never run at the same time
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import os
@@ -102,15 +101,10 @@ SAVED = WORK / "host-noise-before.json"  # the host as the run found it; removed
 TOP = 6  # census sources shown per variant
 BANDS = ((0, 1), (1, 2), (2, 5), (5, 10), (10, 20), (20, 50), (50, 100), (100, 200), (200, 500), (500, 1023),
          (1023, None))  # gaps [lo, hi) us, from the 1 us buckets
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class NoiseError(RuntimeError):
     """A hook call failed, oslat did not measure, or irqbalance did not start."""
-
-
-def _die_with_parent() -> None:
-    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: oslat and irqbalance die with the bench
 
 
 # -- packages --------------------------------------------------------------------------------------
@@ -287,7 +281,7 @@ class Bench:
                 "-b", str(BUCKETS), f"--json={out}"]
         before, t0 = _tables(), time.monotonic()
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=cfg["seconds"] + 60, preexec_fn=_die_with_parent,
+                              timeout=cfg["seconds"] + 60, preexec_fn=oslat.dies_with_parent(),
                               check=False)
         wall, after = time.monotonic() - t0, _tables()
         if proc.returncode:
@@ -304,7 +298,7 @@ class Bench:
         with open(WORK / "irqbalance.log", "wb") as logf:  # the last one's
             proc = subprocess.Popen([str(IRQBALANCE), "--foreground", f"--interval={IRQBALANCE_INTERVAL_S}"],
                                     stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                    preexec_fn=_die_with_parent)  # noqa: PLW1509 - one thread
+                                    preexec_fn=oslat.dies_with_parent())  # noqa: PLW1509 - one thread
         sock = IRQBALANCE_RUN / f"irqbalance{proc.pid}.sock"
         deadline = time.monotonic() + 10
         while not sock.exists():

@@ -179,21 +179,50 @@ def test_under_its_own_lease_the_hog_moves_off_and_comes_back(pinned_hog, tmp_pa
     assert json.loads((tmp_path / "state" / "state.json").read_text())["leases"] == {}
 
 
+def _children(pid: int) -> dict[int, str]:
+    """The live processes whose parent is ``pid``: pid -> comm."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            comm, _, rest = stat.read_text().rpartition(")")
+        except OSError:
+            continue
+        state, ppid = rest.split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found[int(stat.parent.name)] = comm.partition("(")[2]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_mid_run_the_host_comes_back(pinned_hog, tmp_path, how):
     """SIGTERM: verify releases its lease itself. SIGKILL: the lease records verify's process, so
     it is stale at once, and `vmtune hook reap` (the reaper, or the next hook call) gives everything
-    back."""
+    back. Either way its oslat and its --load hog die with it (they spun on for the run's 30 s)."""
     before = _watched(pinned_hog.pid)
     state = tmp_path / "state"
-    run = _verify(state, "--seconds", "30", wait=False)
+    run = _verify(state, "--seconds", "30", "--load", wait=False)
     deadline = time.monotonic() + 30
     while os.sched_getaffinity(pinned_hog.pid) == before["hog"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert os.sched_getaffinity(pinned_hog.pid) != before["hog"]  # the lease moved it
-    time.sleep(0.5)  # oslat runs now (a signal while the lease is taken is given back the same way)
+    while "oslat" not in _children(run.pid).values() and time.monotonic() < deadline:
+        time.sleep(0.05)  # oslat runs now (a signal while the lease is taken is given back the same way)
+    children = _children(run.pid)
+    # oslat, and a hog on each other online CPU (started first)
+    assert list(children.values()).count("oslat") == 1 and len(children) == os.cpu_count(), children
     run.send_signal(how)
     run.wait(60)
+    deadline = time.monotonic() + 10
+    while any(map(_alive, children)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [children[p] for p in children if _alive(p)], "outlived verify"
     if how == signal.SIGKILL:
         assert list(json.loads((state / "state.json").read_text())["leases"]) == [f"verify:{run.pid}"]
         env = {**os.environ, "VMTUNE_STATE_DIR": str(state), "VMTUNE_CONFIG": str(tmp_path / "none.toml")}

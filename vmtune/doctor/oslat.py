@@ -11,15 +11,36 @@ has no bucket width option, so the histogram has 1024 buckets of 1 µs: bucket `
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
+from collections.abc import Callable
 
 from ..errors import Unavailable
 
 BUCKETS = 1024  # 1 µs buckets up to 1023 µs (the last one holds everything above)
 PACKAGE = "rt-tests"
+PR_SET_PDEATHSIG = 1
+
+
+def dies_with_parent(then: Callable[[], None] | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` (for a process started by a single-threaded one): the child gets SIGKILL
+    when the process that starts it dies, even of SIGKILL (prctl PR_SET_PDEATHSIG), so that no
+    oslat or load hog spins on for the rest of its run after a killed ``vmtune verify``; then
+    ``then()``."""
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the prctl
+            os._exit(1)
+        if then is not None:
+            then()
+    return preexec
 
 
 def find() -> str:
@@ -39,10 +60,11 @@ def argv(oslat: str, cpus, main_cpu: int, seconds: float, out: str) -> list[str]
 
 
 def run(oslat: str, cpus, main_cpu: int, seconds: float, out: str, preexec_fn=None) -> dict:
-    """Run oslat and return its JSON; RuntimeError (its stderr's end) when it fails."""
+    """Run oslat (it dies with this process) and return its JSON; RuntimeError (its stderr's end)
+    when it fails."""
     args = argv(oslat, cpus, main_cpu, seconds, out)
     proc = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          timeout=seconds + 60, preexec_fn=preexec_fn, check=False)  # noqa: PLW1509
+                          timeout=seconds + 60, preexec_fn=dies_with_parent(preexec_fn), check=False)  # noqa: PLW1509
     if proc.returncode:
         raise RuntimeError(f"oslat exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-800:].strip()}")
     try:

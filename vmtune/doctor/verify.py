@@ -253,8 +253,9 @@ def load(ctx: Context, cpus: frozenset[int]) -> Iterator[list[int]]:
     import sys
 
     rest = [c for c in online_cpus(ctx.roots.sysfs) if c not in cpus]
+    pinned = oslat.dies_with_parent(lambda: os.sched_setaffinity(0, rest))  # no hog outlives a killed verify
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
-                             preexec_fn=lambda: os.sched_setaffinity(0, rest)) for _ in rest]  # noqa: PLW1509
+                             preexec_fn=pinned) for _ in rest]  # noqa: PLW1509
     try:
         yield [h.pid for h in hogs]
     finally:
