@@ -58,7 +58,8 @@ def document() -> dict:
 
 
 def text_of(state: State) -> str:
-    """The state as a commit writes it (StateDir.commit, leases.Store.commit of the old code)."""
+    """The state as the old code's commit wrote it (leases.Store.commit: indented; StateDir.commit
+    writes one line now)."""
     return json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n"
 
 
