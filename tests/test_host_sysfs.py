@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.sources import parsed
 
 from vmtune.doctor.findings import Context, Roots
 from vmtune.host.sysfs import cpu_limit
@@ -137,7 +138,7 @@ def _imports(name: str, path: Path, modules) -> set[str]:
     too). ``from P import M`` of a module M imports P.M (P only as the package Python loads first)."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):

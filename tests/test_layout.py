@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+from fixtures.sources import parsed
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "vmtune"
 
@@ -32,7 +34,7 @@ def _package_of(name: str) -> str:
 def _imports(name: str):
     """(imported module, names taken from it, line) of every import in module ``name``, wherever
     it stands; ``from PKG import SUB`` imports the submodule SUB when there is one."""
-    tree = ast.parse(MODULES[name].read_text())
+    tree = parsed(MODULES[name])
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -100,7 +102,7 @@ def test_no_module_reads_another_modules_underscore_attributes():
     found = []
     tests = sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "tests" / "fixtures").glob("*.py"))
     for path in sorted(PACKAGE.rglob("*.py")) + tests:
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         local = {alias.asname or alias.name.split(".")[-1] for node in ast.walk(tree)
                  if isinstance(node, (ast.Import, ast.ImportFrom))
                  and ((getattr(node, "module", None) or "").startswith("vmtune") or getattr(node, "level", 0)
@@ -118,7 +120,7 @@ def test_class_names_are_unique():
     traceback, a review or a grep is one class."""
     where: dict[str, list[str]] = {}
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(name)
     assert {k: v for k, v in where.items() if len(v) > 1} == {}

@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+from fixtures.sources import parsed
+
 TESTS = Path(__file__).resolve().parent
 FILES = sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
 TEST_MODULES = sorted(p for p in TESTS.glob("test_*.py"))
@@ -47,7 +49,7 @@ def test_no_test_module_imports_another_test_module():
     or conftest.py): importing a test module runs its module-level code and collects nothing, and
     hides where a fixture comes from."""
     found = [f"{path.relative_to(TESTS)}:{line}: {name}"
-             for path in FILES for name, line in _imported(ast.parse(path.read_text(), str(path)))
+             for path in FILES for name, line in _imported(parsed(path))
              if _is_test_module(name)]
     assert found == []
 
@@ -66,7 +68,7 @@ def test_every_test_module_opens_with_what_it_covers():
     covers, not with an issue number."""
     missing, by_issue = [], []
     for path in TEST_MODULES:
-        doc = ast.get_docstring(ast.parse(path.read_text()))
+        doc = ast.get_docstring(parsed(path))
         first = " ".join((doc or "").split("\n\n")[0].split())
         if not COVERS.search(first):
             missing.append(path.name)
@@ -81,7 +83,7 @@ def test_no_file_is_named_by_an_issue_number():
 
 
 def _fixtures(path: Path):
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
             yield node.name
 
