@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -221,7 +222,9 @@ def _role_book(tmp_path: Path, where: Path, wheel: Path) -> Path:
 def test_role_installs_vmtune_and_restarts_libvirtd_only_when_the_hook_changed(libvirtd, tmp_path):
     """The role on this host (no systemd): run 1 installs the wheel into a venv, links vmtune, writes the config,
     the hook (its #! the venv's python) and the reaper (its units, and a cron file: no systemd here) and restarts libvirtd; run 2 reports changed=0 and libvirtd keeps
-    its pid. A check-mode run on new paths writes nothing and restarts nothing."""
+    its pid. A check-mode run on new paths writes nothing and restarts nothing. Then a rebuilt wheel of the same
+    version (same name, other bytes) replaces the installed code, where pip alone says "Requirement already
+    satisfied"."""
     if Path("/run/systemd/system").exists():
         pytest.skip("this host runs systemd: the role restarts libvirt through the service module there")
     from fixtures.wheel import build_wheel
@@ -260,3 +263,13 @@ def test_role_installs_vmtune_and_restarts_libvirtd_only_when_the_hook_changed(l
     assert check.rc == 0, check.out + check.err
     assert not fresh.exists() or not any(p.is_file() for p in fresh.rglob("*")), list(fresh.rglob("*"))
     assert _libvirtd_pid() == restarted
+
+    rebuilt = build_wheel(tmp_path / "rebuilt", marker="rebuilt")
+    assert rebuilt.name == wheel.name and rebuilt.read_bytes() != wheel.read_bytes()
+    again = playbook(_role_book(tmp_path, where, rebuilt), tmp_path)
+    assert again.rc == 0, again.out + again.err
+    probe = "import vmtune; print(getattr(vmtune, 'ROLE_TEST_MARKER', None))"
+    out = subprocess.run([str(where / "venv" / "bin" / "python"), "-I", "-c", probe], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "rebuilt", "the role copied the new wheel but the venv still runs the old code"
+    assert _libvirtd_pid() == restarted  # the hook is the same: no restart
