@@ -2,14 +2,16 @@
 
 A domain's name or a file's content may hold a newline; ``escape`` makes sure it cannot forge a
 second log line. ``setup_logging`` sends the ``vmtune.hook`` and ``vmtune.hoststate`` loggers to
-stderr (and syslog), escaped.
+stderr (and syslog), escaped; ``said_once`` keeps one call from writing a line twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
 LOGGERS = ("vmtune.hook", "vmtune.hoststate")
 
@@ -59,3 +61,23 @@ def setup_logging(syslog: bool = True) -> None:
             except OSError:
                 pass
         log._vmtune_ready = True  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def said_once() -> Iterator[None]:
+    """Within the block, a line the hook's and the engine's loggers wrote already (the same level and
+    text) is not written again: a step that runs twice in one hook call (the power a lease wants is
+    read before and after its records move) says what it found once."""
+    first: dict[tuple[int, str], logging.LogRecord] = {}
+
+    def once(record: logging.LogRecord) -> bool:  # each handler sees the same record: let it through all
+        return first.setdefault((record.levelno, record.getMessage()), record) is record
+
+    handlers = [h for name in LOGGERS for h in logging.getLogger(name).handlers]
+    for handler in handlers:
+        handler.addFilter(once)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(once)

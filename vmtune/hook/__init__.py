@@ -185,13 +185,14 @@ def main(argv: list[str] | None = None, stdin: bytes | str | None = None) -> int
         return 0  # untagged: not ours
     name = argv[0] if argv else "?"
     try:
-        from ..oneline import setup_logging
+        from ..oneline import said_once, setup_logging
         from ..roots import Roots
 
         load_env_file(env_file(), os.environ)
         setup_logging(syslog=os.environ.get("VMTUNE_SYSLOG", "1") != "0")
         dry_run = os.environ.get("VMTUNE_DRY_RUN", "") not in ("", "0")
-        return _run(list(argv), data, Roots.from_env(os.environ), dry_run)
+        with said_once():
+            return _run(list(argv), data, Roots.from_env(os.environ), dry_run)
     except Exception as exc:  # noqa: BLE001 - the hook's last line of defence
         log.error("%s: %s %s failed: %s: %s", name, *op, type(exc).__name__, exc)
         return 1 if op == ("prepare", "begin") else 0  # never 1 at started: libvirt would stop the domain
