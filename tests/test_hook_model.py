@@ -85,6 +85,13 @@ class Clock:
         return time.time() + self.offset
 
 
+def _names(path: str, key, record: dict) -> bool:
+    """Whether the state file's ``record`` (under ``key``) is of the host file ``path``: IRQ 1's
+    affinity (``irq:1``), the unbound workqueues' mask (``wq:cpumask``), a knob by its path."""
+    return {IRQ: key == "irq:1", WQ_MASK: key == "wq:cpumask"}.get(
+        path, f"sys/{record.get('path')}" == path)
+
+
 class HookModel(RuleBasedStateMachine):
     DOMAINS = LATENCY  # name -> (UUID, the CPUs its vCPU is pinned to, its profile)
     CONFIG = 'reserved_cpus = "0"\n'
@@ -291,7 +298,7 @@ class HookModel(RuleBasedStateMachine):
                  WQ_MASK: format(sum(1 << c for c in ONLINE - (held - RESERVED)), "x")}[path]
         file = self.root / path
         now = file.read_text().strip()
-        choices = [v for v in HAND[path] if v not in (now, tuned)]
+        choices = [v for v in HAND[path] if v not in (now, tuned, *self.in_flight(path))]
         if not choices:
             return
         value = choices[pick % len(choices)]
@@ -316,6 +323,26 @@ class HookModel(RuleBasedStateMachine):
     def leases(self) -> dict:
         raw = self.state_bytes()
         return json.loads(raw)["leases"] if raw is not None else {}
+
+    def in_flight(self, path: str) -> set[str]:
+        """The values a killed call journaled for ``path`` and may or may not have written (a record
+        with a ``from``): a hand that writes one cannot be told from the hook's own write either."""
+        file = self.root / "state" / "state.json"
+        if not file.exists():
+            return set()
+        found: set[str] = set()
+
+        def walk(node, key=None):
+            if isinstance(node, dict):
+                if "from" in node and "after" in node and _names(path, key, node):
+                    found.add(str(node["after"]).strip())
+                for k, v in node.items():
+                    walk(v, k)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v, key)
+        walk(json.loads(file.read_text()))
+        return found
 
     def held(self) -> frozenset[int]:
         return frozenset().union(*(cpuset.parse(lease["cpus"]) for lease in self.leases().values()))
