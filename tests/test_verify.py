@@ -20,11 +20,13 @@ from pathlib import Path
 
 import pytest
 from fixtures import doctortrees as trees
+from fixtures.wait import wait_until
 
 from vmtune import cli
 from vmtune.doctor import verify
 from vmtune.doctor.findings import Context
 from vmtune.errors import InvalidInput
+from vmtune.hoststate.kinds import tasks
 
 
 def oslat_json(cpu: int, hist: dict[int, int], top: int) -> dict:
@@ -184,20 +186,21 @@ def _children(pid: int) -> dict[int, str]:
     found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            comm, _, rest = stat.read_text().rpartition(")")
+            text = stat.read_text()
         except OSError:
             continue
-        state, ppid = rest.split()[:2]
-        if int(ppid) == pid and state != "Z":
-            found[int(stat.parent.name)] = comm.partition("(")[2]
+        fields = tasks.stat_fields(text)  # state, ppid, ...
+        if fields and int(fields[1]) == pid and fields[0] != "Z":
+            found[int(stat.parent.name)] = tasks.comm_of(text)
     return found
 
 
 def _alive(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+        fields = tasks.stat_fields(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return False
+    return bool(fields) and fields[0] != "Z"
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
@@ -212,17 +215,15 @@ def test_killed_mid_run_the_host_comes_back(pinned_hog, tmp_path, how):
     while os.sched_getaffinity(pinned_hog.pid) == before["hog"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert os.sched_getaffinity(pinned_hog.pid) != before["hog"]  # the lease moved it
-    while "oslat" not in _children(run.pid).values() and time.monotonic() < deadline:
-        time.sleep(0.05)  # oslat runs now (a signal while the lease is taken is given back the same way)
+    # oslat runs now (a signal while the lease is taken is given back the same way)
+    wait_until(lambda: "oslat" in _children(run.pid).values(), 30, "verify's oslat", interval=0.05)
     children = _children(run.pid)
     # oslat, and a hog on each other online CPU (started first)
     assert list(children.values()).count("oslat") == 1 and len(children) == os.cpu_count(), children
     run.send_signal(how)
     run.wait(60)
-    deadline = time.monotonic() + 10
-    while any(map(_alive, children)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [children[p] for p in children if _alive(p)], "outlived verify"
+    wait_until(lambda: not any(map(_alive, children)), 10,
+               lambda: f"outlived verify: {[children[p] for p in children if _alive(p)]}", interval=0.05)
     if how == signal.SIGKILL:
         assert list(json.loads((state / "state.json").read_text())["leases"]) == [f"verify:{run.pid}"]
         env = {**os.environ, "VMTUNE_STATE_DIR": str(state), "VMTUNE_CONFIG": str(tmp_path / "none.toml")}
