@@ -1,7 +1,8 @@
 """scripts/vmtune and scripts/bootstrap --libvirt (issue 27: the live commands after the README's
 first command), in a throwaway checkout, without pip, apt-get or the network: a fake bootstrap, or
 the real one with a fake pip in a venv made without pip. The real route, with apt-get and pip, is
-tests/test_live.py's test_the_checkout_route_gives_the_live_commands.
+tests/test_live.py's test_the_checkout_route_gives_the_live_commands. And scripts/test's reading of
+its arguments: the whole suite (the background boots start) or a part.
 """
 
 from __future__ import annotations
@@ -145,3 +146,20 @@ def test_bootstrap_builds_libvirt_python_for_another_python(tmp_path):
     buildable = shutil.which("gcc") and subprocess.run(["pkg-config", "--exists", "libvirt"]).returncode == 0
     asked = log.read_text().splitlines() if log.exists() else []
     assert asked == (["install -q --disable-pip-version-check libvirt-python"] if buildable else [])
+
+
+# -- scripts/test: the whole suite or a part ---------------------------------------------------------
+@pytest.mark.parametrize("argv, scope", [
+    ([], "whole"), (["-q"], "whole"), (["-p", "no:cacheprovider", "-q"], "whole"), (["-n", "3"], "whole"),
+    (["-o", "addopts=", "-x"], "whole"), (["-W", "error", "--tb", "short"], "whole"),
+    (["-pno:cacheprovider"], "whole"),
+    (["tests/test_cli.py"], "part"), (["-q", "tests/test_cli.py::test_x"], "part"), (["-k", "hook"], "part"),
+    (["-khook"], "part"), (["-m", "slow"], "part"), (["--deselect", "tests/test_cli.py"], "part"),
+    (["--lf"], "part"), (["-p", "no:cacheprovider", "-k", "hook", "-q"], "part"),
+])
+def test_scripts_test_tells_the_whole_suite_from_a_part(argv, scope):
+    """An option's value (``-p no:cacheprovider``) is not a path: the run stays whole and starts the
+    background boots; a path, a node id, ``-k``, ``-m``, ``--deselect`` or ``--lf`` select a part."""
+    proc = subprocess.run([str(ROOT / "scripts" / "test"), *argv], env={**os.environ, "VMTUNE_TEST_SCOPE": "1"},
+                          capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout.strip()) == (0, scope), proc.stderr
