@@ -188,6 +188,26 @@ def test_a_daemon_that_started_before_the_hook_must_restart():
     assert found.problems() == []
 
 
+def test_a_packaged_hook_was_installed_when_its_link_was_made_not_when_the_package_was_built(tmp_path):
+    """dpkg gives the hook's symlink the archive's mtime (the package's build): the time it was
+    installed is when the link was made (its ctime), so a libvirtd that started after the build and
+    before the install is still told to restart."""
+    real = tmp_path / "usr/lib/vmtune/libvirt-hook"
+    real.parent.mkdir(parents=True)
+    real.write_text(hookfile.script("/usr/bin/python3"))
+    link = tmp_path / "etc/libvirt/hooks/qemu.d/50-vmtune"
+    link.parent.mkdir(parents=True)
+    made = time.time()
+    link.symlink_to(real)
+    built = made - 30 * 86400
+    os.utime(link, (built, built), follow_symlinks=False)  # as dpkg extracts it
+    assert os.lstat(link).st_mtime == pytest.approx(built)
+    found = hookcheck.inspect(root=str(tmp_path))
+    assert found.installed_at >= made - 1, (found.installed_at, made)
+    found.daemon, found.daemon_since = "libvirtd", made - 60  # started after the build, before the install
+    assert any("started before the hook was installed" in p for p in found.problems()), found.problems()
+
+
 def test_the_log_lines_come_from_syslog_files(tmp_path):
     log = tmp_path / "var/log/syslog"
     log.parent.mkdir(parents=True)

@@ -36,7 +36,7 @@ class HookFile:
     libvirt: str | None = None  # libvirt's version, "9.0.0"; None: not known
     daemon: str | None = None  # the daemon that runs now, and since when (epoch seconds)
     daemon_since: float | None = None
-    installed_at: float | None = None  # the file's mtime (the link's own, for a symlink)
+    installed_at: float | None = None  # when the file was made: the later of its mtime and ctime (the link's own)
 
     @property
     def reads_qemu_d(self) -> bool | None:
@@ -86,7 +86,9 @@ def inspect(hooks_dir: str | None = None, root: str = "/") -> HookFile:
     except OSError:
         info = None
     if info is not None:
-        found.installed_at = info.st_mtime
+        # dpkg gives a packaged file (the hook's symlink) the archive's mtime, the package's build; its
+        # ctime is when it was made here
+        found.installed_at = max(info.st_mtime, info.st_ctime)
         if os.path.islink(local):
             found.target = os.readlink(local)
         found.exists = os.path.exists(local)  # a dangling link is no hook
