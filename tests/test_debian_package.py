@@ -278,7 +278,15 @@ if "pytest" in sys.modules:
         report = json.loads(_run(["/usr/bin/vmtune", "doctor", "--no-measure", "--json"], ok=False, cwd=outside,
                                  env=env).stdout)
         found = {(f["area"], f["source"]): f for f in report["findings"]}
-        assert found[("hook", str(HOOK))]["level"] == "OK", found[("hook", str(HOOK))]
+        hook = found[("hook", str(HOOK))]
+        # a libvirtd that runs started before this install: the doctor says to restart it, as the postinst
+        # did (the install is when dpkg made the link, not the archive's mtime it gives it)
+        daemon = json.loads(_run(["/usr/bin/vmtune", "status", "--json", "-n", "0"], cwd=outside, env=env).stdout)["hook"]
+        if daemon["daemon_since"] is not None:
+            assert (hook["level"], hook["found"]) == ("INFO", f"{daemon['daemon']} started before the hook was installed: "
+                                                              "restart it so that it sees the hook"), hook
+        else:
+            assert hook["level"] == "OK", hook
         reaped = [f for (area, source), f in found.items() if source.endswith("/systemd/system/vmtune-reap.timer")]
         assert [f["level"] for f in reaped] == ["OK"], reaped
 
@@ -319,7 +327,7 @@ if "pytest" in sys.modules:
         assert "leases remain" not in said, said
         assert snapshot(sysfs) == before
         assert value(sysfs, f"{CPU}/cpu2/cpufreq/scaling_governor") == ORIGINAL_GOVERNOR
-        assert json.loads(state.read_text())["leases"] == {}
+        assert not state.parent.exists(), list(state.parent.iterdir())  # it held nothing: gone with its files
         assert not os.path.lexists(HOOK) and not os.path.lexists("/usr/bin/vmtune")
         assert _run(["dpkg-query", "-W", "-f=${Conffiles}", "vmtune"]).stdout.strip() == ""
 
