@@ -1,0 +1,327 @@
+"""vmtune from its .deb, driven by libvirt itself, inside ``scripts/cgroup2-guest --libvirt``.
+
+Run as root in the guest (systemd as PID 1 on cgroup v2, 4 CPUs, Debian's libvirtd and QEMU, vmtune
+installed with ``apt-get install ./vmtune_*.deb``) by its /usr/bin/python3; ``tests/test_cgroup2_guest.py``
+runs it. Everything goes through what a user has: ``virsh`` (define, start, destroy, managedsave,
+restart of the daemon), ``vmtune tag``, ``vmtune apply``, ``vmtune status --json`` and ``apt-get purge``.
+The domains have no disk and sit in SeaBIOS under TCG: enough for libvirt to lay out their cgroups
+and threads and to call the hook. It checks, against the kernel's and systemd's own files
+(``scenario.snapshot``):
+
+- **package**: ``vmtune`` on PATH, ``import vmtune`` and the hook are the package's;
+- **start**: the lease is taken, each vCPU thread runs where the XML pins it, and the host's
+  units and a host task started now stay off the held CPUs;
+- **untagged**: a domain vmtune does not manage starts while the lease is held;
+- **destroy**: the host exactly as before the start (units' ``AllowedCPUs``, drop-ins, cpusets, IRQ
+  and workqueue masks, sysctls, every thread's affinity);
+- **killed**: QEMU killed with SIGKILL under libvirt: the lease goes and the host is as before;
+- **restart**: ``systemctl restart libvirtd`` while the domain runs keeps the lease; the release
+  still gives the host back;
+- **managedsave**: the lease goes with the save and comes back with the start, on the same pins;
+- **three**: two latency domains and a throughput domain at once: no CPU held twice, and the
+  throughput domain's vCPUs off the held CPUs; all released;
+- **judge**: this libvirt judges every output of the corpus for each profile (its ``domain.rng``,
+  the test driver and ``qemu:///system``: tests/guest_cgroup2/libvirt_judge.py, given ``--corpus``);
+- **purge**: ``apt-get purge vmtune`` with a lease held releases it, leaves nothing of vmtune's,
+  and domains still start.
+
+Each check prints ``ok: ...`` or ``FAIL: ...``; the exit status is the number of failed checks.
+``--case NAME`` runs the cases up to NAME's and NAME (they build on each other; purge goes last).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import scenario as base  # tests/guest_cgroup2/scenario.py: the host's own files, before and after
+from scenario import check, cpus, read, sh
+
+URI = "qemu:///system"
+HOOK = Path("/etc/libvirt/hooks/qemu.d/50-vmtune")
+RUNDIR = Path("/run/libvirt/qemu")
+STATE = Path("/run/vmtune")
+SKIP = (base.CG / "machine.slice",)  # the domains' own groups come and go
+DOMAIN = """<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>{mib}</memory>
+  <vcpu>{vcpus}</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <features><acpi/></features>
+  <clock offset='utc'/>
+  <on_poweroff>destroy</on_poweroff>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <controller type='usb' model='none'/>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+"""
+
+
+def virsh(*args: str, check_rc: bool = True) -> str:
+    return sh("virsh", "-q", "-c", URI, *args, check_rc=check_rc)
+
+
+def vmtune(*args: str) -> str:
+    return sh("vmtune", *args)
+
+
+def until(pred, timeout: float, what: str) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.2)
+    check(False, f"{what} within {timeout:.0f} s")
+    return False
+
+
+def define(name: str, profile: str | None, vcpus: int = 1, mib: int = 48) -> None:
+    path = Path(f"/tmp/{name}.xml")
+    path.write_text(DOMAIN.format(name=name, vcpus=vcpus, mib=mib))
+    virsh("define", str(path))
+    if profile:
+        vmtune("tag", name, "--profile", profile)
+
+
+def leases() -> dict[str, dict]:
+    """The leases held, by domain name, from the hook's state file (``vmtune status`` reads the same,
+    in a process of its own: seconds under TCG, so once per case, in ``held_checks``)."""
+    try:
+        doc = json.loads((STATE / "state.json").read_text())
+    except FileNotFoundError:
+        return {}
+    return {lease["name"]: lease for lease in doc.get("leases", {}).values()}
+
+
+def status() -> dict[str, dict]:
+    """The leases as ``vmtune status --json`` shows them."""
+    return {lease["name"]: lease for lease in json.loads(vmtune("status", "--json", "-n", "0"))["leases"]}
+
+
+def state(name: str) -> str:
+    return virsh("domstate", name, check_rc=False)
+
+
+def qemu_pid(name: str) -> int:
+    return int(read(RUNDIR / f"{name}.pid") or 0)
+
+
+def pins(name: str) -> dict[int, set[int]]:
+    """vCPU -> the CPUs the persistent XML pins it to."""
+    from lxml import etree
+
+    root = etree.fromstring(virsh("dumpxml", "--inactive", name).encode())
+    return {int(p.get("vcpu")): cpus(p.get("cpuset")) for p in root.iterfind("cputune/vcpupin")}
+
+
+def vcpu_threads(pid: int) -> dict[int, set[int]]:
+    """vCPU -> the CPUs its QEMU thread (``CPU N/TCG``) may run on, now."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        comm = read(task / "comm") or ""
+        if comm.startswith("CPU ") and "/" in comm:
+            status = read(task / "status") or ""
+            allowed = next(line.split(":", 1)[1] for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+            out[int(comm[4:].split("/")[0])] = cpus(allowed.strip())
+    return out
+
+
+def start(name: str) -> None:
+    virsh("start", name)
+    until(lambda: state(name) == "running" and qemu_pid(name) > 0, 60, f"{name} runs")
+
+
+def destroy(name: str) -> None:
+    virsh("destroy", name, check_rc=False)
+    until(lambda: state(name) == "shut off", 60, f"{name} stops")
+
+
+def held_checks(name: str, what: str) -> set[int]:
+    """The lease of a running ``name`` and what it must mean; the CPUs it holds."""
+    lease = status().get(name)
+    check(lease is not None, f"{what}: {name} holds a lease (vmtune status)")
+    if lease is None:
+        return set()
+    held = cpus(lease["cpus"])
+    want = pins(name)
+    got = vcpu_threads(qemu_pid(name))
+    check(got == want and bool(got), f"{what}: {name}'s vCPU threads run where its XML pins them ({got} == {want})")
+    check(set().union(*want.values()) <= held, f"{what}: the lease holds {name}'s vCPU CPUs ({lease['cpus']})")
+    for unit in base.UNITS:
+        allowed = cpus(base.allowed(unit))
+        check(bool(allowed) and not allowed & held, f"{what}: {unit} AllowedCPUs={base.allowed(unit)} is off {held}")
+    child = subprocess.Popen(["sleep", "5"])
+    proc_status = read(Path(f"/proc/{child.pid}/status")) or ""
+    child.kill()
+    child.wait()
+    now = next(line.split(":", 1)[1].strip() for line in proc_status.splitlines()
+               if line.startswith("Cpus_allowed_list"))
+    check(not cpus(now) & held, f"{what}: a host task started now runs off the held CPUs ({now})")
+    return held
+
+
+def case_package() -> None:
+    check(shutil.which("vmtune") == "/usr/bin/vmtune", f"package: vmtune on PATH is /usr/bin/vmtune ({shutil.which('vmtune')})")
+    where = subprocess.run(["/usr/bin/python3", "-c", "import vmtune; print(vmtune.__file__)"], cwd="/",
+                           capture_output=True, text=True, check=False).stdout.strip()  # not the checkout's cwd
+    check(where.startswith("/usr/lib/python3/dist-packages/"), f"package: import vmtune gives the package's ({where})")
+    check(HOOK.is_symlink() and os.readlink(HOOK) == "/usr/lib/vmtune/libvirt-hook",
+          f"package: the hook is the package's ({HOOK} -> {os.readlink(HOOK) if HOOK.is_symlink() else None})")
+    version = virsh("version")
+    print(version.replace("\n", "; "), flush=True)
+    lib = next((ln.split()[-1] for ln in version.splitlines() if "libvirt" in ln and "library" in ln.lower()), "0")
+    check(int(lib.split(".")[0]) >= 10, f"package: libvirt {lib} (at least 10)")
+    define("lat-a", "latency")
+    define("plain-b", None)
+    vmtune("apply", "lat-a")
+    check(bool(pins("lat-a")), f"package: vmtune apply pinned lat-a's vCPUs ({pins('lat-a')})")
+
+
+def case_start(before: dict) -> None:
+    start("lat-a")
+    held = held_checks("lat-a", "start")
+    start("plain-b")
+    check(state("plain-b") == "running" and "plain-b" not in leases(), "untagged: plain-b starts beside the lease, and takes none")
+    destroy("plain-b")
+    destroy("lat-a")
+    check(until(lambda: "lat-a" not in leases(), 20, "destroy: the lease goes"), "destroy: the lease goes")
+    base.compare(before, base.snapshot(SKIP), "destroy")
+    del held
+
+
+def case_killed(before: dict) -> None:
+    start("lat-a")
+    held_checks("lat-a", "killed")
+    os.kill(qemu_pid("lat-a"), signal.SIGKILL)
+    until(lambda: state("lat-a") == "shut off", 60, "killed: libvirt sees QEMU gone")
+    check(until(lambda: "lat-a" not in leases(), 30, "killed: the lease goes"), "killed: the lease goes")
+    base.compare(before, base.snapshot(SKIP), "killed")
+
+
+def case_restart(before: dict) -> None:
+    start("lat-a")
+    held = held_checks("lat-a", "restart")
+    sh("systemctl", "restart", "libvirtd")
+    until(lambda: subprocess.run(["virsh", "-c", URI, "version"], capture_output=True).returncode == 0, 60,
+          "restart: libvirtd answers again")
+    lease = leases().get("lat-a")
+    check(lease is not None and cpus(lease["cpus"]) == held and state("lat-a") == "running",
+          f"restart: the lease stays, on {held} ({lease and lease['cpus']})")
+    destroy("lat-a")
+    check(until(lambda: "lat-a" not in leases(), 20, "restart: the lease goes"), "restart: the lease goes at the destroy")
+    base.compare(before, base.snapshot(SKIP), "restart")
+
+
+def case_managedsave(before: dict) -> None:
+    start("lat-a")
+    held = held_checks("lat-a", "managedsave")
+    virsh("managedsave", "lat-a")
+    until(lambda: state("lat-a") == "shut off", 90, "managedsave: lat-a saved")
+    check("lat-a" not in leases(), "managedsave: the lease goes with the save")
+    base.compare(before, base.snapshot(SKIP), "managedsave")
+    start("lat-a")
+    again = held_checks("lat-a", "managedsave, then start")
+    check(again == held, f"managedsave: the lease comes back on the same CPUs ({again} == {held})")
+    destroy("lat-a")
+    virsh("managedsave-remove", "lat-a", check_rc=False)
+    base.compare(before, base.snapshot(SKIP), "managedsave, then destroy")
+
+
+def case_three(before: dict) -> None:
+    define("lat-c", "latency")
+    define("thr-d", "throughput")
+    vmtune("apply", "lat-a", "lat-c", "thr-d")
+    for name in ("lat-a", "lat-c", "thr-d"):
+        start(name)
+    held_a, held_c = held_checks("lat-a", "three"), held_checks("lat-c", "three")
+    check(bool(held_a) and bool(held_c) and not held_a & held_c, f"three: no CPU held twice ({held_a}, {held_c})")
+    got = vcpu_threads(qemu_pid("thr-d"))
+    check(bool(got) and not set().union(*got.values()) & (held_a | held_c),
+          f"three: thr-d's vCPU threads run off the held CPUs ({got})")
+    check("thr-d" not in leases(), "three: the throughput domain takes no lease")
+    for name in ("thr-d", "lat-c", "lat-a"):
+        destroy(name)
+    check(until(lambda: not leases(), 20, "three: every lease goes"), "three: every lease goes")
+    base.compare(before, base.snapshot(SKIP), "three")
+
+
+def case_judge(before: dict) -> None:
+    if CORPUS is None:
+        print("judge: no --corpus given", flush=True)
+        return
+    proc = subprocess.run(["/usr/bin/python3", str(Path(__file__).with_name("libvirt_judge.py")), str(CORPUS)],
+                          cwd="/", capture_output=True, text=True, check=False)
+    print("\n".join(f"judge: {line}" for line in proc.stdout.splitlines() if not line.startswith("ok: ")), flush=True)
+    judged = [line for line in proc.stdout.splitlines() if line.startswith(("ok: ", "FAIL: "))]
+    check(proc.returncode == 0 and "\n0 failed" in proc.stdout and len(judged) > 50,
+          f"judge: libvirt defines and its domain.rng validates every output it can judge ({len(judged)} "
+          f"domain-profile pairs; exit {proc.returncode}{': ' + proc.stderr.strip()[-300:] if proc.returncode else ''})")
+
+
+def case_purge(before: dict) -> None:
+    start("lat-a")
+    held_checks("lat-a", "purge")
+    proc = subprocess.run(["apt-get", "purge", "-y", "-q", "vmtune"], capture_output=True, text=True,
+                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    check(proc.returncode == 0, f"purge: apt-get purge vmtune ({proc.returncode}: {proc.stderr.strip()[-300:]})")
+    check(not HOOK.exists() and not HOOK.is_symlink(), "purge: the hook is gone")
+    left = sorted(str(p) for p in STATE.rglob("*")) if STATE.exists() else []
+    check(not left, f"purge: nothing left in {STATE} ({left})")
+    check(not Path("/etc/vmtune").exists(), "purge: /etc/vmtune is gone")
+    check(state("lat-a") == "running", "purge: the domain runs on")
+    destroy("lat-a")
+    base.compare(before, base.snapshot(SKIP), "purge (the host given back at the purge)")
+    start("plain-b")
+    start("lat-a")
+    check(state("plain-b") == "running" and state("lat-a") == "running", "purge: domains still start")
+    destroy("plain-b")
+    destroy("lat-a")
+
+
+CASES = {"package": case_package, "start": case_start, "killed": case_killed, "restart": case_restart,
+         "managedsave": case_managedsave, "three": case_three, "judge": case_judge, "purge": case_purge}
+CORPUS: Path | None = None
+
+
+def tidy() -> None:
+    """After a case: no domain runs (a case that failed half-way leaves none to the next)."""
+    for name in virsh("list", "--name", check_rc=False).split():
+        destroy(name)
+    until(lambda: not leases(), 30, "every lease gone after a case")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", choices=list(CASES), help="run the cases up to this one")
+    parser.add_argument("--corpus", type=Path, help="the shared corpus (its domains/), for the judge")
+    args = parser.parse_args()
+    global CORPUS
+    CORPUS = args.corpus
+    names = list(CASES) if args.case is None else list(CASES)[:list(CASES).index(args.case) + 1]
+    before = base.snapshot(SKIP)
+    for name in names:
+        t0 = time.monotonic()
+        try:
+            CASES[name]() if name == "package" else CASES[name](before)
+        except Exception as exc:  # one case's surprise is a failed check; the next cases still run
+            check(False, f"{name}: {type(exc).__name__}: {exc}")
+            try:
+                tidy()
+            except Exception as again:  # noqa: BLE001 - said, and the next case goes on
+                print(f"tidy after {name}: {again}", flush=True)
+        print(f"case {name}: {time.monotonic() - t0:.1f} s", flush=True)
+    print(f"{len(base.failures)} failed", flush=True)
+    return min(len(base.failures), 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
