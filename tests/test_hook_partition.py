@@ -75,6 +75,37 @@ def test_started_makes_the_partition_and_release_gives_every_file_back(partition
     assert state(partition_host_tree)["isolation"] is None or not state(partition_host_tree)["isolation"]["records"]
 
 
+def test_a_tcg_domain_whose_emulator_shares_its_vcpus_cpu_is_one_partition_at_its_libvirt_group(partition_host_tree):
+    """Under TCG vmtune pins the emulator beside the vCPUs, and the kernel takes no vCPU group as a
+    partition while its sibling shares the CPU ("not exclusive"): the domain's ``libvirt/`` group,
+    which holds the emulator and every vCPU, is the partition instead; the release gives it back."""
+    fs = partition_host_tree / CG
+    put(fs / DOMAIN / "libvirt" / "emulator" / "cpuset.cpus", "2")
+    before = tree(partition_host_tree)
+    assert call(A, "vm-a", "prepare", "begin") == 0
+    kernel_says_yes(partition_host_tree)
+    assert call(A, "vm-a", "started", "begin") == 0
+    assert files(partition_host_tree, "cpuset.cpus.exclusive") == ["2", "2", "2", ""]
+    assert files(partition_host_tree, "cpuset.cpus.partition") == ["member", "member", "isolated", "member"]
+    assert state(partition_host_tree)["leases"][A_UUID]["partition"] == "2"
+    put(fs / "cpuset.cpus.isolated", "")
+    assert call(A, "vm-a", "release", "end") == 0
+    assert tree(partition_host_tree) == before
+    # pinned outside the domain's CPUs, the emulator keeps the vCPU group the partition (the kernel may refuse it)
+    put(fs / DOMAIN / "libvirt" / "emulator" / "cpuset.cpus", "2-3")
+    assert list(partition.wanted(_roots(partition_host_tree), [_claim(partition_host_tree)])) == [f"{DOMAIN}/libvirt/vcpu0"]
+
+
+def _roots(host):
+    from vmtune.roots import Roots
+
+    return Roots(sysfs=str(host / "sys"), proc=str(host / "proc"), root=str(host))
+
+
+def _claim(host) -> partition.PartitionClaim:
+    return partition.PartitionClaim(int((host / "libvirt" / "vm-a.pid").read_text()), frozenset({2}))
+
+
 def test_a_partition_the_kernel_does_not_hold_is_undone_with_one_warning(partition_host_tree, caplog):
     """The root's cpuset.cpus.isolated lacks the CPU (an invalid partition): one warning, every
     partition file back, today's isolation holds the CPU."""

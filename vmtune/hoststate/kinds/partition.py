@@ -7,7 +7,10 @@ partition's CPUs in ``cpuset.cpus.exclusive`` of every group from the root's chi
 group, then ``isolated`` in the vCPU group's ``cpuset.cpus.partition``. libvirt lays a domain out on
 cgroup v2 as ``machine.slice/machine-qemu\\x2dN\\x2dNAME.scope/libvirt/`` (without systemd,
 ``machine/qemu-N-NAME.libvirt-qemu/``), the process in the last, each vCPU thread in a threaded
-``vcpuN`` below it; a threaded group may be a partition root.
+``vcpuN`` below it; a threaded group may be a partition root. Where the vCPU groups share a CPU with
+each other or with their emulator (vmtune pins a TCG domain's emulator beside its vCPUs), the kernel
+takes none of them as a partition, and the ``libvirt/`` group that holds them all is the partition
+(seen to hold on 6.12 in the trixie guest: ``isolated``, its CPUs in ``cpuset.cpus.isolated``).
 
 Both kinds are isolation kinds of the host-state engine: journaled, read back, restored newest
 first, a value changed by hand left alone. The claims (``PartitionClaim``: for each partitioned domain,
@@ -102,18 +105,47 @@ def vcpu_groups(proc: str, cgroupfs: str, pid: int) -> list[str]:
 
 
 def wanted(roots, claims: Iterable[PartitionClaim]) -> dict[str, frozenset[int]]:
-    """The partitions the claims ask for: vCPU group path -> its CPUs, each inside its domain's."""
+    """The partitions the claims ask for: group path -> its CPUs, each inside its domain's. Each
+    vCPU group, as a partition of its own; but where the vCPU groups share a CPU with each other
+    or with a sibling (the emulator beside its vCPUs, as vmtune pins a TCG domain), the kernel
+    takes no sibling as a partition ("not exclusive"): then the group that holds them all (libvirt's
+    ``libvirt/``) is the one partition, when every child of it stays inside the domain's CPUs."""
     out: dict[str, frozenset[int]] = {}
     for claim in claims:
-        for path in vcpu_groups(roots.proc, roots.cgroupfs, claim.pid):
-            raw = sysfs.value(os.path.join(roots.cgroupfs, path, "cpuset.cpus"))
-            try:
-                cpus = cpuset.parse(raw) if raw else frozenset()
-            except Exception:  # noqa: BLE001 - not a CPU list: no partition there
-                continue
-            if cpus and cpus <= claim.cpus:
-                out[path] = cpus
+        groups = vcpu_groups(roots.proc, roots.cgroupfs, claim.pid)
+        mine = {path: cpus for path in groups if (cpus := _cpus(roots.cgroupfs, path)) and cpus <= claim.cpus}
+        whole = _holder(roots.cgroupfs, groups, claim.cpus) if mine else None
+        if whole is not None:
+            out[whole[0]] = whole[1]
+        else:
+            out.update(mine)
     return out
+
+
+def _cpus(cgroupfs: str, path: str) -> frozenset[int]:
+    """A group's ``cpuset.cpus`` (none when unset or not a CPU list)."""
+    raw = sysfs.value(os.path.join(cgroupfs, path, "cpuset.cpus"))
+    try:
+        return cpuset.parse(raw) if raw else frozenset()
+    except Exception:  # noqa: BLE001 - not a CPU list: no partition there
+        return frozenset()
+
+
+def _holder(cgroupfs: str, groups: list[str], cpus: frozenset[int]) -> tuple[str, frozenset[int]] | None:
+    """(the group holding the vCPU ``groups``, the CPUs of its children) when the children share a
+    CPU and every one is pinned inside ``cpus``; else None (each vCPU group its own partition)."""
+    folder = os.path.dirname(groups[0])
+    try:
+        names = sorted(n for n in os.listdir(os.path.join(cgroupfs, folder))
+                       if os.path.isfile(os.path.join(cgroupfs, folder, n, "cpuset.cpus")))
+    except OSError:
+        return None
+    kids = [_cpus(cgroupfs, f"{folder}/{n}") for n in names]
+    if sum(len(k) for k in kids) == len(frozenset().union(*kids)):
+        return None  # no CPU shared: each vCPU group can be a partition of its own
+    if not folder or not all(k and k <= cpus for k in kids):
+        return None
+    return folder, frozenset().union(*kids)
 
 
 def _cpuset_on(cgroupfs: str, path: str) -> bool:
