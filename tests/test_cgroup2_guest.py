@@ -139,7 +139,7 @@ if "pytest" in sys.modules:
             pytest.skip("the libvirt boot is not among this run's background boots (VMTUNE_CGROUP2_BOOTS=all)")
         run = runs["libvirt"]
         assert run["rc"] == 0 and "\n0 failed\n" in run["out"], f"libvirt:\n{run['out']}\n{run['err']}"
-        for case in ("package", "start", "killed", "restart", "managedsave", "three", "judge", "purge"):
+        for case in ("package", "start", "killed", "restart", "managedsave", "three", "migrate", "iothreads", "judge", "purge"):
             assert f"case {case}:" in run["out"], case
 
     def test_a_boot_that_does_not_come_up_is_one_line_within_its_limit(runs):

@@ -97,6 +97,10 @@ class Config:
     smt: dict[str, SmtPolicy] = field(default_factory=dict)
     hook: HookSettings = field(default_factory=HookSettings)
     source: str | None = None
+    # the libvirt and QEMU the outputs are for, offline (a live command asks the connection): None,
+    # the conservative form (passes/iothreads.py)
+    libvirt_version: tuple[int, ...] | None = None
+    qemu_version: tuple[int, ...] | None = None
 
     __hash__ = object.__hash__
 
@@ -137,7 +141,14 @@ def load(path: str | None = None, profiles_dir: str | None = None) -> Config:
         smt={name: SmtPolicy(v) for name, v in data.get("smt", {}).items()},
         hook=HookSettings.of(data.get("hook", {})),
         source=where,
+        libvirt_version=version(data.get("libvirt_version")),
+        qemu_version=version(data.get("qemu_version")),
     )
+
+
+def version(text: str | None) -> tuple[int, ...] | None:
+    """``"10.0"`` -> (10, 0); None stays None (the schema checked the form)."""
+    return None if text is None else tuple(int(part) for part in text.split("."))
 
 
 def _cpus(data: dict, text: str, where: str, key: str) -> frozenset[int] | None:

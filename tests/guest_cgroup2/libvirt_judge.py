@@ -6,6 +6,8 @@ vmtune tunes (kvm ones as type='qemu': the guest has no /dev/kvm) and every buil
 output, rewritten for the bundled example host:
 
 - validates against this libvirt's own ``domain.rng``, where the input does;
+- twice: for a libvirt of unknown version (the conservative form) and for this one (its version,
+  from the connection: a disk's queues over several iothreads on libvirt 10 with QEMU 9);
 - is defined by the test driver (``test:///default``) and by ``qemu:///system``, where the input
   is (a domain this libvirt refuses untouched is counted and named, not judged).
 
@@ -25,6 +27,7 @@ from lxml import etree
 
 import vmtune
 from vmtune.errors import DoesNotFit, VmtuneError
+from vmtune.live import hostview
 
 SCHEMA = Path("/usr/share/libvirt/schemas/domain.rng")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # the checkout's, not the package's
@@ -56,6 +59,7 @@ def main() -> int:
     host = vmtune.Host.from_capabilities((EXAMPLES / "hosts" / "2node-smt.xml").read_bytes())
     paths = sorted((args.corpus / "domains").glob("*.xml")) + sorted(EXAMPLES.glob("*.xml"))
     conns = {"test:///default": libvirt.open("test:///default"), "qemu:///system": libvirt.open("qemu:///system")}
+    hosts = {"offline": host, "this libvirt": hostview.with_versions(host, conns["qemu:///system"])}
     failures, counts = 0, {"judged": 0, "refused by vmtune": 0, "does not fit": 0, "input refused": 0}
     for path in paths:
         source = as_qemu(path.read_bytes())
@@ -66,16 +70,16 @@ def main() -> int:
         for uri, why in refused.items():
             if why is not None:
                 print(f"input: {uri} refuses {path.name} untouched: {why}", flush=True)
-        for profile in PROFILES:
+        for (which, target), profile in ((h, p) for h in hosts.items() for p in PROFILES):
             try:
-                out = vmtune.rewrite(source, host, profile).xml
+                out = vmtune.rewrite(source, target, profile).xml
             except DoesNotFit:
                 counts["does not fit"] += 1
                 continue
             except VmtuneError:
                 counts["refused by vmtune"] += 1
                 continue
-            what = f"{path.name} {profile}"
+            what = f"{path.name} {profile} ({which}{', queues mapped' if '<iothreads><iothread' in out else ''})"
             problems = []
             if valid and not schema.validate(etree.fromstring(out.encode())):
                 problems.append(f"domain.rng: {schema.error_log.last_error}")

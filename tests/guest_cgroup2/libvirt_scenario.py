@@ -9,17 +9,22 @@ and threads and to call the hook. It checks, against the kernel's and systemd's 
 (``scenario.snapshot``):
 
 - **package**: ``vmtune`` on PATH, ``import vmtune`` and the hook are the package's;
-- **start**: the lease is taken, each vCPU thread runs where the XML pins it, and the host's
-  units and a host task started now stay off the held CPUs;
+- **start**: the lease is taken, each vCPU thread runs where the XML pins it, the held CPUs are an
+  isolated cpuset partition (``isolate = "auto"``, as the package leaves it: under TCG at the
+  domain's ``libvirt/`` group), and the host's units and a host task started now stay off them;
 - **untagged**: a domain vmtune does not manage starts while the lease is held;
 - **destroy**: the host exactly as before the start (units' ``AllowedCPUs``, drop-ins, cpusets, IRQ
   and workqueue masks, sysctls, every thread's affinity);
 - **killed**: QEMU killed with SIGKILL under libvirt: the lease goes and the host is as before;
-- **restart**: ``systemctl restart libvirtd`` while the domain runs keeps the lease; the release
-  still gives the host back;
+- **restart**: ``systemctl daemon-reload`` keeps the partition, and ``systemctl restart libvirtd``
+  while the domain runs keeps the lease; the release still gives the host back;
 - **managedsave**: the lease goes with the save and comes back with the start, on the same pins;
 - **three**: two latency domains and a throughput domain at once: no CPU held twice, and the
   throughput domain's vCPUs off the held CPUs; all released;
+- **migrate**: an incoming migration as the hook sees it: the ``migrate`` filter re-pins a domain
+  that comes pinned on CPUs another lease holds here, and libvirt starts it on the new pins;
+- **iothreads**: ``vmtune apply`` maps a virtio disk's queues over several iothreads (libvirt 11,
+  QEMU 10, the versions from the connection), and QEMU runs them (``virsh iothreadinfo``);
 - **judge**: this libvirt judges every output of the corpus for each profile (its ``domain.rng``,
   the test driver and ``qemu:///system``: tests/guest_cgroup2/libvirt_judge.py, given ``--corpus``);
 - **purge**: ``apt-get purge vmtune`` with a lease held releases it, leaves nothing of vmtune's,
@@ -48,7 +53,12 @@ URI = "qemu:///system"
 HOOK = Path("/etc/libvirt/hooks/qemu.d/50-vmtune")
 RUNDIR = Path("/run/libvirt/qemu")
 STATE = Path("/run/vmtune")
-SKIP = (base.CG / "machine.slice",)  # the domains' own groups come and go
+ISOLATED = base.CG / "cpuset.cpus.isolated"
+
+
+def skip() -> tuple[Path, ...]:
+    """The domains' own groups (they come and go); machine.slice's own files are compared."""
+    return tuple(base.CG.glob("machine.slice/machine-qemu*"))
 DOMAIN = """<domain type='qemu'>
   <name>{name}</name>
   <memory unit='MiB'>{mib}</memory>
@@ -145,6 +155,14 @@ def destroy(name: str) -> None:
     until(lambda: state(name) == "shut off", 60, f"{name} stops")
 
 
+def partition_group(name: str) -> Path | None:
+    """The domain's ``libvirt/`` group (its QEMU's own group is ``libvirt/emulator``)."""
+    text = read(Path(f"/proc/{qemu_pid(name)}/cgroup")) or ""
+    own = next((line[3:] for line in text.splitlines() if line.startswith("0::")), "")
+    group = base.CG / own.strip("/")
+    return group.parent if group.name == "emulator" else None
+
+
 def held_checks(name: str, what: str) -> set[int]:
     """The lease of a running ``name`` and what it must mean; the CPUs it holds."""
     lease = status().get(name)
@@ -159,6 +177,13 @@ def held_checks(name: str, what: str) -> set[int]:
     for unit in base.UNITS:
         allowed = cpus(base.allowed(unit))
         check(bool(allowed) and not allowed & held, f"{what}: {unit} AllowedCPUs={base.allowed(unit)} is off {held}")
+    # isolate = "auto" as the package leaves it: this kernel makes partitions, and under TCG the domain's
+    # libvirt/ group (its emulator beside its vCPUs) is the one partition (kinds/partition.py)
+    group = partition_group(name)
+    check(lease["partition"] == lease["cpus"] and group is not None
+          and read(group / "cpuset.cpus.partition") == "isolated" and held <= cpus(read(ISOLATED) or ""),
+          f"{what}: {name}'s CPUs are an isolated partition at its libvirt/ group (lease {lease['partition']!r}, "
+          f"{group and read(group / 'cpuset.cpus.partition')!r}, cpuset.cpus.isolated {read(ISOLATED)!r})")
     child = subprocess.Popen(["sleep", "5"])
     proc_status = read(Path(f"/proc/{child.pid}/status")) or ""
     child.kill()
@@ -194,7 +219,7 @@ def case_start(before: dict) -> None:
     destroy("plain-b")
     destroy("lat-a")
     check(until(lambda: "lat-a" not in leases(), 20, "destroy: the lease goes"), "destroy: the lease goes")
-    base.compare(before, base.snapshot(SKIP), "destroy")
+    base.compare(before, base.snapshot(skip()), "destroy")
     del held
 
 
@@ -204,12 +229,15 @@ def case_killed(before: dict) -> None:
     os.kill(qemu_pid("lat-a"), signal.SIGKILL)
     until(lambda: state("lat-a") == "shut off", 60, "killed: libvirt sees QEMU gone")
     check(until(lambda: "lat-a" not in leases(), 30, "killed: the lease goes"), "killed: the lease goes")
-    base.compare(before, base.snapshot(SKIP), "killed")
+    base.compare(before, base.snapshot(skip()), "killed")
 
 
 def case_restart(before: dict) -> None:
     start("lat-a")
     held = held_checks("lat-a", "restart")
+    sh("systemctl", "daemon-reload")
+    check(cpus(read(ISOLATED) or "") >= held and read(partition_group("lat-a") / "cpuset.cpus.partition") == "isolated",
+          f"daemon-reload: the partition stays (cpuset.cpus.isolated {read(ISOLATED)!r})")
     sh("systemctl", "restart", "libvirtd")
     until(lambda: subprocess.run(["virsh", "-c", URI, "version"], capture_output=True).returncode == 0, 60,
           "restart: libvirtd answers again")
@@ -218,7 +246,7 @@ def case_restart(before: dict) -> None:
           f"restart: the lease stays, on {held} ({lease and lease['cpus']})")
     destroy("lat-a")
     check(until(lambda: "lat-a" not in leases(), 20, "restart: the lease goes"), "restart: the lease goes at the destroy")
-    base.compare(before, base.snapshot(SKIP), "restart")
+    base.compare(before, base.snapshot(skip()), "restart")
 
 
 def case_managedsave(before: dict) -> None:
@@ -227,13 +255,13 @@ def case_managedsave(before: dict) -> None:
     virsh("managedsave", "lat-a")
     until(lambda: state("lat-a") == "shut off", 90, "managedsave: lat-a saved")
     check("lat-a" not in leases(), "managedsave: the lease goes with the save")
-    base.compare(before, base.snapshot(SKIP), "managedsave")
+    base.compare(before, base.snapshot(skip()), "managedsave")
     start("lat-a")
     again = held_checks("lat-a", "managedsave, then start")
     check(again == held, f"managedsave: the lease comes back on the same CPUs ({again} == {held})")
     destroy("lat-a")
     virsh("managedsave-remove", "lat-a", check_rc=False)
-    base.compare(before, base.snapshot(SKIP), "managedsave, then destroy")
+    base.compare(before, base.snapshot(skip()), "managedsave, then destroy")
 
 
 def case_three(before: dict) -> None:
@@ -251,7 +279,70 @@ def case_three(before: dict) -> None:
     for name in ("thr-d", "lat-c", "lat-a"):
         destroy(name)
     check(until(lambda: not leases(), 20, "three: every lease goes"), "three: every lease goes")
-    base.compare(before, base.snapshot(SKIP), "three")
+    base.compare(before, base.snapshot(skip()), "three")
+
+
+def case_migrate(before: dict) -> None:
+    """An incoming migration as the hook sees it: the ``migrate`` filter gets lat-a's XML pinned as the
+    source host had it, on the CPUs lat-c holds here, and re-pins it off them; libvirt then starts it
+    (prepare, started) on the new pins."""
+    from lxml import etree
+
+    start("lat-c")
+    held_c = held_checks("lat-c", "migrate")
+    root = etree.fromstring(virsh("dumpxml", "--inactive", "--migratable", "lat-a").encode())
+    for pin in root.iterfind("cputune/*"):
+        if pin.tag in ("vcpupin", "emulatorpin"):
+            pin.set("cpuset", ",".join(map(str, sorted(held_c))))
+    incoming = etree.tostring(root, encoding="unicode")
+    proc = subprocess.run([str(HOOK), "lat-a", "migrate", "begin", "-"], input=incoming, capture_output=True,
+                          text=True, check=False)
+    check(proc.returncode == 0, f"migrate: the hook's filter exits 0 ({proc.returncode}: {proc.stderr.strip()[-300:]})")
+    out = etree.fromstring((proc.stdout or incoming).encode())
+    moved = set().union(*(cpus(p.get("cpuset")) for p in out.iterfind("cputune/vcpupin")))
+    check(bool(proc.stdout) and bool(moved) and not moved & held_c,
+          f"migrate: the filter re-pins lat-a off lat-c's CPUs {held_c} (to {moved})")
+    Path("/tmp/lat-a.in.xml").write_text(proc.stdout or incoming)
+    virsh("define", "/tmp/lat-a.in.xml")
+    start("lat-a")
+    held_a = held_checks("lat-a", "migrate, then started here")
+    check(held_a == moved and not held_a & held_c, f"migrate: lat-a's lease is on the new pins ({held_a})")
+    destroy("lat-a")
+    destroy("lat-c")
+    check(until(lambda: not leases(), 20, "migrate: every lease goes"), "migrate: every lease goes")
+    base.compare(before, base.snapshot(skip()), "migrate")
+
+
+IMAGE = Path("/var/lib/libvirt/images/io-e.img")
+
+
+def case_iothreads(before: dict) -> None:
+    """libvirt 11 with QEMU 10: ``vmtune apply`` maps a virtio disk's queues over several iothreads
+    (the versions from the connection), and QEMU starts with them (``virsh iothreadinfo``)."""
+    from lxml import etree
+
+    IMAGE.parent.mkdir(parents=True, exist_ok=True)
+    with open(IMAGE, "wb") as fh:
+        fh.truncate(1 << 20)
+    disk = (f"<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{IMAGE}'/>"
+            "<target dev='vda' bus='virtio'/></disk>")
+    path = Path("/tmp/io-e.xml")
+    path.write_text(DOMAIN.format(name="io-e", vcpus=2, mib=48).replace("<devices>", f"<devices>{disk}"))
+    virsh("define", str(path))
+    vmtune("tag", "io-e", "--profile", "throughput")
+    vmtune("apply", "io-e")
+    root = etree.fromstring(virsh("dumpxml", "--inactive", "io-e").encode())
+    ids = [int(e.get("id")) for e in root.iterfind("devices/disk/driver/iothreads/iothread")]
+    check(len(ids) >= 2 and root.find("devices/disk/driver").get("iothread") is None,
+          f"iothreads: vmtune apply maps io-e's disk queues over iothreads {ids}")
+    start("io-e")
+    info = virsh("iothreadinfo", "io-e")
+    running = [line.split()[0] for line in info.splitlines() if line.strip() and line.split()[0].isdigit()]
+    check(set(map(str, ids)) <= set(running), f"iothreads: QEMU runs iothreads {running} (virsh iothreadinfo)")
+    destroy("io-e")
+    virsh("undefine", "io-e", check_rc=False)
+    IMAGE.unlink(missing_ok=True)
+    base.compare(before, base.snapshot(skip()), "iothreads")
 
 
 def case_judge(before: dict) -> None:
@@ -262,6 +353,8 @@ def case_judge(before: dict) -> None:
                           cwd="/", capture_output=True, text=True, check=False)
     print("\n".join(f"judge: {line}" for line in proc.stdout.splitlines() if not line.startswith("ok: ")), flush=True)
     judged = [line for line in proc.stdout.splitlines() if line.startswith(("ok: ", "FAIL: "))]
+    mapped = [line for line in judged if "queues mapped" in line]
+    check(bool(mapped), f"judge: {len(mapped)} outputs for this libvirt map a disk's queues over several iothreads")
     check(proc.returncode == 0 and "\n0 failed" in proc.stdout and len(judged) > 50,
           f"judge: libvirt defines and its domain.rng validates every output it can judge ({len(judged)} "
           f"domain-profile pairs; exit {proc.returncode}{': ' + proc.stderr.strip()[-300:] if proc.returncode else ''})")
@@ -279,7 +372,7 @@ def case_purge(before: dict) -> None:
     check(not Path("/etc/vmtune").exists(), "purge: /etc/vmtune is gone")
     check(state("lat-a") == "running", "purge: the domain runs on")
     destroy("lat-a")
-    base.compare(before, base.snapshot(SKIP), "purge (the host given back at the purge)")
+    base.compare(before, base.snapshot(skip()), "purge (the host given back at the purge)")
     start("plain-b")
     start("lat-a")
     check(state("plain-b") == "running" and state("lat-a") == "running", "purge: domains still start")
@@ -288,7 +381,8 @@ def case_purge(before: dict) -> None:
 
 
 CASES = {"package": case_package, "start": case_start, "killed": case_killed, "restart": case_restart,
-         "managedsave": case_managedsave, "three": case_three, "judge": case_judge, "purge": case_purge}
+         "managedsave": case_managedsave, "three": case_three, "migrate": case_migrate, "iothreads": case_iothreads,
+         "judge": case_judge, "purge": case_purge}
 CORPUS: Path | None = None
 
 
@@ -307,7 +401,7 @@ def main() -> int:
     global CORPUS
     CORPUS = args.corpus
     names = list(CASES) if args.case is None else list(CASES)[:list(CASES).index(args.case) + 1]
-    before = base.snapshot(SKIP)
+    before = base.snapshot(skip())
     for name in names:
         t0 = time.monotonic()
         try:

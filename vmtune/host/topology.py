@@ -70,6 +70,9 @@ class Host:
     caches: tuple[L3, ...] = ()  # the L3 domains, by id; () when the host gives no cache information
     # where its PCI devices, disks and NICs hang (host/devices.py); none known by default
     devices: Devices = field(default=NO_DEVICES, compare=False)
+    # what runs here, as the live connection says (getLibVersion, getVersion); None: not known
+    libvirt_version: tuple[int, int, int] | None = field(default=None, compare=False)
+    qemu_version: tuple[int, int, int] | None = field(default=None, compare=False)
 
     __hash__ = object.__hash__
 

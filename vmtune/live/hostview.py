@@ -102,12 +102,28 @@ def of(conn, uri: str | None, *, sysfs: str | None = "/sys", proc: str | None = 
         caps = Host.from_capabilities(conn.getCapabilities())
         totals = {(cell.id, size): n for cell in caps.cells for size, n in cell.pages.items()}
         seen = Seen(uri, _described(conn, caps), False, None, totals)
+    if conn is not None and seen.host is not None:
+        seen = dataclasses.replace(seen, host=with_versions(seen.host, conn))
     if nodedev and seen.host is not None:
         from ..host import nodedev as nodedevs
 
         host = seen.host.with_devices(nodedevs.load(list(nodedev), frozenset(seen.host.node_ids)))
         seen = dataclasses.replace(seen, host=host)
     return seen
+
+
+def with_versions(host: Host, conn) -> Host:
+    """``host`` with the libvirt and hypervisor versions ``conn`` reports (what a rewrite may write
+    depends on them: passes/iothreads.py); left unknown where the connection does not say."""
+    def triple(number: int) -> tuple[int, int, int] | None:
+        return (number // 1000000, number // 1000 % 1000, number % 1000) if number and number > 0 else None
+
+    try:
+        lib = triple(conn.getLibVersion())
+        hyp = triple(conn.getVersion())
+    except Exception:  # noqa: BLE001 - a connection that does not say: unknown, as offline
+        return host
+    return dataclasses.replace(host, libvirt_version=lib, qemu_version=hyp)
 
 
 def free_pages(conn, host: Host) -> dict[int, dict[int, int]]:
