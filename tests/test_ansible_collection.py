@@ -276,25 +276,28 @@ def test_doctor_module_fails_when_the_metrics_file_cannot_be_written(tmp_path):
     assert result["msg"].startswith("vmtune: error: cannot write "), result["msg"]
 
 
-@pytest.mark.parametrize("state", ["tuned", "untagged", "reverted"])
-@pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
-def test_domain_name_is_never_read_as_an_option(tmp_path, fake_vmtune, state, check):
+def test_domain_name_is_never_read_as_an_option(tmp_path, fake_vmtune):
     """libvirt accepts a domain named `--all`: `name: --all` means that domain, never `vmtune apply --all`.
-    Every argv the module builds is parsed by vmtune's own parser."""
-    outs = {"FAKE_OUT_apply": json.dumps({"dry_run": check, "domains": [_row(name="--all")]}),
-            "FAKE_OUT_untag": json.dumps({"name": "--all", "uuid": "u", "previous": "latency"}),
+    Every argv the module builds, for each state, run and in check mode (one playbook), is parsed by
+    vmtune's own parser."""
+    outs = {"FAKE_OUT_untag": json.dumps({"name": "--all", "uuid": "u", "previous": "latency"}),
             "FAKE_OUT_revert": json.dumps({"name": "--all", "uuid": "u", "state": "shut off", "reverted": False,
                                            "original": True, "before": "<domain/>", "after": "<domain/>"})}
-    task("vmtune.kvm.domain", {"name": "--all", "state": state, "executable": fake_vmtune["executable"]}, tmp_path,
-         check=check, env={**fake_vmtune["env"], **outs})
+    steps = [{"module": "vmtune.kvm.domain", "args": {"name": "--all", "state": state,
+                                                      "executable": fake_vmtune["executable"]}, "check": check,
+              "env": {**outs, "FAKE_OUT_apply": json.dumps({"dry_run": check, "domains": [_row(name="--all")]})}}
+             for state in ("tuned", "untagged", "reverted") for check in (True, False)]
+    tasks(steps, tmp_path, fake_vmtune["env"])
     calls = fake_vmtune["calls"]()
-    assert calls
+    assert {c["argv"][0] for c in calls} == {"apply", "untag", "revert"}, calls
+    applies = [c["argv"] for c in calls if c["argv"][0] == "apply"]
+    assert sorted("--dry-run" in a for a in applies) == [False, True], applies  # check mode, then a run
     for call in calls:
         try:
             args = cli.parser().parse_args(call["argv"])
         except SystemExit:
             pytest.fail(f"vmtune cannot parse {call['argv']}")
-        named = args.names if state == "tuned" else [args.name]
+        named = args.names if call["argv"][0] == "apply" else [args.name]
         assert named == ["--all"] and not getattr(args, "all", False), call["argv"]
         assert args.json and args.connect == "qemu:///system", call["argv"]
 
@@ -308,22 +311,24 @@ def _redact():
     return redact
 
 
-@pytest.mark.parametrize("state", ["tuned", "reverted"])
-def test_domain_module_never_returns_a_graphics_password(tmp_path, fake_vmtune, state):
+def test_domain_module_never_returns_a_graphics_password(tmp_path, fake_vmtune):
     """The docs say passwords are shown as ********: the registered result (what -v prints, what a callback
-    ships) holds none, not in unified_diff, not in diff, not in `vmtune` (apply's before, xml and diff)."""
+    ships) holds none, not in unified_diff, not in diff, not in `vmtune` (apply's before, xml and diff), for
+    state tuned and reverted (one playbook)."""
     secret = "<domain>\n  <graphics passwd=\"it's-s3cret\"/>\n  <a passwd='s3cret'/>\n</domain>\n"
     row = _row(before=secret, xml=secret + "<b/>\n", diff="-  <graphics passwd=\"it's-s3cret\"/>\n")
     reverted = {"name": "db1", "uuid": "u", "state": "shut off", "reverted": True, "original": True,
                 "before": secret, "after": secret.replace("<domain>", "<domain type='kvm'>")}
     env = {"FAKE_OUT_apply": json.dumps({"dry_run": False, "domains": [row]}),
            "FAKE_OUT_revert": json.dumps(reverted)}
-    (result,) = tasks([{"module": "vmtune.kvm.domain", "diff": True, "env": env,
-                        "args": {"name": "db1", "state": state, "executable": fake_vmtune["executable"]}}],
-                      tmp_path, fake_vmtune["env"])
-    assert result["changed"] and not result.get("failed"), result
-    assert "s3cret" not in json.dumps(result), [k for k, v in result.items() if "s3cret" in json.dumps(v)]
-    assert "passwd='********'" in json.dumps(result["vmtune"])
+    results = tasks([{"module": "vmtune.kvm.domain", "diff": True, "env": env,
+                      "args": {"name": "db1", "state": state, "executable": fake_vmtune["executable"]}}
+                     for state in ("tuned", "reverted")], tmp_path, fake_vmtune["env"])
+    assert len(results) == 2
+    for result in results:
+        assert result["changed"] and not result.get("failed"), result
+        assert "s3cret" not in json.dumps(result), [k for k, v in result.items() if "s3cret" in json.dumps(v)]
+        assert "passwd='********'" in json.dumps(result["vmtune"])
 
 
 @pytest.mark.parametrize("attr, hidden", [
