@@ -79,9 +79,11 @@ def main() -> int:
             except VmtuneError:
                 counts["refused by vmtune"] += 1
                 continue
-            what = f"{path.name} {profile} ({which}{', queues mapped' if '<iothreads><iothread' in out else ''})"
+            tree = etree.fromstring(out.encode())
+            mapped = tree.find("devices/disk/driver/iothreads") is not None
+            what = f"{path.name} {profile} ({which}{', queues mapped' if mapped else ''})"
             problems = []
-            if valid and not schema.validate(etree.fromstring(out.encode())):
+            if valid and not schema.validate(tree):
                 problems.append(f"domain.rng: {schema.error_log.last_error}")
             for uri, conn in conns.items():
                 if refused[uri] is not None:
