@@ -133,13 +133,16 @@ if "pytest" in sys.modules:
     def test_vmtune_from_its_package_driven_by_libvirt(runs):
         """libvirt 11 and QEMU 10 in the trixie guest, vmtune installed from its .deb: every check of
         tests/guest_cgroup2/libvirt_scenario.py holds (start, an untagged domain, destroy, QEMU killed,
-        libvirtd restarted, managedsave, three domains at once, apt-get purge with a lease held). Not in
+        daemon-reload and libvirtd restarted, managedsave, save and restore, isolate = "partition", three
+        domains at once, an incoming migration, a disk's queues over iothreads, libvirt 11 judging the
+        corpus' outputs, apt-get purge with a lease held). Not in
         the whole suite's background boots yet (VMTUNE_CGROUP2_BOOTS=all, or this module alone)."""
         if "libvirt" not in runs:
             pytest.skip("the libvirt boot is not among this run's background boots (VMTUNE_CGROUP2_BOOTS=all)")
         run = runs["libvirt"]
         assert run["rc"] == 0 and "\n0 failed\n" in run["out"], f"libvirt:\n{run['out']}\n{run['err']}"
-        for case in ("package", "start", "killed", "restart", "managedsave", "three", "migrate", "iothreads", "judge", "purge"):
+        for case in ("package", "start", "killed", "restart", "managedsave", "saverestore", "partition", "three", "migrate",
+                     "iothreads", "judge", "purge"):
             assert f"case {case}:" in run["out"], case
 
     def test_a_boot_that_does_not_come_up_is_one_line_within_its_limit(runs):

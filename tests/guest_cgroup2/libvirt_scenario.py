@@ -19,6 +19,10 @@ and threads and to call the hook. It checks, against the kernel's and systemd's 
 - **restart**: ``systemctl daemon-reload`` keeps the partition, and ``systemctl restart libvirtd``
   while the domain runs keeps the lease; the release still gives the host back;
 - **managedsave**: the lease goes with the save and comes back with the start, on the same pins;
+- **saverestore**: ``virsh save`` then ``virsh restore``: the lease goes and comes back (the hook's
+  ``restore`` filter), on the same CPUs;
+- **partition**: ``[hook] isolate = "partition"`` in the config makes the same partition, given
+  back the same;
 - **three**: two latency domains and a throughput domain at once: no CPU held twice, and the
   throughput domain's vCPUs off the held CPUs; all released;
 - **migrate**: an incoming migration as the hook sees it: the ``migrate`` filter re-pins a domain
@@ -278,6 +282,41 @@ def case_managedsave(before: dict) -> None:
     given_back(before, "managedsave, then destroy")
 
 
+def case_saverestore(before: dict) -> None:
+    """``virsh save``, then ``virsh restore``: the lease goes with the save and comes back with the
+    restore (the hook's ``restore`` filter, then prepare and started), on the same CPUs."""
+    image = Path("/tmp/lat-a.save")
+    image.unlink(missing_ok=True)
+    start("lat-a")
+    held = held_checks("lat-a", "save")
+    virsh("save", "lat-a", str(image))
+    until(lambda: state("lat-a") == "shut off", 90, "save: lat-a saved")
+    check(until(lambda: "lat-a" not in leases(), 20, "save: the lease goes"), "save: the lease goes with the save")
+    given_back(before, "save")
+    virsh("restore", str(image))
+    until(lambda: state("lat-a") == "running" and qemu_pid("lat-a") > 0, 90, "restore: lat-a runs")
+    again = held_checks("lat-a", "restore")
+    check(again == held, f"restore: the lease comes back on the same CPUs ({again} == {held})")
+    destroy("lat-a")
+    image.unlink(missing_ok=True)
+    given_back(before, "save, restore, then destroy")
+
+
+def case_partition(before: dict) -> None:
+    """``[hook] isolate = "partition"`` set in the config: the same partition, given back the same."""
+    config = Path("/etc/vmtune/vmtune.toml")
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[hook]\nisolate = "partition"\n')
+    try:
+        start("lat-a")
+        held_checks("lat-a", "isolate = partition")
+        destroy("lat-a")
+        check(until(lambda: not leases(), 20, "isolate = partition: the lease goes"), "isolate = partition: the lease goes")
+        given_back(before, "isolate = partition")
+    finally:
+        config.unlink(missing_ok=True)
+
+
 def case_three(before: dict) -> None:
     define("lat-c", "latency")
     define("thr-d", "throughput")
@@ -395,7 +434,8 @@ def case_purge(before: dict) -> None:
 
 
 CASES = {"package": case_package, "start": case_start, "killed": case_killed, "restart": case_restart,
-         "managedsave": case_managedsave, "three": case_three, "migrate": case_migrate, "iothreads": case_iothreads,
+         "managedsave": case_managedsave, "saverestore": case_saverestore, "partition": case_partition,
+         "three": case_three, "migrate": case_migrate, "iothreads": case_iothreads,
          "judge": case_judge, "purge": case_purge}
 CORPUS: Path | None = None
 
