@@ -31,36 +31,41 @@ def versions(ctx) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     return (host.libvirt_version or config.libvirt_version, host.qemu_version or config.qemu_version)
 
 
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
 def per_disk(ctx, dom) -> tuple[int, str]:
     """How many iothreads each disk's queues go over (1: one iothread per disk), and why."""
     lib, qemu = versions(ctx)
     if lib is None or qemu is None:
         return 1, "libvirt's and QEMU's versions are not known (offline: libvirt_version and qemu_version in the config)"
     if lib < QUEUE_MAPPING["libvirt"] or qemu < QUEUE_MAPPING["qemu"]:
-        return 1, (f"libvirt {'.'.join(map(str, lib))} with QEMU {'.'.join(map(str, qemu))}: a disk's queues go over "
-                   "several iothreads from libvirt 10.0 with QEMU 9.0")
+        return 1, (f"libvirt {_dotted(lib)} with QEMU {_dotted(qemu)}: a disk's queues go over several iothreads "
+                   "from libvirt 10.0 with QEMU 9.0")
     helpers = ctx.placement.emulator or ctx.placement.cpuset or frozenset()
     n = min(dom.vcpus, len(helpers))
     why = (f"{n} iothreads: one per vCPU ({dom.vcpus}) up to the {len(helpers)} host CPUs its iothreads run on "
-           f"(libvirt {'.'.join(map(str, lib))}, QEMU {'.'.join(map(str, qemu))} map a disk's queues over them)")
+           f"(libvirt {_dotted(lib)}, QEMU {_dotted(qemu)} map a disk's queues over them)")
     return (n, why) if n >= 2 else (1, why)
 
 
-def wanted(ctx, dom) -> int:
-    """How many iothreads the domain should have (0: leave them alone)."""
+def wanted(ctx, dom, n: int) -> int:
+    """How many iothreads the domain should have (0: leave them alone), where a disk not yet served
+    would get its queues over ``n`` of them (``per_disk``)."""
     disks = _disks(dom)
     if not ctx.profile.devices_iothreads or not disks:
         return 0
-    mapped = per_disk(ctx, dom)[0] if any(not d.iothread_queues and d.iothread is None for d in disks) else 1
+    mapped = n if any(not d.iothread_queues and d.iothread is None for d in disks) else 1
     return max(1, len(ctx.placement.cells), mapped, dom.iothreads,
                len(dom.iothread_ids()) if dom.iothreadids is not None else 0)
 
 
 def run(ctx, dom):
-    count = wanted(ctx, dom)
+    n, why = per_disk(ctx, dom)
+    count = wanted(ctx, dom, n)
     if not count:
         return []
-    n, why = per_disk(ctx, dom)
     edits = [Domain.iothreads.edit(dom, count, "a dedicated iothread per guest NUMA cell takes disk I/O off the "
                                    "vCPU and main loop threads" if n < 2 else f"disk I/O off the vCPU and main loop "
                                    f"threads: {why}")]
@@ -91,7 +96,7 @@ def run(ctx, dom):
 def _mapped(disk: Disk, ids: list[int], vcpus: int, why: str) -> Put:
     """The disk's ``<driver>`` with its queues over the iothreads ``ids`` (round-robin, libvirt's
     preferred form): its attributes and children kept, ``queues`` one per vCPU where it has none."""
-    old = disk.node.find("driver")
+    old = disk.driver
     driver = E("driver", {"name": Disk.DRIVER_NAME_QEMU}) if old is None else clone(old)
     if driver.get("name") is None:
         driver.set("name", Disk.DRIVER_NAME_QEMU)

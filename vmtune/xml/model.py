@@ -236,6 +236,7 @@ class Disk(View):
     source_protocol = Prop("source/@protocol")
     address_type = Prop("address/@type")
     controller = Prop("address/@controller", INT)
+    driver = Child("driver")
     source = Child("source")
     source_address = Child("source", "address")
 
