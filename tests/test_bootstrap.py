@@ -128,13 +128,26 @@ def test_bootstrap_links_debians_binding_alone(tmp_path):
     assert again.returncode == 0 and again.stderr == ""
 
 
+def _other_python() -> Path | None:
+    """A python3 that is not Debian's /usr/bin/python3: the tests' own (a venv of another python), else
+    python3 on PATH (pyenv's, say; bootstrap makes the venv of Debian's where there is one)."""
+    if sys.base_prefix != "/usr":
+        return Path(sys.base_prefix) / "bin" / "python3"
+    found = shutil.which("python3", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if found is None:
+        return None
+    prefix = subprocess.run([found, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True)
+    other = Path(prefix.stdout.strip()) / "bin" / "python3"
+    return other if prefix.returncode == 0 and prefix.stdout.strip() != "/usr" and os.access(other, os.X_OK) else None
+
+
 def test_bootstrap_builds_libvirt_python_for_another_python(tmp_path):
     """A venv of another python (pyenv's, say): Debian's binding is not linked (it is built for
     Debian's python); libvirt-python is built with pip when the headers and gcc are there; when the
     venv still has no binding: exit 3, one line saying what to install."""
-    other = Path(sys.base_prefix) / "bin" / "python3"
-    if sys.base_prefix == "/usr" or not os.access(other, os.X_OK):
-        pytest.skip("the tests run on Debian's python3: no other python to make a venv of")
+    other = _other_python()
+    if other is None:
+        pytest.skip("no python3 but Debian's to make a venv of")
     if os.geteuid() == 0 and not all(_installed(p) for p in BUILD_DEBS):
         pytest.skip("as root, bootstrap would apt-get install the build dependencies")
     co, log = _checkout(tmp_path, str(other))
