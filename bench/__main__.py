@@ -16,6 +16,11 @@ the CPU a lease holds, idle, with host hogs, and with the hook's lease: isolatio
 the knobs of issue 17, on with them, and with a real irqbalance running), alone with
 ``--part host-noise``.
 
+The ``guest-disk-queues`` case (bench/disk_queues.py: a disk's queues over two iothreads, as vmtune
+writes them for libvirt >= 10 and QEMU >= 9, against one iothread; function under TCG) runs in the
+full run and alone with ``--part disk-queues`` where libvirt and QEMU are new enough (skipped with
+the versions otherwise: on this project's machines, inside ``scripts/cgroup2-guest --libvirt``).
+
 The ``map`` case (bench/map_cost.py: ``vmtune map``'s model and views for a 256-CPU host with 40
 domains) runs with part 2 and alone with ``--part map``.
 
@@ -38,7 +43,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import costs, guests, hook_cost, host_isolation, host_noise, locality_cost, map_cost
+from . import costs, disk_queues, guests, hook_cost, host_isolation, host_noise, locality_cost, map_cost
 from .common import ROOT, machine, versions, write_result
 
 # The --part values that run the host-isolation case (None: the full run). Not "1" yet:
@@ -87,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="recorded in every result; type= of the generated domains (default qemu: TCG)")
     ap.add_argument("--cprofile", action="store_true",
                     help="also write a cProfile of planning the largest N (not timed)")
-    ap.add_argument("--part", choices=("1", "2", "host-isolation", "host-noise", "map", "locality"),
+    ap.add_argument("--part", choices=("1", "2", "host-isolation", "host-noise", "map", "locality", "disk-queues"),
                     help="only part 1 (guests through libvirt, root), part 2 (vmtune's own cost), "
-                         "the host-isolation case, the host-noise case (oslat; root) or the map case")
+                         "the host-isolation case, the host-noise case (oslat; root), the map case or the "
+                         "disk-queues case (libvirt >= 10 and QEMU >= 9: bench/disk_queues.py)")
     ap.add_argument("--hook-against", metavar="REV",
                     help="part 2's hook cost also times REV's hook (a temporary git worktree of REV) "
                          "in the same interleaved rounds")
@@ -143,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         noise = _part("host-noise", records, log, host_noise.Unavailable,
                       (host_noise.NoiseError, host_isolation.IsolationError, guests.guestimage.BuildError),
                       lambda: host_noise.run(size, log))  # its SIZES in bench/host_noise.py
+    queues = {"ran": False}
+    if args.part in (None, "disk-queues"):
+        queues = _part("disk-queues", records, log, disk_queues.Unavailable,
+                       (disk_queues.DiskQueuesError, guests.GuestError, guests.guestimage.BuildError),
+                       lambda: disk_queues.run(size, log))  # its SIZES in bench/disk_queues.py
     # how part 1 ran its tuned guests: the hook's setup and teardown (every part-1 record has it too)
     part1_hook = next((r["setup"]["hook"] for r in records if r["case"].startswith("guest-")
                        and "hook" in r.get("setup", {})), None)
@@ -158,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                for r in records]
     index = {"quick": args.quick, "size": size, "virt_type": args.virt_type, "elapsed_s": time.monotonic() - start,
              "files": [p.name for p in written], "summary": summary, "part1": part1, "part1_hook": part1_hook,
-             "host_isolation": isolation, "host_noise": noise}
+             "host_isolation": isolation, "host_noise": noise, "disk_queues": queues}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     for row in summary:
@@ -169,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(host_isolation.table([r for r in records if r["case"] == host_isolation.CASE]), end="")
     if any(r["case"] == host_noise.CASE for r in records):
         print(host_noise.table([r for r in records if r["case"] == host_noise.CASE]), end="")
-    return 1 if "failed" in part1 or "failed" in isolation or "failed" in noise else 0
+    return 1 if any("failed" in part for part in (part1, isolation, noise, queues)) else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ command line, prints on the serial console::
 
     VMB-UP
     VMB-FACT nproc=1 cpu_model=... clocksource=tsc disk=vda disk_driver=virtio_blk nic=eth0 nic_driver=virtio_net
-    VMB-RESULT disk n=2000 p50_us=... p99_us=... ...      (one line per test: disk, net, timer)
+    VMB-RESULT disk n=2000 p50_us=... p99_us=... ...      (one line per test: disk, net, timer;
+                                                           diskpar: diskq0, diskq1... one per vCPU)
     VMB-DONE
 
 and powers off. ``vmb.tests=hog`` instead starts one busy loop per vCPU, prints ``VMB-HOG``, and
@@ -67,7 +68,7 @@ if [ "$tests" = hog ]; then
     while :; do sleep 3600; done
 fi
 dev=
-case ",$tests," in *,disk,*)
+case ",$tests," in *,disk,*|*,diskpar,*)
     for i in $(seq 150); do
         for d in vda sda; do [ -b /dev/$d ] && dev=$d && break 2; done
         sleep 0.2
@@ -84,6 +85,11 @@ echo "VMB-FACT nproc=$(nproc) clocksource=$(cat /sys/devices/system/clocksource/
 for t in $(echo "$tests" | tr , ' '); do
     case "$t" in
         disk) out=$(/bin/disklat /dev/$dev "$disk_ops" "$warmup" 2>&1);;
+        diskpar) n=$(nproc); i=0  # one reader pinned to each vCPU at once: each of blk-mq's queues carries reads
+            while [ "$i" -lt "$n" ]; do taskset -c "$i" /bin/disklat /dev/$dev "$disk_ops" "$warmup" >/tmp/dq$i 2>&1 & i=$((i+1)); done
+            wait; i=0
+            while [ "$i" -lt "$n" ]; do echo "VMB-RESULT $(sed "s/^disk /diskq$i /" /tmp/dq$i)"; i=$((i+1)); done
+            continue;;
         net) ip link set lo up; ip link set eth0 up; ip addr add "$ip" dev eth0
              out=$(/bin/netlat "$host" "$port" "$net_ops" "$warmup" 2>&1);;
         timer) out=$(/bin/timerlat "$timer_ops" 2>&1);;
