@@ -35,12 +35,13 @@ from pathlib import Path
 from lxml import etree
 
 import vmtune
+from vmtune.passes.iothreads import QUEUE_MAPPING
 
 from . import guestimage, guests
 from .common import summarize
 
 CASE = "guest-disk-queues"
-NEEDS = {"libvirt": (10, 0, 0), "qemu": (9, 0, 0)}  # as vmtune/passes/iothreads.py's QUEUE_MAPPING
+NEEDS = QUEUE_MAPPING  # what vmtune/passes/iothreads.py maps a disk's queues from
 OLDER = {"libvirt": (9, 0, 0), "qemu": (7, 2, 0)}  # a host without the mapping: one iothread for the disk
 VCPUS = 2
 SIZES = {"full": {"disk_ops": 1000, "warmup": 50, "timeout_s": 1800},
@@ -135,16 +136,6 @@ def write_manifest(path: Path) -> guestimage.Image:
     return image
 
 
-def _disk(path: Path) -> None:
-    if path.exists() and path.stat().st_size == DISK_MIB << 20:
-        return
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        f.writelines(os.urandom(1 << 20) for _ in range(DISK_MIB))
-    tmp.chmod(0o644)
-    os.replace(tmp, path)
-
-
 def _iothread_cpu(name: str) -> dict[str, float]:
     """CPU seconds of each of the domain's ``IO iothreadN`` threads (libvirt names them: debug-threads=on)."""
     try:
@@ -203,7 +194,7 @@ def run(size: str, log) -> list[dict]:
     host = vmtune.Host.from_sysfs()
     disk = LOCAL / "disk.raw"
     LOCAL.mkdir(parents=True, exist_ok=True)
-    _disk(disk)
+    guests.disk_image(disk, DISK_MIB)
     stock = guests.stock_domain("qemu", disk, None, vcpus=VCPUS)
     xmls = variant_xmls(stock, host, have)
     image = _image()

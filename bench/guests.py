@@ -487,13 +487,13 @@ def sched_xmls(host: vmtune.Host, config: vmtune.Config, virt_type: str, hog_vcp
 
 
 # -- running ------------------------------------------------------------------------------------
-def _disk_image(path: Path) -> None:
-    """A raw image of DISK_MIB MiB of random bytes (allocated: no holes that read for free)."""
-    if path.exists() and path.stat().st_size == DISK_MIB << 20:
+def disk_image(path: Path, mib: int = DISK_MIB) -> None:
+    """A raw image of ``mib`` MiB of random bytes (allocated: no holes that read for free)."""
+    if path.exists() and path.stat().st_size == mib << 20:
         return
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
-        f.writelines(os.urandom(1 << 20) for _ in range(DISK_MIB))
+        f.writelines(os.urandom(1 << 20) for _ in range(mib))
     tmp.chmod(0o644)
     os.replace(tmp, path)
 
@@ -690,7 +690,7 @@ def _run_locked(cfg: dict, virt_type: str, log: Callable[[str], None]) -> list[d
     if virt_type == "kvm":
         _kvm_smoke(image)
     disk = guestimage.CACHE_DIR / f"disk-{DISK_MIB}M.raw"
-    _disk_image(disk)
+    disk_image(disk)
     from .host_isolation import build_probe, online_cpus  # (host_isolation imports this module)
     probe = build_probe()  # its ``spin`` mode is the host hog
     host = vmtune.Host.probe()
