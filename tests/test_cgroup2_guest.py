@@ -28,6 +28,7 @@ from pathlib import Path
 
 from conftest import CORPUS
 from fixtures.background import wait_done
+from fixtures.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 GUEST = ROOT / "scripts" / "cgroup2-guest"
@@ -37,16 +38,54 @@ MIRROR = "http://deb.debian.org/debian/dists/trixie/Release"
 # with systemd, isolate = partition (today's isolation of the units and tasks, and the partition
 # beside it); without, isolate = on (the plain cgroup v2 path). Each boot runs the other method
 # too by hand: scenario.py with no --isolate.
+LIBVIRT = [str(GUEST), "--libvirt", "-v", "--boot-timeout", "600", "--share", str(CORPUS), "--", "/usr/bin/python3",
+           str(LIBVIRT_SCENARIO), "--corpus", str(CORPUS)]
 RUNS = {
     "systemd": [str(GUEST), "--", "python3", str(SCENARIO), "--isolate", "partition"],
     "no-systemd": [str(GUEST), "--no-systemd", "--", "python3", str(SCENARIO), "--isolate", "on"],
-    "boot-limit": [str(GUEST), "--boot-timeout", "2", "--", "true"],
-    # libvirt 11 and QEMU 10 from trixie, vmtune from the .deb scripts/package builds from this checkout
-    "libvirt": [str(GUEST), "--libvirt", "--boot-timeout", "600", "--share", str(CORPUS), "--", "/usr/bin/python3",
-                str(LIBVIRT_SCENARIO), "--corpus", str(CORPUS)],
+    # on the libvirt image: the whole suite builds that one only
+    "boot-limit": [str(GUEST), "--libvirt", "--boot-timeout", "2", "--", "true"],
+    # libvirt 11 and QEMU 10 from trixie, vmtune from the .deb scripts/package builds from this checkout:
+    # every case of the scenario (10 to 15 minutes of one host CPU)
+    "libvirt": LIBVIRT,
+    # the whole suite's: the package, a latency domain started beside an untagged one and destroyed,
+    # QEMU killed under libvirt, and libvirt 11 judging the corpus' outputs (about 70 s after the boot)
+    "libvirt-start": [*LIBVIRT, "--only", ",".join(QUICK := ("package", "start", "killed", "judge"))],
 }
-IMAGES = {"libvirt": ["--libvirt"]}  # the runs with an image of their own: its --build-only arguments
+DEFAULT = ("libvirt-start", "boot-limit")  # scripts/test's background boots (VMTUNE_CGROUP2_BOOTS: others)
+ALL = ("systemd", "no-systemd", "boot-limit", "libvirt")  # VMTUNE_CGROUP2_BOOTS=all, and the module alone
 WAIT_S = 1200
+
+
+def image_of(argv: list[str]) -> list[str]:
+    """A run's image, as --build-only arguments: the libvirt one, else the plain one."""
+    return ["--libvirt"] if "--libvirt" in argv else []
+
+
+def argv_of(name: str, package: Path | None) -> list[str]:
+    """Run ``name``'s command, the libvirt image's runs given ``package`` (``--deb``), else building their own."""
+    argv = RUNS[name]
+    if package is None or not image_of(argv):
+        return list(argv)
+    at = argv.index("--libvirt") + 1
+    return [*argv[:at], "--deb", str(package), *argv[at:]]
+
+
+def deb(out: Path) -> Path | None:
+    """vmtune's .deb for the libvirt runs, built once for all of them: the background package build's
+    (scripts/test, ``$VMTUNE_PACKAGE_RESULTS``), else built into ``out`` here. None when it did not
+    build (each run then builds its own, and says why it cannot)."""
+    folder = os.environ.get("VMTUNE_PACKAGE_RESULTS")
+    if folder:  # tests/test_debian_package.py --build leaves built.json once scripts/package is done
+        wait_until(lambda: any((Path(folder) / n).exists() for n in ("built.json", "done.json")), WAIT_S,
+                   f"the background package build left nothing in {folder}", interval=0.5)
+        where = Path(folder)
+    else:
+        where = out / "package"
+        subprocess.run([str(ROOT / "scripts" / "package"), str(where)], capture_output=True, check=False,
+                       stdin=subprocess.DEVNULL)
+    found = sorted(where.glob("vmtune_*_all.deb"))
+    return found[-1] if found else None
 
 
 def why_not() -> str | None:
@@ -65,13 +104,13 @@ def why_not() -> str | None:
     return None
 
 
-def run_all(out: Path, names: tuple[str, ...] = tuple(RUNS)) -> None:
+def run_all(out: Path, names: tuple[str, ...] = ALL) -> None:
     """Build the image, then the runs ``names`` of ``RUNS`` at once; each leaves NAME.json in ``out``
     (``rc``, ``out``, ``err``), and ``done.json`` says it is all there (or ``skip``: why)."""
     out.mkdir(parents=True, exist_ok=True)
     why = why_not()
     if why is None:
-        for extra in [[]] + [IMAGES[name] for name in names if name in IMAGES]:
+        for extra in sorted({tuple(image_of(RUNS[name])) for name in names}):
             for _ in range(2):  # a second try for a mirror that failed once
                 build = subprocess.run([str(GUEST), "--build-only", *extra], capture_output=True, text=True,
                                        check=False)
@@ -84,8 +123,10 @@ def run_all(out: Path, names: tuple[str, ...] = tuple(RUNS)) -> None:
         elif build.returncode:
             (out / "build.json").write_text(json.dumps({"rc": build.returncode, "err": build.stderr}))
         else:
-            procs = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for name, argv in RUNS.items() if name in names}
+            package = deb(out) if any(image_of(RUNS[name]) for name in names) else None
+            procs = {name: subprocess.Popen(argv_of(name, package), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True)
+                     for name in RUNS if name in names}
             for name, proc in procs.items():
                 stdout, stderr = proc.communicate(timeout=WAIT_S)
                 (out / f"{name}.json").write_text(json.dumps({"rc": proc.returncode, "out": stdout, "err": stderr}))
@@ -117,33 +158,69 @@ if "pytest" in sys.modules:
         return got
 
     def test_the_hooks_isolation_on_systemd_and_on_plain_cgroup_v2(runs):
-        """Both boots pass every check of the scenario (tests/guest_cgroup2/scenario.py); in the whole
-        suite, the systemd boot alone (scripts/test: ``--boots systemd,boot-limit``)."""
+        """Both boots pass every check of the scenario (tests/guest_cgroup2/scenario.py). Not among the
+        whole suite's boots: the libvirt boot covers the systemd host (VMTUNE_CGROUP2_BOOTS=all)."""
+        if "systemd" not in runs and "no-systemd" not in runs:
+            pytest.skip("the stand-in boots are not among this run's background boots (VMTUNE_CGROUP2_BOOTS=all)")
         for name in ("systemd", "no-systemd"):
-            if name not in runs and name == "no-systemd" and os.environ.get("VMTUNE_CGROUP2_RESULTS"):
+            if name not in runs:
                 continue
             run = runs[name]
             assert run["rc"] == 0 and "\n0 failed\n" in run["out"], f"{name}:\n{run['out']}\n{run['err']}"
             assert "FAIL:" not in run["out"]
-        assert "AllowedCPUs of init.scope leaves out CPU 2" in runs["systemd"]["out"]
-        assert "the vCPU group is an isolated partition" in runs["systemd"]["out"]
+        if "systemd" in runs:
+            assert "AllowedCPUs of init.scope leaves out CPU 2" in runs["systemd"]["out"]
+            assert "the vCPU group is an isolated partition" in runs["systemd"]["out"]
         if "no-systemd" in runs:
             assert "cpuset.cpus of vmtune-plain leaves out CPU 2" in runs["no-systemd"]["out"]
 
     def test_vmtune_from_its_package_driven_by_libvirt(runs):
         """libvirt 11 and QEMU 10 in the trixie guest, vmtune installed from its .deb: every check of
-        tests/guest_cgroup2/libvirt_scenario.py holds (start, an untagged domain, destroy, QEMU killed,
-        daemon-reload and libvirtd restarted, managedsave, save and restore, isolate = "partition", three
-        domains at once, an incoming migration, a disk's queues over iothreads, libvirt 11 judging the
-        corpus' outputs, apt-get purge with a lease held). Not in
-        the whole suite's background boots yet (VMTUNE_CGROUP2_BOOTS=all, or this module alone)."""
-        if "libvirt" not in runs:
-            pytest.skip("the libvirt boot is not among this run's background boots (VMTUNE_CGROUP2_BOOTS=all)")
-        run = runs["libvirt"]
-        assert run["rc"] == 0 and "\n0 failed\n" in run["out"], f"libvirt:\n{run['out']}\n{run['err']}"
-        for case in ("package", "start", "killed", "restart", "managedsave", "saverestore", "partition", "three", "migrate",
-                     "iothreads", "judge", "purge"):
+        tests/guest_cgroup2/libvirt_scenario.py holds. The whole suite runs its first cases (the package,
+        start, an untagged domain, destroy, QEMU killed, libvirt 11 judging the corpus' outputs); the
+        libvirt run (VMTUNE_CGROUP2_BOOTS=all, or this module alone) all of them: daemon-reload and
+        libvirtd restarted, managedsave, save and restore, isolate = "partition", three domains at once,
+        an incoming migration, a disk's queues over iothreads, apt-get purge with a lease held."""
+        name = next((n for n in ("libvirt", "libvirt-start") if n in runs), None)
+        if name is None:
+            pytest.skip("no libvirt boot among this run's background boots")
+        run = runs[name]
+        assert run["rc"] == 0 and "\n0 failed\n" in run["out"], f"{name}:\n{run['out']}\n{run['err']}"
+        for case in (("package", "start", "killed", "restart", "managedsave", "saverestore", "partition", "three",
+                      "migrate", "iothreads", "judge", "purge") if name == "libvirt" else QUICK):
             assert f"case {case}:" in run["out"], case
+        assert "ok: start: " in run["out"] and "ok: untagged: " in run["out"] and "ok: destroy" in run["out"]
+
+    def test_the_libvirt_runs_share_one_deb_from_the_background_build(tmp_path, monkeypatch):
+        """The whole suite's libvirt boots install the .deb the background package build made (once
+        its built.json is there), and build the libvirt image only; without one they build their own."""
+        folder = tmp_path / "package"
+        folder.mkdir()
+        (folder / "vmtune_9.9_all.deb").write_bytes(b"!<arch>\n")
+        (folder / "built.json").write_text('{"rc": 0}')
+        monkeypatch.setenv("VMTUNE_PACKAGE_RESULTS", str(folder))
+        package = deb(tmp_path / "out")
+        assert package == folder / "vmtune_9.9_all.deb"
+        for name in DEFAULT:
+            argv = argv_of(name, package)
+            assert argv[argv.index("--libvirt") + 1:][:2] == ["--deb", str(package)], argv
+            assert argv.index("--") > argv.index("--deb"), argv
+        assert {tuple(image_of(RUNS[name])) for name in DEFAULT} == {("--libvirt",)}
+        assert argv_of("systemd", package) == RUNS["systemd"] and argv_of("libvirt", None) == RUNS["libvirt"]
+        assert RUNS["libvirt-start"][-2:] == ["--only", ",".join(QUICK)]
+
+    def test_the_runner_and_the_scenario_refuse_names_they_do_not_have(tmp_path):
+        runner = subprocess.run([sys.executable, __file__, "--run", str(tmp_path), "--boots", "libvirt,nope"],
+                                capture_output=True, text=True)
+        assert runner.returncode == 2 and "no run nope" in runner.stderr, runner.stderr
+        assert not any(tmp_path.iterdir())
+        for only, says in (("package,nope", "no case nope"), ("start,killed", "package goes first")):
+            proc = subprocess.run([sys.executable, str(LIBVIRT_SCENARIO), "--only", only], capture_output=True, text=True)
+            assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+        if not Path("/run/cgroup2-guest").exists():  # and it runs in the guest only
+            proc = subprocess.run([sys.executable, str(LIBVIRT_SCENARIO), "--only", "package"], capture_output=True,
+                                  text=True)
+            assert proc.returncode == 2 and "runs inside scripts/cgroup2-guest" in proc.stderr, proc.stderr
 
     def test_a_boot_that_does_not_come_up_is_one_line_within_its_limit(runs):
         run = runs["boot-limit"]
@@ -156,7 +233,12 @@ if "pytest" in sys.modules:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="run the guest's boots into DIR (scripts/test does, in the background)")
     parser.add_argument("--run", metavar="DIR", required=True)
-    parser.add_argument("--boots", metavar="NAMES", default=",".join(RUNS),
-                        help=f"which runs, comma-separated (default all: {','.join(RUNS)})")
+    parser.add_argument("--boots", metavar="NAMES", default="all",
+                        help=f"which runs, comma-separated, of {', '.join(RUNS)}; all: {','.join(ALL)}; "
+                             f"default: {','.join(DEFAULT)} (scripts/test's)")
     args = parser.parse_args()
-    run_all(Path(args.run), tuple(args.boots.split(",")))
+    names = {"all": ALL, "default": DEFAULT}.get(args.boots) or tuple(args.boots.split(","))
+    unknown = [name for name in names if name not in RUNS]
+    if unknown:
+        parser.error(f"no run {', '.join(unknown)} (the runs: {', '.join(RUNS)})")
+    run_all(Path(args.run), names)

@@ -35,7 +35,9 @@ and threads and to call the hook. It checks, against the kernel's and systemd's 
   and domains still start.
 
 Each check prints ``ok: ...`` or ``FAIL: ...``; the exit status is the number of failed checks.
-``--case NAME`` runs the cases up to NAME's and NAME (they build on each other; purge goes last).
+``--case NAME`` runs the cases up to NAME's and NAME (they build on each other; purge goes last);
+``--only A,B`` runs those cases, in this order (package first: it defines the domains the others
+start). The whole suite runs ``--only package,start,killed,judge`` (tests/test_cgroup2_guest.py).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ HOOK = Path("/etc/libvirt/hooks/qemu.d/50-vmtune")
 RUNDIR = Path("/run/libvirt/qemu")
 STATE = Path("/run/vmtune")
 ISOLATED = base.CG / "cpuset.cpus.isolated"
+GUEST = Path("/run/cgroup2-guest")  # scripts/cgroup2-guest's control folder, in its guest only
 
 
 def skip() -> tuple[Path, ...]:
@@ -454,14 +457,31 @@ def tidy() -> None:
     until(lambda: not leases(), 30, "every lease gone after a case")
 
 
+def _names(value: str) -> set[str]:
+    """``--only``'s cases: names of CASES, comma-separated, "package" among them."""
+    names = {name.strip() for name in value.split(",") if name.strip()}
+    unknown = sorted(names - set(CASES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no case {', '.join(unknown)} (the cases: {', '.join(CASES)})")
+    if "package" not in names:
+        raise argparse.ArgumentTypeError("package goes first: it defines the domains the other cases start")
+    return names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", choices=list(CASES), help="run the cases up to this one")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--case", choices=list(CASES), help="run the cases up to this one")
+    which.add_argument("--only", metavar="A,B", type=_names, help="run these cases, in the scenario's order")
     parser.add_argument("--corpus", type=Path, help="the shared corpus (its domains/), for the judge")
     args = parser.parse_args()
+    if not GUEST.is_dir():  # it purges packages and kills QEMU: never on the machine that runs the suite
+        parser.error(f"runs inside scripts/cgroup2-guest --libvirt (no {GUEST} here)")
     global CORPUS
     CORPUS = args.corpus
     names = list(CASES) if args.case is None else list(CASES)[:list(CASES).index(args.case) + 1]
+    if args.only:
+        names = [name for name in CASES if name in args.only]
     before = base.snapshot(skip())
     for name in names:
         t0 = time.monotonic()
