@@ -11,8 +11,11 @@ build fetches them; later boots use the cached image).
 
 The boots take a few minutes of one host thread each (single-threaded TCG), mostly while the rest of
 the suite waits on other things: ``scripts/test`` starts them before pytest, in the background
-(``python3 tests/test_cgroup2_guest.py --run DIR``, DIR in ``$VMTUNE_CGROUP2_RESULTS``), and the
-test reads what they left in DIR. Without that variable the test runs them itself.
+(``python3 tests/test_cgroup2_guest.py --run DIR --boots default``, DIR in ``$VMTUNE_CGROUP2_RESULTS``),
+and the test reads what they left in DIR. The whole suite's (``DEFAULT``) are the libvirt boot with
+the scenario's first cases, which covers the systemd host with libvirt itself, and a boot past its
+limit: one image, the libvirt one. ``VMTUNE_CGROUP2_BOOTS=all`` (``ALL``), or the module alone
+(without that variable the test runs them itself), boots the stand-in hosts too and runs every case.
 """
 
 from __future__ import annotations
