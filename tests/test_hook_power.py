@@ -380,21 +380,44 @@ def test_idle_dedicated_is_for_the_pinned_power_scope_only(power_host):
     assert "idle" not in state(power_host)
 
 
-def test_a_reconnect_renews_a_lease_and_the_cpus_follow_the_earlier_one(power_host):
-    """A reconnect renews vm-a's lease (libvirtd came back): vm-b is the earlier on CPU 3 now, and
-    CPU 3 runs as vm-b's realtime profile says, its records with vm-b's lease; the host still comes
-    back exactly."""
+def test_a_reconnect_keeps_a_leases_place_and_its_cpus_as_they_run(power_host):
+    """A reconnect (libvirtd came back; vm-a never stopped) keeps vm-a's lease as it was, its
+    ``since`` too: vm-a stays the earlier on CPU 3, which runs on as vm-a's latency profile says,
+    its records with vm-a's lease (a daemon's restart changes nothing a domain runs on). vm-b's own
+    reconnect changes nothing either; the host still comes back exactly."""
     sysfs = power_host / "sys"
     before = snapshot(sysfs)
     a, b = domain("vm-a", UUID_A, pins="2-3"), domain("vm-b", UUID_B, profile="realtime", pins="3")
     assert call(a, "vm-a", "prepare", "begin") == 0
     assert call(b, "vm-b", "prepare", "begin") == 0
     assert cpu_power(sysfs, 3) == latency_on(3)
-    assert call(a, "vm-a", "reconnect", "begin") == 0
-    assert [cpu_power(sysfs, c) for c in (2, 3)] == [latency_on(2), realtime_on(3)]
-    assert all("/cpu3/" in r["path"] for r in state(power_host)["leases"][UUID_B]["cstates"])
+    since = {key: lease["since"] for key, lease in state(power_host)["leases"].items()}
+    records = state(power_host)["leases"][UUID_A]["cstates"]
+    for xml, name in ((a, "vm-a"), (b, "vm-b")):
+        assert call(xml, name, "reconnect", "begin") == 0
+        assert [cpu_power(sysfs, c) for c in (2, 3)] == [latency_on(2), latency_on(3)]
+    assert {key: lease["since"] for key, lease in state(power_host)["leases"].items()} == since
+    assert state(power_host)["leases"][UUID_A]["cstates"] == records
+    assert any("/cpu3/" in r["path"] for r in records)
     assert call(b, "vm-b", "release", "end") == 0
     assert [cpu_power(sysfs, c) for c in (2, 3)] == [latency_on(2), latency_on(3)]
+    assert call(a, "vm-a", "release", "end") == 0
+    assert snapshot(sysfs) == before
+
+
+def test_a_start_again_of_a_leased_domain_is_a_new_lease(power_host):
+    """A prepare of a domain whose lease is still there (its release was lost) is a new start: the
+    lease is renewed, later than vm-b's, and CPU 3 goes to vm-b, the earlier now."""
+    sysfs = power_host / "sys"
+    before = snapshot(sysfs)
+    a, b = domain("vm-a", UUID_A, pins="2-3"), domain("vm-b", UUID_B, profile="realtime", pins="3")
+    assert call(a, "vm-a", "prepare", "begin") == 0
+    assert call(b, "vm-b", "prepare", "begin") == 0
+    assert call(a, "vm-a", "prepare", "begin") == 0
+    leases = state(power_host)["leases"]
+    assert leases[UUID_A]["since"] > leases[UUID_B]["since"]
+    assert [cpu_power(sysfs, c) for c in (2, 3)] == [latency_on(2), realtime_on(3)]
+    assert call(b, "vm-b", "release", "end") == 0
     assert call(a, "vm-a", "release", "end") == 0
     assert snapshot(sysfs) == before
 

@@ -206,12 +206,17 @@ class State:
         """The keys of the leases of domains called ``name``."""
         return sorted(key for key, lease in self.leases.items() if lease.name == name)
 
-    def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int], dedicated: bool = True) -> Lease:
-        """Record (or renew) the lease; a renewed lease keeps the records of what it changed."""
+    def add(self, uuid: str, name: str, profile: str, cpus: frozenset[int], dedicated: bool = True,
+            running: bool = False) -> Lease:
+        """Record (or renew) the lease; a renewed lease keeps the records of what it changed, and with
+        ``running`` (a reconnect: the domain never stopped) its ``since`` too, so that it stays the
+        earlier of two leases on a CPU (power.py) after libvirtd comes back."""
         old = self.leases.get(uuid)
         lease = Lease(name, profile, frozenset(cpus), time.time(), dedicated=dedicated)
         if old is not None:
             lease.hugepages, lease.cstates, lease.power = old.hugepages, old.cstates, old.power
+            if running:
+                lease.since = old.since
         self.leases[uuid] = lease
         return lease
 

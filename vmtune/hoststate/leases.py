@@ -373,7 +373,7 @@ class Leases:
                 log.error("%s: refusing to start: %s", dom.name, exc)
                 return 1
         first = state.baseline is None
-        lease = state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus, dom.dedicated)
+        lease = state.add(dom.uuid, dom.name, dom.profile or "", dom.cpus, dom.dedicated, running)
         if running:  # reconnect: the domain runs, its QEMU is there to record
             self._record_qemu(state, dom.uuid)
         if owner is not None:

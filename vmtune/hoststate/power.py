@@ -16,7 +16,7 @@ and set only when the leases hold every CPU of it, or the lease's profile says
 ``shared_policy = "set"``; a log line says which. A knob two leases want belongs to the earlier
 (``since``), as C-states do under ``cstate_scope = "pinned"``. At every call, before anything is
 completed, each record passes to the lease that wants that knob at that value now (``reconcile``: a
-release leaves its CPUs to another lease, a reconnect renews its lease's ``since``); the others are
+release leaves its CPUs to another lease; a reconnect keeps its lease's ``since``); the others are
 written back, and what the leases still lack is completed (leases.py), so the last lease on a CPU
 restores what the CPU had before the first.
 """
@@ -186,8 +186,8 @@ def for_leases(roots, leases: Mapping[str, Lease], settings: HookSettings, profi
 def reconcile(leases: Mapping[str, Lease], sysfs: str, settings: HookSettings, profiles_dir: str | None = None,
               loose: list[tuple[str, Record]] = ()) -> list[Record]:
     """Every record of the leases (and ``loose`` ones: (group, record) of a lease that goes) to the
-    lease that wants its knob at its value now (``wanted``: a reconnect renews a lease's ``since``, a
-    release leaves its CPUs to another), the value staying; the others are returned, to be written
+    lease that wants its knob at its value now (``wanted``: a release leaves its CPUs to another lease,
+    a lease's profile may have changed), the value staying; the others are returned, to be written
     back (``engine.restore``, newest last). What the leases then lack, ``for_leases`` finds."""
     owner = {knob.key: (key, knob.want)
              for key, (freq, idle) in wanted(sysfs, leases, settings, profiles_dir).items() for knob in freq + idle}
