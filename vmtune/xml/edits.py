@@ -235,9 +235,13 @@ class Applied:
 
 def _leaving(gone: etree._Element, done: list[Applied] | None) -> None:
     """Before ``gone`` leaves the tree: the paths of the changes made in it, as they stand."""
+    inside = None  # the nodes of ``gone``'s subtree (a unit: a few), made once
     for d in done or ():
-        if d.element is None and (d.node is gone or any(a is gone for a in d.node.iterancestors())):
-            d.element = d.where()
+        if d.element is None:
+            if inside is None:
+                inside = set(gone.iter())
+            if d.node in inside:
+                d.element = d.where()
 
 
 def settle(done: list[Applied], root: etree._Element) -> list[Change]:
