@@ -86,7 +86,8 @@ def _checkout(tmp_path: Path, python: str) -> tuple[Path, Path]:
     fake that logs its arguments, and vmtune counts as installed (the stamp). Returns (checkout, log)."""
     co = tmp_path / "co"
     (co / "scripts").mkdir(parents=True)
-    shutil.copy2(ROOT / "scripts" / "bootstrap", co / "scripts" / "bootstrap")
+    for name in ("bootstrap", "apt-lib"):
+        shutil.copy2(ROOT / "scripts" / name, co / "scripts" / name)
     (co / "setup.cfg").write_text("")
     made = subprocess.run([python, "-m", "venv", "--without-pip", co / ".venv"], capture_output=True, text=True)
     if made.returncode:

@@ -616,7 +616,7 @@ def test_the_checkout_route_gives_the_live_commands(tmp_path):
         pytest.skip("python3-libvirt is not installed and apt-get needs root")
     copy = tmp_path / "checkout"
     shutil.copytree(ROOT / "vmtune", copy / "vmtune", ignore=shutil.ignore_patterns("__pycache__"))
-    for rel in ("setup.cfg", "pyproject.toml", "README.md", "scripts/bootstrap", "scripts/vmtune",
+    for rel in ("setup.cfg", "pyproject.toml", "README.md", "scripts/bootstrap", "scripts/apt-lib", "scripts/vmtune",
                 "examples/stock-latency.xml"):
         (copy / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, copy / rel)
