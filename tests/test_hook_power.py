@@ -16,6 +16,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from fixtures.hook import CPU, ORIGINAL_GOVERNOR, UUID_A, UUID_B, call, domain, snapshot, state, value
@@ -189,6 +192,42 @@ def test_a_lease_whose_profile_goes_keeps_what_its_cpus_run_at(power_host, capsy
     assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "release", "end") == 0
     assert call(a, "vm-a", "release", "end") == 0
     assert snapshot(sysfs) == before
+
+
+def test_a_reap_says_each_line_once(power_host, capsys, monkeypatch):
+    """``vmtune hook reap`` releases a lease as the hook does, reading the power the others want
+    before and after the records move: each line it logs comes once, as in a hook call."""
+    from vmtune.hoststate import alive
+    sysfs = power_host / "sys"
+    before = snapshot(sysfs)
+    mine = power_host / "profiles" / "mine.toml"
+    mine.write_text('inherit = "realtime"\n')
+    a = domain("vm-a", UUID_A, profile="mine", pins="2")
+    assert call(a, "vm-a", "prepare", "begin") == 0
+    assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "prepare", "begin") == 0
+    (power_host / "libvirt" / "vm-a.xml").write_text(a)  # vm-a runs; vm-b's domain is gone
+    mine.unlink()
+    monkeypatch.setattr(alive, "GRACE_S", 0.0)
+    capsys.readouterr()
+    assert cli.main(["hook", "reap"]) == 0
+    said = capsys.readouterr()
+    assert "reaped the lease of vm-b" in said.out
+    assert said.err.count("the lease of vm-a keeps what its CPUs run at: its profile mine cannot be read") == 1
+    assert cpu_power(sysfs, 2) == realtime_on(2)
+    assert call(a, "vm-a", "release", "end") == 0
+    assert snapshot(sysfs) == before
+
+
+def test_verify_without_a_log_handler_says_each_line_once():
+    """``vmtune verify`` sets up no logging: the engine's warnings go out through Python's last
+    resort, and its lease and release (which read the power twice) write each one once too."""
+    code = ("import logging\nfrom vmtune.oneline import said_once\n"
+            "log = logging.getLogger('vmtune.hoststate.power')\n"
+            "with said_once():\n    log.warning('the lease keeps it')\n    log.warning('the lease keeps it')\n"
+            "log.warning('the lease keeps it')\n")  # after the block: written again
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[2])})
+    assert done.stderr == "the lease keeps it\n" * 2
 
 
 def test_a_floor_without_a_base_frequency_is_kept(power_host, capsys):

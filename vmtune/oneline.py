@@ -66,14 +66,16 @@ def setup_logging(syslog: bool = True) -> None:
 @contextlib.contextmanager
 def said_once() -> Iterator[None]:
     """Within the block, a line the hook's and the engine's loggers wrote already (the same level and
-    text) is not written again: a step that runs twice in one hook call (the power a lease wants is
-    read before and after its records move) says what it found once."""
+    text) is not written again: a step that runs twice in one hook call, reap or verify (the power
+    the leases want is read before and after a lease's records move) says what it found once."""
     first: dict[tuple[int, str], logging.LogRecord] = {}
 
     def once(record: logging.LogRecord) -> bool:  # each handler sees the same record: let it through all
         return first.setdefault((record.levelno, record.getMessage()), record) is record
 
     handlers = [h for name in LOGGERS for h in logging.getLogger(name).handlers]
+    if logging.lastResort is not None:  # what a command without setup_logging (verify) writes warnings with
+        handlers.append(logging.lastResort)
     for handler in handlers:
         handler.addFilter(once)
     try:

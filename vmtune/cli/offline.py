@@ -255,7 +255,7 @@ def _reap(cfg, roots, quiet: bool = False, every: bool = False) -> int:
     restore``): every lease is released, those of running domains too."""
     from ..hoststate.leases import Leases
     from ..hoststate.statedir import LockTimeout, Unsafe
-    from ..oneline import setup_logging
+    from ..oneline import said_once, setup_logging
     from ..install.reaper import NOTHING, idle
 
     if idle(roots.state):  # as the fast path (vmtune/__main__.py) decides: nothing is written
@@ -264,7 +264,8 @@ def _reap(cfg, roots, quiet: bool = False, every: bool = False) -> int:
         setup_logging()  # the hook's own lines (a lease reaped, a value left alone) on stderr
         try:
             leases = Leases(cfg, roots)
-            done = leases.restore_all() if every else leases.reap()
+            with said_once():  # a release reads what the others want twice, as a hook call does
+                done = leases.restore_all() if every else leases.reap()
         except (LockTimeout, Unsafe) as exc:
             raise InvalidInput(str(exc)) from None
         except OSError as exc:

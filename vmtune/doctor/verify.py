@@ -204,6 +204,7 @@ def held(ctx: Context, cpus: frozenset[int], profile: str = "latency") -> Iterat
     from ..config import Isolate
     from ..hoststate import alive
     from ..hoststate.leases import LeaseRequest, Leases
+    from ..oneline import said_once
 
     me = alive.process(os.getpid(), ctx.roots.proc or alive.PROC)
     key = f"{alive.OWN}{os.getpid()}"
@@ -212,22 +213,23 @@ def held(ctx: Context, cpus: frozenset[int], profile: str = "latency") -> Iterat
     said = _Said()
     log = logging.getLogger("vmtune.hoststate")
     previous = signal.signal(signal.SIGTERM, _terminate)  # from before the lease: a SIGTERM anywhere releases it
-    try:
-        log.addHandler(said)
+    with said_once():  # the lease and its release read what the others want twice, as a hook call does
         try:
-            refused = leases.lease(LeaseRequest(LEASE_NAME, key, profile, cpus), refuse_conflicts=True,
-                                   top_up=False, owner=me)
+            log.addHandler(said)
+            try:
+                refused = leases.lease(LeaseRequest(LEASE_NAME, key, profile, cpus), refuse_conflicts=True,
+                                       top_up=False, owner=me)
+            finally:
+                log.removeHandler(said)
+            if refused:
+                raise InvalidInput(f"verify: no lease for CPUs {cpuset.format(cpus)}: {said.last or 'refused'}")
+            yield key
         finally:
-            log.removeHandler(said)
-        if refused:
-            raise InvalidInput(f"verify: no lease for CPUs {cpuset.format(cpus)}: {said.last or 'refused'}")
-        yield key
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the release is not cut short
-        try:
-            leases.release(key, LEASE_NAME)  # none taken (refused, interrupted): nothing to give back
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the release is not cut short
+            try:
+                leases.release(key, LEASE_NAME)  # none taken (refused, interrupted): nothing to give back
+            finally:
+                signal.signal(signal.SIGTERM, previous)
 
 
 class _Said(logging.Handler):
