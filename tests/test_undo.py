@@ -108,6 +108,21 @@ def test_the_record_is_valid_and_small_and_only_what_was_touched():
                        "disk", "interface", "memballoon", "controller"}, touched
 
 
+def test_the_record_keeps_characters_as_they_are_and_escapes_as_json_does():
+    """The record is compact JSON with its characters as written (not \\u escapes), whichever of
+    Python's two encoders made it, and reads back whole."""
+    from vmtune.record import undo
+    for text in ("plain", "café ≠ 💾", "a \\u0041 backslash-u", "tab\there\x01"):
+        rec = {"v": 1, "units": [[[["disk", 0]], f"<disk>{text}</disk>", None, 3]]}
+        assert undo.dumps(rec) == json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+        assert json.loads(undo.dumps(rec)) == rec
+    xml = STOCK.replace("web-latency.img", "größe-café.img", 1)  # a disk vmtune changes: in the record
+    result = vmtune.rewrite(xml, HOST, "latency")
+    kept = result.xml.split("<vmtune:undo", 1)[1]
+    assert "größe-café.img" in kept and "\\u" not in kept
+    assert vmtune.untune(result.xml).xml == xml
+
+
 def test_a_profile_change_leaves_nothing_of_the_old_one():
     """The issue's case: latency, then balanced: no pins, no strict numatune, no hugepages, no
     topology, the balloon back; the changes say what was taken back."""

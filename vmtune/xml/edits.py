@@ -131,7 +131,7 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
         return
     position = None
     for i, existing in enumerate(parent):
-        other = ranks.get(xmltext.local_name(existing.tag))
+        other = _rank(ranks, existing.tag)
         if other is None:
             continue
         if other <= rank:
@@ -151,14 +151,22 @@ def _after_all(parent: etree._Element, ranks: dict[str, int], rank: int) -> bool
     lookups from the ends, so adding N pins one by one costs N, not N squared."""
     first = last = None
     for existing in parent:
-        first = ranks.get(xmltext.local_name(existing.tag))
+        first = _rank(ranks, existing.tag)
         if first is not None:
             break
     if first is None or first > rank:
         return False
-    tail = parent[-1]
-    last = ranks.get(xmltext.local_name(tail.tag))
+    last = _rank(ranks, parent[-1].tag)
     return last is not None and last <= rank
+
+
+def _rank(ranks: dict[str, int], tag) -> int | None:
+    """``ranks`` of a child's tag by its local name: a plain tag is its own (a comment's or a PI's
+    tag is no name, and ranks nothing), and only a namespaced one is taken apart."""
+    rank = ranks.get(tag)
+    if rank is None and isinstance(tag, str) and tag[:1] == "{":
+        return ranks.get(xmltext.local_name(tag))
+    return rank
 
 
 _STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
