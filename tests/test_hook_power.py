@@ -411,6 +411,32 @@ def test_idle_dedicated_cpus_save_power_while_others_run(power_host):
     assert "idle" not in json.loads((power_host / "state" / "state.json").read_text())
 
 
+@pytest.mark.parametrize("how", ["refused", "failed"])
+def test_a_start_that_does_not_happen_leaves_idle_cpus_asleep(power_host, monkeypatch, how):
+    """vm-b's start wakes idle CPU 3 for it, then is refused (too few hugepages) or fails half-way:
+    CPU 3 is asleep again when the call ends, as the state says, not at the next call."""
+    from vmtune.hoststate import pages
+    sysfs = power_host / "sys"
+    (power_host / "vmtune.toml").write_text('dedicated_cpus = "1-3"\n' + IDLE)
+    tuned_by_hand(sysfs)
+    before = snapshot(sysfs)
+    a = domain("vm-a", UUID_A, pins="2")
+    assert call(a, "vm-a", "prepare", "begin") == 0
+    asleep = snapshot(sysfs)
+    assert cpu_power(sysfs, 3)["governor"] == "powersave"
+
+    def short(*args):
+        if how == "refused":
+            return False
+        raise OSError("the pool cannot grow")
+    with monkeypatch.context() as patch:  # (the fixture's own patches stay: its fake host)
+        patch.setattr(pages, "top_up", short)
+        assert call(domain("vm-b", UUID_B, pins="3"), "vm-b", "prepare", "begin") == 1
+    assert snapshot(sysfs) == asleep
+    assert call(a, "vm-a", "release", "end") == 0
+    assert snapshot(sysfs) == before
+
+
 def test_idle_dedicated_is_for_the_pinned_power_scope_only(power_host):
     (power_host / "vmtune.toml").write_text('dedicated_cpus = "1-3"\n[hook]\nidle_dedicated = "powersave"\n')
     tuned_by_hand(power_host / "sys")

@@ -398,7 +398,7 @@ class Leases:
     def _tune(self, state: State, original: State, lease: Lease, first: bool, shorts: dict[Pool, tuple[int, int]],
               others: list[Lease], iso: frozenset[int] | None) -> int:
         """Journal, top up, complete the host's tuning for every lease, isolate, commit (steps 4-8)."""
-        self._wake(state)
+        woken = self._wake(state)
         self._reconcile(state)
         todo = self._missing(state)
         if (todo or shorts) and not self.dry_run:
@@ -406,6 +406,7 @@ class Leases:
         try:
             if not pages.top_up(self.roots, lease, shorts, others, self.dry_run):
                 self.store.commit(original, final=True)
+                self._sleep(woken)
                 return 1
             if first:
                 log.info("%s: first latency lease: saving the host state and tuning the host", lease.name)
@@ -425,6 +426,7 @@ class Leases:
             self._undo_isolation(state, original)
             try:
                 self.store.commit(original, final=True)
+                self._sleep(woken)
             except Exception:  # noqa: BLE001,S110 - the journal stays; the next call settles it
                 pass
             raise
@@ -482,16 +484,24 @@ class Leases:
                 return
         engine.restore(self.roots, back, dry_run=self.dry_run, failed=state.unrestored)
 
-    def _wake(self, state: State) -> None:
+    def _wake(self, state: State) -> list[Record]:
         """Give back the idle records of dedicated CPUs a lease holds now (or of all, with no lease),
-        before the leases' own values are taken: what a lease records is then what the CPU had."""
+        before the leases' own values are taken: what a lease records is then what the CPU had.
+        Returns those records (``_sleep`` puts them back where the lease is not taken after all)."""
         if not state.idle:
-            return
+            return []
         keep = {k.key for k in self._idle_knobs(state)} if self.idle else set()
         back = [r for r in state.idle if r.key not in keep]
         if back:
             state.idle = [r for r in state.idle if r.key in keep]
             engine.restore(self.roots, back, dry_run=self.dry_run, failed=state.unrestored)
+        return back
+
+    def _sleep(self, woken: list[Record]) -> None:
+        """A start refused or failed after ``_wake``, the state as before it committed (its idle
+        records kept): those CPUs idle again as the records say, not at the next call."""
+        if woken:
+            engine.apply(self.roots, [Knob(r.key, r.after) for r in woken], dry_run=self.dry_run)
 
     def _complete(self, state: State, todo: Missing) -> None:
         """Write what is missing; each journal record becomes what the kernel read back (or goes)."""
