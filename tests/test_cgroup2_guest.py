@@ -33,6 +33,8 @@ from conftest import CORPUS
 from fixtures.background import wait_done
 from fixtures.wait import wait_until
 
+import vmtune
+
 ROOT = Path(__file__).resolve().parents[1]
 GUEST = ROOT / "scripts" / "cgroup2-guest"
 SCENARIO = ROOT / "tests" / "guest_cgroup2" / "scenario.py"
@@ -87,8 +89,8 @@ def deb(out: Path) -> Path | None:
         where = out / "package"
         subprocess.run([str(ROOT / "scripts" / "package"), str(where)], capture_output=True, check=False,
                        stdin=subprocess.DEVNULL)
-    found = sorted(where.glob("vmtune_*_all.deb"))
-    return found[-1] if found else None
+    built = where / f"vmtune_{vmtune.__version__}_all.deb"  # the name scripts/package gives this checkout's
+    return built if built.exists() else None
 
 
 def why_not() -> str | None:
@@ -199,11 +201,12 @@ if "pytest" in sys.modules:
         its built.json is there), and build the libvirt image only; without one they build their own."""
         folder = tmp_path / "package"
         folder.mkdir()
-        (folder / "vmtune_9.9_all.deb").write_bytes(b"!<arch>\n")
+        (folder / "vmtune_9.9_all.deb").write_bytes(b"!<arch>\n")  # an older build left beside: not this one
+        (folder / f"vmtune_{vmtune.__version__}_all.deb").write_bytes(b"!<arch>\n")
         (folder / "built.json").write_text('{"rc": 0}')
         monkeypatch.setenv("VMTUNE_PACKAGE_RESULTS", str(folder))
         package = deb(tmp_path / "out")
-        assert package == folder / "vmtune_9.9_all.deb"
+        assert package == folder / f"vmtune_{vmtune.__version__}_all.deb"
         for name in DEFAULT:
             argv = argv_of(name, package)
             assert argv[argv.index("--libvirt") + 1:][:2] == ["--deb", str(package)], argv
