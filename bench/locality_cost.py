@@ -9,7 +9,9 @@
   interpreter, ``PYTHONPATH`` its tree). A round rewrites every (domain, profile) pair of the
   corpus and ``examples/*.xml`` that both trees place, on two hosts: ``examples/hosts/2node-smt.xml``
   (no caches) and the corpus AMD host with 8 L3 domains; the order of the two processes alternates
-  every round, and the figure is this tree's rate over REV's, paired by round.
+  every round, and the figure is this tree's rate over REV's, paired by round: over every pair (variant
+  REV), and over each profile's pairs apart (variant ``REV PROFILE``: a round times each profile's
+  pairs on their own), the figure issue 33 holds every profile to.
 """
 
 from __future__ import annotations
@@ -173,11 +175,15 @@ for h, host in hosts.items():
             ok.append([h, p, prof])
 print(json.dumps(ok), flush=True)
 pairs = [(hosts[h], Path(p).read_bytes(), prof) for h, p, prof in json.loads(sys.stdin.readline())]
+groups = {prof: [(host, xml) for host, xml, p in pairs if p == prof] for prof in profiles}
 for line in sys.stdin:
-    t0 = time.perf_counter()
-    for host, xml, prof in pairs:
-        vmtune.rewrite(xml, host, prof)
-    print(time.perf_counter() - t0, flush=True)
+    took = {}
+    for prof, group in groups.items():
+        t0 = time.perf_counter()
+        for host, xml in group:
+            vmtune.rewrite(xml, host, prof)
+        took[prof] = time.perf_counter() - t0
+    print(json.dumps(took), flush=True)
 """
 
 
@@ -201,25 +207,40 @@ def _against(label: str, tree: Path, rounds: int, log) -> list[dict]:
     for p in procs.values():
         p.stdin.write(json.dumps(both) + "\n")
         p.stdin.flush()
-    seconds: dict[str, list[float]] = {name: [] for name in procs}
+    seconds: dict[str, list[dict[str, float]]] = {name: [] for name in procs}
     for r in range(rounds):
         for name in (list(procs) if r % 2 == 0 else list(procs)[::-1]):
             procs[name].stdin.write("go\n")
             procs[name].stdin.flush()
-            seconds[name].append(float(procs[name].stdout.readline()))
+            seconds[name].append(json.loads(procs[name].stdout.readline()))
         log(f"rewrite-against {label}: round {r + 1}/{rounds}")
     for p in procs.values():
         p.stdin.close()
         p.wait()
-    per_round = [{"rate_this": len(both) / a, "rate_rev": len(both) / b, "ratio": b / a,
-                  "ms_this": a / len(both) * 1e3, "ms_rev": b / len(both) * 1e3}
-                 for a, b in zip(seconds["this"], seconds[label])]
+    counts = {prof: sum(1 for *_, p in both if p == prof) for prof in PROFILES}
+    out = [_paired(label, label, len(both), rounds, [(sum(a.values()), sum(b.values()))
+                                                    for a, b in zip(seconds["this"], seconds[label])])]
+    for prof, n in counts.items():  # issue 33's figure: each profile apart
+        if n:
+            out.append(_paired(label, f"{label} {prof}", n, rounds,
+                               [(a[prof], b[prof]) for a, b in zip(seconds["this"], seconds[label])]))
+    return out
+
+
+PROFILES = ("balanced", "latency", "realtime", "throughput")
+
+
+def _paired(label: str, variant: str, pairs: int, rounds: int, seconds: list[tuple[float, float]]) -> dict:
+    """One rewrite-against record: ``pairs`` rewrites a round, (this tree's, REV's) seconds a round."""
+    per_round = [{"rate_this": pairs / a, "rate_rev": pairs / b, "ratio": b / a,
+                  "ms_this": a / pairs * 1e3, "ms_rev": b / pairs * 1e3} for a, b in seconds]
     s = summarize(per_round, ("rate_this", "rate_rev", "ratio", "ms_this", "ms_rev"))
-    return [{
-        "case": "rewrite-against", "variant": label,
+    return {
+        "case": "rewrite-against", "variant": variant,
         "description": f"rewrites/s of this tree over {label}'s (ratio: this tree's rate / {label}'s), paired by "
-                       "round, interleaved, one process each; p50/p99: this tree's ms per rewrite over the rounds",
-        "pairs": len(both), "runs": rounds, "hosts": list(HOSTS),
+                       "round, interleaved, one process each; p50/p99: this tree's ms per rewrite over the rounds"
+                       + ("" if variant == label else f"; the {variant.split()[-1]} profile's pairs only"),
+        "pairs": pairs, "runs": rounds, "hosts": list(HOSTS),
         "p50_ms": s["ms_this"]["median"], "p99_ms": quantile([r["ms_this"] for r in per_round], 0.99),
         "ratio_median": s["ratio"]["median"], "spread": s, "per_run": per_round,
-    }]
+    }

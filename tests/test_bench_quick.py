@@ -70,3 +70,19 @@ def test_bench_run_quick(tmp_path: Path):
     assert mapped["cpus_shown"] == 256 and mapped["claims"] == 40 and _number(mapped["ratio_to_goal"])
     index = json.loads((out / "index.json").read_text())
     assert sorted(index["files"]) == [p.name for p in files]
+
+
+def test_rewrite_against_gives_each_profile_its_own_ratio():
+    """``--rewrite-against REV``'s figures (bench/locality_cost.py): this tree's rate over REV's,
+    paired by round, over every pair and over each profile's pairs apart (issue 33's figure)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from bench import locality_cost
+
+    # two rounds of 4 pairs each: this tree took 1 ms and 2 ms a pair, REV 1.5 ms both times
+    rec = locality_cost._paired("abc1234", "abc1234 latency", 4, 2, [(0.004, 0.006), (0.008, 0.006)])
+    assert rec["variant"] == "abc1234 latency" and "the latency profile's pairs only" in rec["description"]
+    assert [round(r["ratio"], 3) for r in rec["per_run"]] == [1.5, 0.75]
+    assert round(rec["ratio_median"], 3) == round((1.5 + 0.75) / 2, 3)
+    assert [round(r["ms_this"], 3) for r in rec["per_run"]] == [1.0, 2.0]
