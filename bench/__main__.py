@@ -31,7 +31,9 @@ The ``placement-l3`` case (bench/locality_cost.py: placing one more latency doma
 256-CPU host with 16 L3 domains, N claims) and the ``retune`` case (a rewrite of a domain vmtune
 tuned before against a first rewrite, over the corpus) run with part 2 and alone with ``--part
 locality``; ``--rewrite-against REV`` adds the ``rewrite-against`` case there: this tree's rewrite throughput
-over REV's, in one interleaved run.
+over REV's, in one interleaved run, over every pair and per profile. The ``rewrite-steps`` and
+``rewrite-bound`` cases (bench/rewrite_steps.py: where a latency and a realtime rewrite's time goes,
+and the rewrite without the record and the byte-keeping writer) run there too.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import costs, disk_queues, guests, hook_cost, host_isolation, host_noise, locality_cost, map_cost
+from . import (costs, disk_queues, guests, hook_cost, host_isolation, host_noise, locality_cost, map_cost,
+               rewrite_steps)
 from .common import ROOT, machine, versions, write_result
 
 # The --part values that run the host-isolation case (None: the full run). Not "1" yet:
@@ -134,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in (None, "2", "locality"):
         records += locality_cost.placement(size, args.virt_type, log)  # its SIZES in bench/locality_cost.py
         records += locality_cost.retune(size, log)  # its ROUNDS in bench/locality_cost.py
+        records += rewrite_steps.run(size, log)  # its ROUNDS in bench/rewrite_steps.py
         if args.rewrite_against:
             records += locality_cost.against(args.rewrite_against, size, log)
     part1, isolation, noise = {"ran": False}, {"ran": False}, {"ran": False}

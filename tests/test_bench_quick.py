@@ -11,10 +11,11 @@ import subprocess
 from pathlib import Path
 
 from conftest import ROOT
+from bench import locality_cost, rewrite_steps
 from fixtures.benchrecords import REQUIRED, number as _number
 
 CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost", "map", "placement-l3",
-         "retune"}
+         "retune", "rewrite-steps", "rewrite-bound"}
 HOOK_VARIANTS = {"python-c-pass", "shell-noop", "untagged", "tagged-ignored-op", "tagged-prepare", "tagged-release",
                  "reap-idle"}
 PROFILES = {"balanced", "latency", "realtime", "throughput"}
@@ -66,6 +67,14 @@ def test_bench_run_quick(tmp_path: Path):
             assert rec["values_tuned_per_prepare"] > 0  # the prepare really tuned the fake host
             if rec["variant"] == "python-c-pass":
                 assert rec["ratio_to_c_pass"] == 1
+    assert by_case["rewrite-steps"] == set(rewrite_steps.PROFILES)
+    assert by_case["rewrite-bound"] == {f"{p} {v}" for p in rewrite_steps.PROFILES for v in rewrite_steps.VARIANTS}
+    for rec in records:
+        if rec["case"] == "rewrite-steps":
+            assert list(rec["steps_us"]) == [label for label, *_ in rewrite_steps.STEPS]
+            assert all(_number(v) and v > 0 for v in rec["steps_us"].values()), rec["steps_us"]  # each step ran
+        if rec["case"] in ("rewrite-steps", "rewrite-bound"):
+            assert rec["domains"] > 20 and _number(rec["mean_ms"]), rec["variant"]
     (mapped,) = [rec for rec in records if rec["case"] == "map"]
     assert mapped["cpus_shown"] == 256 and mapped["claims"] == 40 and _number(mapped["ratio_to_goal"])
     index = json.loads((out / "index.json").read_text())
@@ -75,11 +84,6 @@ def test_bench_run_quick(tmp_path: Path):
 def test_rewrite_against_gives_each_profile_its_own_ratio():
     """``--rewrite-against REV``'s figures (bench/locality_cost.py): this tree's rate over REV's,
     paired by round, over every pair and over each profile's pairs apart (issue 33's figure)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT))
-    from bench import locality_cost
-
     # two rounds of 4 pairs each: this tree took 1 ms and 2 ms a pair, REV 1.5 ms both times
     rec = locality_cost._paired("abc1234", "abc1234 latency", 4, 2, [(0.004, 0.006), (0.008, 0.006)])
     assert rec["variant"] == "abc1234 latency" and "the latency profile's pairs only" in rec["description"]
