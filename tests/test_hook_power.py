@@ -218,9 +218,10 @@ def test_a_reap_says_each_line_once(power_host, capsys, monkeypatch):
     assert snapshot(sysfs) == before
 
 
-def test_verify_without_a_log_handler_says_each_line_once():
+def test_said_once_covers_the_last_resort_that_verify_writes_with():
     """``vmtune verify`` sets up no logging: the engine's warnings go out through Python's last
-    resort, and its lease and release (which read the power twice) write each one once too."""
+    resort, which ``said_once`` (around verify's lease and release, which read the power twice)
+    covers too: each line once in the block, and again after it."""
     code = ("import logging\nfrom vmtune.oneline import said_once\n"
             "log = logging.getLogger('vmtune.hoststate.power')\n"
             "with said_once():\n    log.warning('the lease keeps it')\n    log.warning('the lease keeps it')\n"
