@@ -78,3 +78,23 @@ def test_the_second_disk_is_disk_2_everywhere():
     where = note.partition(": ")[0]
     assert where == "/domain/devices/disk[source/@dev='/dev/vg0/db-data']/target/@bus", note
     assert _value_at(etree.fromstring(again.xml.encode()), where, False) == "scsi"
+
+
+def test_keys_count_elements_comments_and_pis_but_not_entity_references():
+    """A key's ordinal counts the children that count (vmtune/xml/xmlkeys.py ``counted``): elements,
+    comments and PIs, never an entity reference (which a domain vmtune parses cannot hold, for it
+    refuses entity declarations), and in <metadata> never vmtune's own tag; a disk is named by its
+    source's attributes that are set, an interface by its MAC."""
+    from vmtune.xml.xmlkeys import counted, ident_of
+    from vmtune.xml.model import TAG
+
+    devices = etree.fromstring("<devices><disk><source file='/a' dev=''/></disk><!--c--><?pi x?>"
+                               "<interface><mac address='52:54:00:00:00:01'/></interface><disk/></devices>")
+    devices.insert(1, etree.Entity("ref"))
+    assert [c.tag for c in counted(devices)] == ["disk", etree.Comment, etree.PI, "interface", "disk"]
+    assert [key for key, _ in keyed(devices)] == [("disk", "file=/a", 0), ("#comment", "c", 0), ("#pi", "x", 0),
+                                                  ("interface", "52:54:00:00:00:01", 0), ("disk", 0)]
+    assert ident_of(devices[0]) == ("disk", "file=/a")  # dev='' is not set
+    metadata = etree.fromstring("<metadata><other xmlns='urn:x'/></metadata>")
+    metadata.append(etree.Element(TAG))
+    assert [c.tag for c in counted(metadata)] == ["{urn:x}other"]

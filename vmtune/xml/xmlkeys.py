@@ -42,28 +42,27 @@ def ident_of(node) -> tuple:
         return ("#comment" if isinstance(node, etree._Comment) else "#pi", node.text or "")
     local = local_name(tag)
     if local == "disk":
-        src = xmltext.find(node, "source")
+        src = next(node.iterchildren("source"), None)
         if src is None:
             return (tag,)
-        have = src.attrib
-        return (tag, *[f"{a}={have[a]}" for a in SOURCE_ATTRS if a in have and have[a]])
+        get = src.get
+        return (tag, *[f"{a}={v}" for a in SOURCE_ATTRS if (v := get(a))])
     if local == "interface":
-        mac = xmltext.find(node, "mac")
+        mac = next(node.iterchildren("mac"), None)
         return (tag, mac.get("address", "") if mac is not None else "")
     keys = KEYS.get(local)
     return (tag,) if keys is None else (tag, *[node.get(a) or "" for a in keys])
 
 
-COUNTED = (etree._Element, etree._Comment, etree._ProcessingInstruction)
-
-
-
-
 def counted(parent) -> list:
-    """The children that count: elements, comments and PIs, but vmtune's own tag in <metadata>."""
+    """The children that count: elements, comments and PIs, but vmtune's own tag in <metadata>
+    (an entity reference, the one other kind of child, is told by its tag: lxml's ``Entity``)."""
     if parent.tag == "metadata":
-        return [c for c in parent if c.tag != TAG and isinstance(c, COUNTED) and not isinstance(c, etree._Entity)]
-    return [c for c in parent if isinstance(c, COUNTED) and not isinstance(c, etree._Entity)]
+        return [c for c in parent if c.tag is not _ENTITY and c.tag != TAG]
+    return [c for c in parent if c.tag is not _ENTITY]
+
+
+_ENTITY = etree.Entity  # the tag of every entity reference node
 
 
 def keyed(parent) -> list[tuple[tuple, object]]:
