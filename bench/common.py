@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import re
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
 import sys
 from pathlib import Path
@@ -151,3 +155,30 @@ def print_table(argv: list[str], case: str, variants, table) -> int:
         return 1
     sys.stdout.write(table([recs[v] for v in variants if v in recs]))
     return 0
+
+
+def commit(rev: str) -> str | None:
+    """The short hash of commit ``rev`` in this checkout (None: not a commit here)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", f"{rev}^{{commit}}"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def worktree(rev: str, log):
+    """(short hash, path) of a detached ``git worktree`` of ``rev`` in a temporary folder, removed
+    after: the other tree of ``--hook-against``, ``--rewrite-against`` and scripts/same-outputs."""
+    label = commit(rev)
+    if label is None:
+        raise SystemExit(f"bench: {rev} is not a commit here")
+    git = ["git", "-C", str(ROOT)]
+    parent = Path(tempfile.mkdtemp(prefix=f"vmtune-bench-{label}-"))
+    path = parent / label
+    subprocess.run(git + ["worktree", "add", "--detach", str(path), label], capture_output=True, check=True)
+    log(f"{rev} ({label}) checked out in {path}")
+    try:
+        yield label, path
+    finally:
+        subprocess.run(git + ["worktree", "remove", "--force", str(path)], capture_output=True, check=False)
+        shutil.rmtree(parent, ignore_errors=True)
+        subprocess.run(git + ["worktree", "prune"], capture_output=True, check=False)

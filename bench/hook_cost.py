@@ -43,7 +43,6 @@ records also carry ``ratio_to_current``: its p50 over the current variant's in t
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import re
@@ -55,7 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import EXAMPLES, ROOT, quantile, summarize
+from .common import EXAMPLES, ROOT, quantile, summarize, worktree
 
 HOOK = ROOT / "hooks" / "qemu"
 FULL = {"runs": 7, "inner": 15}
@@ -212,27 +211,6 @@ class Bench:
     def _snapshot(self, prefix: str = "") -> dict[str, str]:
         root = self.sysfs[prefix]
         return {str(p.relative_to(root)): p.read_text().strip() for p in root.rglob("*") if p.is_file()}
-
-
-@contextlib.contextmanager
-def worktree(rev: str, log):
-    """(short hash, path) of a detached ``git worktree`` of ``rev`` in a temporary folder, removed after."""
-    git = ["git", "-C", str(ROOT)]
-    short = subprocess.run(git + ["rev-parse", "--short", f"{rev}^{{commit}}"], capture_output=True,
-                           text=True, check=False)
-    if short.returncode != 0:
-        raise SystemExit(f"bench: --hook-against {rev}: not a commit here: {short.stderr.strip()}")
-    label = short.stdout.strip()
-    parent = Path(tempfile.mkdtemp(prefix=f"vmtune-bench-{label}-"))
-    path = parent / label
-    subprocess.run(git + ["worktree", "add", "--detach", str(path), label], capture_output=True, check=True)
-    log(f"hook-cost: {rev} ({label}) checked out in {path}")
-    try:
-        yield label, path
-    finally:
-        subprocess.run(git + ["worktree", "remove", "--force", str(path)], capture_output=True, check=False)
-        shutil.rmtree(parent, ignore_errors=True)
-        subprocess.run(git + ["worktree", "prune"], capture_output=True, check=False)
 
 
 def run(quick: bool, log, against: str | None = None) -> list[dict]:

@@ -28,8 +28,8 @@ import vmtune
 from vmtune.host.devices import Location, Table
 from vmtune.host.topology import L3
 
-from .common import CORPUS, EXAMPLES, ROOT, ms_figures, quantile, summarize, time_calls
-from .costs import MIX, grid_host, make_domain
+from .common import CORPUS, EXAMPLES, ROOT, ms_figures, quantile, summarize, time_calls, worktree
+from .costs import MIX, PROFILES, grid_host, make_domain
 
 NODES, CORES, THREADS, L3_CORES = 4, 32, 2, 8
 SIZES = {"full": ((10, 100, 300), 5, 10), "quick": ((10, 100), 3, 3), "smoke": ((10,), 1, 1)}
@@ -123,7 +123,7 @@ def retune(size: str, log) -> list[dict]:
     for host in hosts.values():
         for path in paths:
             xml = path.read_bytes()
-            for prof in ("balanced", "latency", "realtime", "throughput"):
+            for prof in PROFILES:
                 try:
                     pairs.append((host, xml, vmtune.rewrite(xml, host, prof).xml, prof))
                 except vmtune.VmtuneError:
@@ -188,8 +188,6 @@ for line in sys.stdin:
 
 
 def against(rev: str, size: str, log) -> list[dict]:
-    from .hook_cost import worktree
-
     with worktree(rev, log) as (label, tree):
         return _against(label, tree, ROUNDS[size], log)
 
@@ -226,8 +224,6 @@ def _against(label: str, tree: Path, rounds: int, log) -> list[dict]:
                                [(a[prof], b[prof]) for a, b in zip(seconds["this"], seconds[label])]))
     return out
 
-
-PROFILES = ("balanced", "latency", "realtime", "throughput")
 
 
 def _paired(label: str, variant: str, pairs: int, rounds: int, seconds: list[tuple[float, float]]) -> dict:

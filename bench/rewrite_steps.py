@@ -67,21 +67,11 @@ def _owner(module: str, attr: str):
 
 
 @contextmanager
-def _timed(spent: dict[str, float]):
-    """Every step of ``STEPS`` wrapped: its seconds added to ``spent`` under its label."""
-    saved = []
-    for label, module, attr in STEPS:
-        owner, name = _owner(module, attr)
-        inner = getattr(owner, name)
-
-        def wrapper(*args, _inner=inner, _label=label, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return _inner(*args, **kwargs)
-            finally:
-                spent[_label] = spent.get(_label, 0.0) + time.perf_counter() - t0
-        saved.append((owner, name, inner))
-        setattr(owner, name, wrapper)
+def _swapped(changes: list[tuple[object, str, object]]):
+    """Each (owner, attribute, value) of ``changes`` set for the block, and put back after."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
+    for owner, name, value in changes:
+        setattr(owner, name, value)
     try:
         yield
     finally:
@@ -89,25 +79,34 @@ def _timed(spent: dict[str, float]):
             setattr(owner, name, inner)
 
 
-@contextmanager
+def _timed(spent: dict[str, float]):
+    """Every step of ``STEPS`` wrapped: its seconds added to ``spent`` under its label."""
+    changes = []
+    for label, module, attr in STEPS:
+        owner, name = _owner(module, attr)
+
+        def wrapper(*args, _inner=getattr(owner, name), _label=label, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                spent[_label] = spent.get(_label, 0.0) + time.perf_counter() - t0
+        changes.append((owner, name, wrapper))
+    return _swapped(changes)
+
+
 def _variant(which: str):
     """The rewrite as ``which`` of ``VARIANTS`` says (module attributes swapped, put back after)."""
     from vmtune import driver
     from vmtune.record import undo
     from vmtune.xml.style import serialize
 
-    saved = []
+    changes = []
     if which in ("no-record", "neither"):
-        saved.append((undo, "snapshot", undo.snapshot))
-        undo.snapshot = lambda root, source=None: None  # tune() then makes no record
+        changes.append((undo, "snapshot", lambda root, source=None: None))  # tune() then makes no record
     if which in ("no-writer", "neither"):
-        saved.append((driver.Tuned, "text", driver.Tuned.text))
-        driver.Tuned.text = lambda self: serialize(self.root)
-    try:
-        yield
-    finally:
-        for owner, name, inner in reversed(saved):
-            setattr(owner, name, inner)
+        changes.append((driver.Tuned, "text", lambda self: serialize(self.root)))
+    return _swapped(changes)
 
 
 def run(size: str, log) -> list[dict]:
