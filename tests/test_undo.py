@@ -384,3 +384,31 @@ def test_a_note_that_the_hand_wins_is_true_of_the_output():
                 assert root.xpath(elem)[0].get(attr) == m.group(1), note
             if "set again by this profile" in rest:
                 assert not rest.endswith(": kept")
+
+
+def test_the_record_made_from_what_the_passes_touched_is_the_record_of_the_whole_trees():
+    """The record a rewrite makes (only the units the passes touched are compared, each device's
+    key taken once, before: keys vmtune never changes) is the record of comparing the whole trees:
+    a change inside a device, one that takes a device away (the others keyed as before the
+    change), one that adds one."""
+    import copy
+
+    from vmtune.record import unitdiff
+    from vmtune.xml import edits, markup, xmlsafe
+
+    xml = ("<domain type=\"kvm\"><name>k</name><memory>1048576</memory><vcpu>2</vcpu><devices>"
+           "<controller type=\"scsi\" index=\"0\"/><controller type=\"usb\" index=\"0\"/>"
+           "<disk type=\"file\" device=\"disk\"><source file=\"/a.img\"/><target dev=\"sda\" bus=\"scsi\"/></disk>"
+           "<disk type=\"file\" device=\"disk\"><source file=\"/b.img\"/><target dev=\"sdb\" bus=\"scsi\"/></disk>"
+           "</devices></domain>")
+    changes = (lambda root: edits.Set(root.find("devices/disk[2]"), "driver/@cache", "none", "test"),
+               lambda root: edits.Remove(root.find("devices/disk"), "test"),
+               lambda root: edits.Put(root.find("devices"), etree.fromstring('<memballoon model="none"/>'), "test"))
+    for i, change in enumerate(changes):
+        root = xmlsafe.parse(xml, "domain XML")
+        before = copy.deepcopy(root)
+        source = markup.Source(xml, root)
+        base = unitdiff.snapshot(root, source)
+        edits.applied(change(root), source)
+        record = unitdiff.diff(base, root)
+        assert record["units"] and record["units"] == unitdiff.diff(before, root)["units"], i

@@ -34,11 +34,13 @@ UNDO = f"{{{NS}}}undo"
 VERSION = 1
 
 
-def _units(root: etree._Element, paths: dict | None = None, held: dict | None = None) -> dict[tuple, tuple[object, int]]:
+def _units(root: etree._Element, paths: dict | None = None, held: dict | None = None,
+           idents: dict | None = None) -> dict[tuple, tuple[object, int]]:
     """The units of ``root`` by their key path (a tuple of keys): (node, index in its parent).
     Only the tuned tags are keyed: an ordinal counts siblings of one ident, which share a tag.
     ``paths`` gets each unit's child indexes from the root; ``held``: a ``<devices>`` -> its units
-    (key, node, index), taken as they are where it has them, else filled in."""
+    (key, node, index), taken as they are where it has them, else filled in; ``idents``: a device
+    -> its ident (keys vmtune never changes), taken where it has it, else filled in."""
     out: dict[tuple, tuple[object, int]] = {}
     seen: dict[tuple, int] = {}
     for index, node in enumerate(counted(root)):
@@ -54,7 +56,11 @@ def _units(root: etree._Element, paths: dict | None = None, held: dict | None = 
             mine = [] if held is None else held.setdefault(node, [])
             for i, child in enumerate(counted(node)):
                 if child.tag in TUNED_DEVICES:
-                    sub = ident_of(child)
+                    sub = idents.get(child) if idents is not None else None
+                    if sub is None:
+                        sub = ident_of(child)
+                        if idents is not None:
+                            idents[child] = sub
                     k = inner.get(sub, 0)
                     inner[sub] = k + 1
                     key = ((*ident, n), (*sub, k))
@@ -90,30 +96,33 @@ class Snapshot:
     source: Source | None = None  # the markup.Source the passes tell of each change (``snapshot``)
     blank: dict | None = None  # <devices> or <metadata> of whitespace only -> that whitespace
     held: dict | None = None  # <devices> -> its units (``_units``)
+    idents: dict | None = None  # a device unit -> its ident (``_units``)
 
 
 def snapshot(root: etree._Element, source: Source | None = None) -> Snapshot:
     """``root``'s units as text; with ``source`` (a markup.Source of ``root``, told of each change
     before it is made), only where each unit stands: ``source`` keeps the text of those that change,
     and the record gets them as their text was given."""
-    tag = root.find(f"metadata/{TAG}")
+    metadata, devices = (next(root.iterchildren(name), None) for name in ("metadata", "devices"))
+    tag = xmltext.find(root, f"metadata/{TAG}") if metadata is not None else None
     if tag is not None:
         tag = etree.fromstring(etree.tostring(tag))
         for old in tag.findall(UNDO):
             tag.remove(old)
     paths: dict = {}
     held: dict = {}
-    units = _units(root, paths, held)
+    idents: dict = {}
+    units = _units(root, paths, held, idents)
     at = None
     if source is not None:
         at = {key: (paths[key], node) for key, (node, _) in units.items()}
         source.watch(node for node, _ in units.values())
-    blank = {el.tag: _inside(source, root, el) for el in (root.find("devices"), root.find("metadata"))
+    blank = {el.tag: _inside(source, root, el) for el in (devices, metadata)
              if el is not None and len(el) == 0 and el.text and el.text.isspace()}
     texts = {key: (None if source is not None else lxml_text(node), index) for key, (node, index) in units.items()}
     return Snapshot(texts,
                     None if tag is None else etree.tostring(tag, encoding="unicode"),
-                    root.find("metadata") is not None, root.find("devices") is not None, at, source, blank, held)
+                    metadata is not None, devices is not None, at, source, blank, held, idents)
 
 
 def _inside(source: Source | None, root: etree._Element, el: etree._Element) -> str:
@@ -144,7 +153,7 @@ def diff(before: etree._Element | Snapshot, after: etree._Element) -> dict:
     # a <devices> whose children are as they were has the same units (keys vmtune never changes)
     held = {dev: units for dev, units in was.held.items() if dev not in source.kids} \
         if source is not None and was.held else None
-    theirs = _units(after, None, held)
+    theirs = _units(after, None, held, was.idents) if source is not None else _units(after)
     for key, (old, index) in was.units.items():
         now = theirs.get(key)
         if source is not None:
@@ -162,7 +171,7 @@ def diff(before: etree._Element | Snapshot, after: etree._Element) -> dict:
     for key, (node, index) in theirs.items():
         if key not in was.units:
             ops.append([[list(k) for k in key], None, _new_text(node), index])
-    wrote = after.find(f"metadata/{TAG}")
+    wrote = xmltext.find(after, f"metadata/{TAG}")
     record = {"v": VERSION, "tag": was.tag, "profile": None if wrote is None else wrote.get("profile"),
               "metadata": was.metadata, "devices": was.devices, "units": ops}
     if was.blank:

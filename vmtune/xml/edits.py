@@ -257,8 +257,14 @@ def settle(done: list[Applied], root: etree._Element) -> list[Change]:
     taken when an edit was applied would go stale when a later edit adds a sibling of its tag (the one
     ``timer`` is then ``timer[1]``, and ``timer`` names both) or removes one before it. An element
     no longer in ``root`` (removed, or replaced whole) keeps the path it had last there."""
+    tree = root.getroottree()  # one tree for every path (a node's own getroottree is made anew each ask)
     for d in done:
-        if d.node is not None and (d.element is None or d.node.getroottree().getroot() is root):
+        node = d.node
+        if node is None:
+            continue
+        if node.getroottree().getroot() is root:
+            d.element = tree.getpath(node) + (f"/@{d.attr}" if d.attr else "")
+        elif d.element is None:
             d.element = d.where()
     return [d.change for d in done]
 
