@@ -11,7 +11,8 @@
   (no caches) and the corpus AMD host with 8 L3 domains; the order of the two processes alternates
   every round, and the figure is this tree's rate over REV's, paired by round: over every pair (variant
   REV), and over each profile's pairs apart (variant ``REV PROFILE``: a round times each profile's
-  pairs on their own), the figure issue 33 holds every profile to.
+  pairs on their own), the figure issue 33 holds every profile to; and where the difference is
+  (variant ``REV by domain``: each pair's ms per rewrite in both trees, the widest difference first).
 """
 
 from __future__ import annotations
@@ -176,14 +177,18 @@ for h, host in hosts.items():
 print(json.dumps(ok), flush=True)
 pairs = [(hosts[h], Path(p).read_bytes(), prof) for h, p, prof in json.loads(sys.stdin.readline())]
 groups = {prof: [(host, xml) for host, xml, p in pairs if p == prof] for prof in profiles}
+clock = time.perf_counter
 for line in sys.stdin:
-    took = {}
+    took, each = {}, {}
     for prof, group in groups.items():
-        t0 = time.perf_counter()
+        t0 = clock()
+        mine = each[prof] = []
         for host, xml in group:
+            t = clock()
             vmtune.rewrite(xml, host, prof)
-        took[prof] = time.perf_counter() - t0
-    print(json.dumps(took), flush=True)
+            mine.append(clock() - t)
+        took[prof] = clock() - t0
+    print(json.dumps({"took": took, "each": each}), flush=True)
 """
 
 
@@ -205,7 +210,7 @@ def _against(label: str, tree: Path, rounds: int, log) -> list[dict]:
     for p in procs.values():
         p.stdin.write(json.dumps(both) + "\n")
         p.stdin.flush()
-    seconds: dict[str, list[dict[str, float]]] = {name: [] for name in procs}
+    seconds: dict[str, list[dict]] = {name: [] for name in procs}  # a round: each profile's time, each rewrite's
     for r in range(rounds):
         for name in (list(procs) if r % 2 == 0 else list(procs)[::-1]):
             procs[name].stdin.write("go\n")
@@ -216,13 +221,42 @@ def _against(label: str, tree: Path, rounds: int, log) -> list[dict]:
         p.stdin.close()
         p.wait()
     counts = {prof: sum(1 for *_, p in both if p == prof) for prof in PROFILES}
+    took = {name: [r["took"] for r in runs] for name, runs in seconds.items()}
     out = [_paired(label, label, len(both), rounds, [(sum(a.values()), sum(b.values()))
-                                                    for a, b in zip(seconds["this"], seconds[label])])]
+                                                    for a, b in zip(took["this"], took[label])])]
     for prof, n in counts.items():  # issue 33's figure: each profile apart
         if n:
             out.append(_paired(label, f"{label} {prof}", n, rounds,
-                               [(a[prof], b[prof]) for a, b in zip(seconds["this"], seconds[label])]))
+                               [(a[prof], b[prof]) for a, b in zip(took["this"], took[label])]))
+    names = {prof: [(h, Path(p).name) for h, p, pr in both if pr == prof] for prof in PROFILES}
+    out.append(_by_domain(label, names, [r["each"] for r in seconds["this"]], [r["each"] for r in seconds[label]]))
     return out
+
+
+def _by_domain(label: str, names: dict[str, list[tuple[str, str]]], this: list[dict], rev: list[dict]) -> dict:
+    """Where the difference is: each (host, domain, profile) pair's ms per rewrite in this tree and in
+    REV (the median of its rounds, each rewrite timed alone), the widest difference first, and how
+    much of the whole difference the five widest make."""
+    rows = []
+    for prof, pairs in names.items():
+        for i, (host, domain) in enumerate(pairs):
+            a = quantile([r[prof][i] for r in this], 0.5) * 1e3
+            b = quantile([r[prof][i] for r in rev], 0.5) * 1e3
+            rows.append({"host": host, "domain": domain, "profile": prof, "ms_this": a, "ms_rev": b,
+                         "ratio": b / a, "gap_ms": a - b})
+    rows.sort(key=lambda r: -r["gap_ms"])
+    gap = sum(r["gap_ms"] for r in rows)
+    return {
+        "case": "rewrite-against", "variant": f"{label} by domain",
+        "description": f"each (host, domain, profile) pair's ms per rewrite in this tree and in {label} (the median "
+                       "of its rounds, each rewrite timed alone), the widest difference (this tree's ms - "
+                       f"{label}'s) first; top5_share: the five widest pairs' part of the whole difference; "
+                       "p50/p99 and the spread: over the pairs",
+        "pairs": len(rows), "runs": len(this), "hosts": list(HOSTS), "gap_ms": gap,
+        "top5_share": sum(r["gap_ms"] for r in rows[:5]) / gap if gap else 0.0,
+        "p50_ms": quantile([r["ms_this"] for r in rows], 0.5), "p99_ms": quantile([r["ms_this"] for r in rows], 0.99),
+        "spread": summarize(rows, ("ms_this", "ms_rev", "ratio", "gap_ms")), "rows": rows,
+    }
 
 
 

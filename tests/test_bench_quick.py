@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import ROOT
-from bench import locality_cost, rewrite_steps
+from bench import common, locality_cost, rewrite_steps
 from fixtures.benchrecords import REQUIRED, number as _number
 
 CASES = {"rewrite-throughput", "placement-place-one", "placement-plan-all", "hook-cost", "map", "placement-l3",
@@ -79,6 +79,24 @@ def test_bench_run_quick(tmp_path: Path):
     assert mapped["cpus_shown"] == 256 and mapped["claims"] == 40 and _number(mapped["ratio_to_goal"])
     index = json.loads((out / "index.json").read_text())
     assert sorted(index["files"]) == [p.name for p in files]
+
+
+def test_rewrite_against_says_where_the_difference_is(tmp_path):
+    """``--rewrite-against REV``'s ``REV by domain``: each pair's median ms in both trees, the widest
+    difference first, and the five widest pairs' part of the whole difference."""
+    names = {"latency": [("h", "a.xml"), ("h", "b.xml")], "balanced": [("h", "a.xml")]}
+    # three rounds; this tree: a.xml latency 2 ms, b.xml latency 1 ms, a.xml balanced 1 ms; REV 1 ms each
+    this = [{"latency": [0.002, 0.001], "balanced": [0.001]}] * 3
+    rev = [{"latency": [0.001, 0.001], "balanced": [0.001]}] * 3
+    rec = locality_cost._by_domain("abc1234", names, this, rev)
+    assert rec["variant"] == "abc1234 by domain" and rec["pairs"] == 3
+    first = rec["rows"][0]
+    assert (first["domain"], first["profile"], round(first["ms_this"], 3), round(first["ms_rev"], 3)) == \
+        ("a.xml", "latency", 2.0, 1.0)
+    assert round(first["ratio"], 3) == 0.5 and round(rec["gap_ms"], 3) == 1.0 and round(rec["top5_share"], 3) == 1.0
+    assert rec["runs"] == 3 and round(rec["p50_ms"], 3) == 1.0
+    context = {"virt_type": "qemu", "machine": {}, "python": "", "lxml": ""}  # what bench/run adds to every result
+    common.write_result(tmp_path, {**context, **rec})  # a result as every result is written
 
 
 def test_rewrite_against_gives_each_profile_its_own_ratio():
