@@ -165,12 +165,15 @@ def diff(before: etree._Element | Snapshot, after: etree._Element) -> dict:
         if old != new:
             if source is not None:
                 if new is not None:
-                    source.canon[now[0]] = (old, new)
+                    source.canon[now[0]] = (old, new, node)
                 old = _as_given(source, *was.where[key], old, new is None)
             ops.append([[list(k) for k in key], old, new, index])
     for key, (node, index) in theirs.items():
         if key not in was.units:
-            ops.append([[list(k) for k in key], None, _new_text(node), index])
+            new = _new_text(node)
+            if source is not None:
+                source.wrote[node] = new
+            ops.append([[list(k) for k in key], None, new, index])
     wrote = xmltext.find(after, f"metadata/{TAG}")
     record = {"v": VERSION, "tag": was.tag, "profile": None if wrote is None else wrote.get("profile"),
               "metadata": was.metadata, "devices": was.devices, "units": ops}

@@ -141,7 +141,8 @@ class Source:
         self.copies: dict = {}  # node -> a copy of it as given
         self.dirty: set = set()  # nodes changed, or with a change below them (holders too)
         self.watched: dict = {}  # node -> its text (lxml's) before anything below it changed
-        self.canon: dict = {}  # a node changed -> lxml's text of it, as it was and as it is
+        self.canon: dict = {}  # a unit changed -> lxml's text of it as it was and as it is, and the node it was
+        self.wrote: dict = {}  # a unit added -> lxml's text of it (the record's: the writer takes it)
         self._root: Tok | None = None
         self._lines: list[int] = []
         self._kids: dict = {}  # node -> its children, which did not change

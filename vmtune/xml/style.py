@@ -91,12 +91,14 @@ class Style:
         indent = self.indent(tok.start)
         return "" if indent is None else self.newline + indent + self.step()
 
-    def fresh(self, node, indent: str | None) -> str:
-        """Node ``node``, which vmtune wrote, laid out at ``indent`` (None: on one line). A long
-        text (vmtune's record: JSON of up to tens of KB) is held apart while the rest is laid
-        out (``_held``): each step below would read it through again, a few times."""
+    def fresh(self, node, indent: str | None, xml: str | None = None) -> str:
+        """Node ``node``, which vmtune wrote, laid out at ``indent`` (None: on one line); ``xml``:
+        lxml's text of it, where it is known already. A long text (vmtune's record: JSON of up to
+        tens of KB) is held apart while the rest is laid out (``_held``): each step below would read
+        it through again, a few times."""
         element = isinstance(node.tag, str)
-        xml = etree.tostring(node, encoding="unicode", with_tail=False)
+        if xml is None:
+            xml = etree.tostring(node, encoding="unicode", with_tail=False)
         texts = None
         if element and len(xml) > _LONG and (indent is not None and len(node) or self.quote == "'"):
             short, texts = _held(xml)  # (on one line in double quotes, nothing reads it through)
