@@ -24,6 +24,7 @@ from ..xml.model import NS, TAG
 # its input, byte for byte): the units a record keeps, of <domain> and of <devices>
 from ..xml.elements import SPECIAL, TUNED, TUNED_DEVICES
 from ..xml.xmlkeys import counted, ident_of, parse_node
+from ..xml.markup import Changed
 
 if TYPE_CHECKING:
     from ..xml.markup import Source
@@ -165,7 +166,7 @@ def diff(before: etree._Element | Snapshot, after: etree._Element) -> dict:
         if old != new:
             if source is not None:
                 if new is not None:
-                    source.canon[now[0]] = (old, new, node)
+                    source.canon[now[0]] = Changed(old, new, node)
                 old = _as_given(source, *was.where[key], old, new is None)
             ops.append([[list(k) for k in key], old, new, index])
     for key, (node, index) in theirs.items():

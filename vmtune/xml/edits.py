@@ -230,9 +230,10 @@ class Applied:
         self.node, self.attr, self.before, self.after, self.reason = node, attr, before, after, reason
         self.element = element  # None: not taken yet (``node`` is in the tree)
 
-    def where(self) -> str:
-        """The XPath of the element (and /@attr) as the tree stands now."""
-        return _path(self.node) + (f"/@{self.attr}" if self.attr else "")
+    def where(self, tree: etree._ElementTree | None = None) -> str:
+        """The XPath of the element (and /@attr) as the tree stands now (``tree``: the node's, where
+        the caller holds it already)."""
+        return (_path(self.node) if tree is None else tree.getpath(self.node)) + (f"/@{self.attr}" if self.attr else "")
 
     @property
     def change(self) -> Change:
@@ -263,7 +264,7 @@ def settle(done: list[Applied], root: etree._Element) -> list[Change]:
         if node is None:
             continue
         if node.getroottree().getroot() is root:
-            d.element = tree.getpath(node) + (f"/@{d.attr}" if d.attr else "")
+            d.element = d.where(tree)
         elif d.element is None:
             d.element = d.where()
     return [d.change for d in done]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from lxml import etree
 
@@ -33,6 +34,15 @@ _TOKEN = re.compile(r"""<(?:(/)[^>]*|(!--.*?--|\?.*?\?|!\[CDATA\[.*?\]\]|!DOCTYP
 
 
 _NAME = re.compile(r"<([^\s/>]+)")
+
+
+class Changed(NamedTuple):
+    """A unit the record found changed (vmtune/record/unitdiff.py): lxml's text of it as it was and
+    as it is, and the node it was (which the writer may pair it with)."""
+
+    was: str
+    now: str
+    node: etree._Element
 
 
 class Mismatch(Exception):
@@ -141,7 +151,7 @@ class Source:
         self.copies: dict = {}  # node -> a copy of it as given
         self.dirty: set = set()  # nodes changed, or with a change below them (holders too)
         self.watched: dict = {}  # node -> its text (lxml's) before anything below it changed
-        self.canon: dict = {}  # a unit changed -> lxml's text of it as it was and as it is, and the node it was
+        self.canon: dict = {}  # a unit changed -> Changed
         self.wrote: dict = {}  # a unit added -> lxml's text of it (the record's: the writer takes it)
         self._root: Tok | None = None
         self._lines: list[int] = []

@@ -81,13 +81,13 @@ class _Writer:
             return self.raw[new]
         src = self.source
         start, end = toks.start(i), toks.end(i)
-        canon = src.canon.get(new)  # (as it was, as it is, the node it was): the record's
-        if old not in src.dirty and (canon is None or canon[2] is not old):  # as parsed, or compared with its copy
+        canon = src.canon.get(new)  # the record's markup.Changed
+        if old not in src.dirty and (canon is None or canon.node is not old):  # as parsed, or compared with its copy
             was = src.copies.get(old, old)  # (the record found ``new`` other than ``old``: not alike)
             if new is was or _same(new, was):
                 return self.text[start:end]
         if canon is not None:  # a unit: written whole where it was given laid out as lxml would
-            laid = self.style.laid(canon[0], canon[1], start, end)
+            laid = self.style.laid(canon.was, canon.now, start, end)
             if laid is not None:
                 return laid
         tok = toks[i]
