@@ -205,6 +205,25 @@ def test_claims_cores_are_not_reused():
     assert not set(pins(second)) & held
 
 
+def test_a_host_that_placed_others_places_as_a_fresh_one():
+    """The search works out a host's free cores and their tables once per set of blocked cores
+    (search._free): a host that placed domains beside other claims, and the same domain again
+    without them, places each as a host that never placed any."""
+    host = make_host(nodes=2, cores=8)
+    xmls: list[str] = []
+    for i, (vcpus, profile) in enumerate([(4, "latency"), (2, "realtime"), (6, "latency"), (3, "latency")]):
+        placed = {}
+        for claims in (list(xmls), []):
+            for each in ("realtime", "latency") if profile == "latency" else ("latency", "realtime"):  # isolate, threads
+                warm = vmtune.rewrite(named(domain(vcpus), f"vm{i}"), host, each, claims)
+                cold = vmtune.rewrite(named(domain(vcpus), f"vm{i}"), make_host(nodes=2, cores=8), each, claims)
+                assert (warm.placement, warm.xml) == (cold.placement, cold.xml)
+                placed.setdefault(each, warm)
+        xmls.append(placed[profile].xml)
+    held = [pin for x in xmls for pin in pins(type("Result", (), {"xml": x}))]
+    assert len(held) == len(set(held)) == 4 + 2 + 6 + 3
+
+
 def test_untagged_claim_with_single_cpu_pins_counts_as_dedicated():
     """A claim whose every vCPU is pinned to one CPU holds those CPUs even without a tag."""
     host = make_host(nodes=1, cores=4, threads=1)

@@ -157,7 +157,7 @@ def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request
     the hand's own pins as they are where they hold; else inside ``req.within`` where it holds them
     all; else with as few vCPUs outside it as the room allows (each named in a warning)."""
     blocked = taken_cores(host, ledger.dedicated) | taken_cores(host, reserved)
-    free = {c.id: corepick.free_cores(host, c.id, blocked) for c in host.cells if c.cpus}
+    free = _free(host, blocked)
     hand = _hand(host, ledger, req, blocked)
     if hand is not None:
         return _build(host, reserved, blocked, ledger, req, *hand, hand=True)
@@ -190,13 +190,7 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
     """The best (nodes, threads per node, memory fit) by the rules, on ``free`` cores (only those
     threads of ``only``, when given; ``first``'s threads taken before others); None: nothing fits.
     Without ``fewest``, the fewest vCPUs outside ``req.within`` come before the fewest nodes."""
-    cores = {n: corepick.usable(host, cs, req.kinds) for n, cs in free.items()}
-    if only is not None:
-        cores = {n: corepick.restrict(cs, only) for n, cs in cores.items()}
-    groups = {n: corepick.by_l3(host, cs) for n, cs in cores.items()}
-    caps = {n: corepick.capacity(cs, req.smt) for n, cs in cores.items()}
-    gcaps = {n: [corepick.capacity(g, req.smt) for g in gs] for n, gs in groups.items()}
-    sizes = {n: [_l3_size(host, g) for g in gs] for n, gs in groups.items()}
+    cores, groups, caps, gcaps, sizes = _tables(host, free, req.kinds, req.smt, only)
     required = req.locality == DeviceLocality.REQUIRED
     prefer = req.prefer or first
     n = req.vcpus
@@ -232,6 +226,49 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
         return None
     said = rules.why_not(best[0], rival) if rival is not None else None  # never of the best's nodes
     return (*best[1:], said)
+
+
+class _Free(dict):
+    """Each node's free cores (``_free``), and the search's tables of them by (core kinds, smt)."""
+
+    __slots__ = ("tables",)
+
+
+def _free(host: Host, blocked: frozenset[int]) -> _Free:
+    """Each node's cores with no thread in ``blocked`` (corepick.free_cores), worked out once per
+    host and ``blocked``: a host's domains are placed one after another beside the same few
+    blocked sets (the planner, the hook, orchestration code). The search only reads them."""
+    memo = host.__dict__.setdefault("_free_cores", {})  # a cache beside the fields: not compared
+    found = memo.get(blocked)
+    if found is None:
+        if len(memo) >= _MEMO:
+            memo.clear()
+        found = memo[blocked] = _Free((c.id, corepick.free_cores(host, c.id, blocked)) for c in host.cells if c.cpus)
+        found.tables = {}
+    return found
+
+
+_MEMO = 256  # blocked sets remembered a host (a planner's fleet makes one a domain placed)
+
+
+def _tables(host: Host, free, kinds: CpuKinds, smt: str, only: frozenset[int] | None):
+    """(cores, L3 groups, capacities, capacities per group, L3 KiB per group) of each node of
+    ``free`` that the search weighs; of ``_free``'s cores (no ``only``), worked out once."""
+    memo = free.tables if only is None and isinstance(free, _Free) else None
+    found = memo.get((kinds, smt)) if memo is not None else None
+    if found is not None:
+        return found
+    cores = {n: corepick.usable(host, cs, kinds) for n, cs in free.items()}
+    if only is not None:
+        cores = {n: corepick.restrict(cs, only) for n, cs in cores.items()}
+    groups = {n: corepick.by_l3(host, cs) for n, cs in cores.items()}
+    caps = {n: corepick.capacity(cs, smt) for n, cs in cores.items()}
+    gcaps = {n: [corepick.capacity(g, smt) for g in gs] for n, gs in groups.items()}
+    sizes = {n: [_l3_size(host, g) for g in gs] for n, gs in groups.items()}
+    tables = cores, groups, caps, gcaps, sizes
+    if memo is not None:
+        memo[(kinds, smt)] = tables
+    return tables
 
 
 def _l3_size(host: Host, group) -> int:
