@@ -224,6 +224,21 @@ def test_a_host_that_placed_others_places_as_a_fresh_one():
     assert len(held) == len(set(held)) == 4 + 2 + 6 + 3
 
 
+def test_the_search_remembers_nothing_that_differs_between_requests():
+    """The same free cores weighed for requests that differ in size, smt or the CPUs to take first
+    (the hand's pins) give each its own place, as on a fresh host."""
+    from vmtune.placement import claims, search
+
+    requests = [search.Request(vcpus=n, memory_kib=GIB, smt=smt, prefer=prefer)
+                for prefer in (frozenset(), frozenset({3, 11}), frozenset({13})) for smt in ("threads", "isolate")
+                for n in (1, 2, 3)]
+    warm = make_host(nodes=2, cores=8)
+    for req in requests + requests[::-1]:
+        fresh = make_host(nodes=2, cores=8)
+        want = search.dedicated(fresh, fresh.reserved(), claims.ledger((), fresh), req)
+        assert search.dedicated(warm, warm.reserved(), claims.ledger((), warm), req) == want
+
+
 def test_untagged_claim_with_single_cpu_pins_counts_as_dedicated():
     """A claim whose every vCPU is pinned to one CPU holds those CPUs even without a tag."""
     host = make_host(nodes=1, cores=4, threads=1)

@@ -190,7 +190,7 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
     """The best (nodes, threads per node, memory fit) by the rules, on ``free`` cores (only those
     threads of ``only``, when given; ``first``'s threads taken before others); None: nothing fits.
     Without ``fewest``, the fewest vCPUs outside ``req.within`` come before the fewest nodes."""
-    cores, groups, caps, gcaps, sizes = _tables(host, free, req.kinds, req.smt, only)
+    cores, groups, caps, gcaps, sizes, scored = _tables(host, free, req.kinds, req.smt, only)
     required = req.locality == DeviceLocality.REQUIRED
     prefer = req.prefer or first
     n = req.vcpus
@@ -208,7 +208,11 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
                 if fit is None:
                     continue
                 room = sum(caps[x] for x in nodes)
-                l3, cache, left, small, picks = _score(host, groups, sizes, nodes, shares, req.smt, prefer)
+                seen = (nodes, tuple(shares), prefer)  # the same on the same free cores: worked out once
+                score = scored.get(seen)
+                if score is None:
+                    score = scored[seen] = _score(host, groups, sizes, nodes, shares, req.smt, prefer)
+                l3, cache, left, small, picks = score
                 threads = [[t for _, chosen in picked for t in chosen] for picked in picks]
                 outside = 0 if req.within is None else sum(t not in req.within for ts in threads for t in ts)
                 key = Score(outside, 0 if fewest else k, *off, l3, -cache, left, small, fit.short, fit.size is None,
@@ -253,7 +257,8 @@ _MEMO = 256  # blocked sets remembered a host (a planner's fleet makes one a dom
 
 def _tables(host: Host, free, kinds: CpuKinds, smt: str, only: frozenset[int] | None):
     """(cores, L3 groups, capacities, capacities per group, L3 KiB per group) of each node of
-    ``free`` that the search weighs; of ``_free``'s cores (no ``only``), worked out once."""
+    ``free`` that the search weighs, and the scores of shares of them (``_score``, filled in as the
+    search weighs them); of ``_free``'s cores (no ``only``), worked out once."""
     memo = free.tables if only is None and isinstance(free, _Free) else None
     found = memo.get((kinds, smt)) if memo is not None else None
     if found is not None:
@@ -265,7 +270,7 @@ def _tables(host: Host, free, kinds: CpuKinds, smt: str, only: frozenset[int] | 
     caps = {n: corepick.capacity(cs, smt) for n, cs in cores.items()}
     gcaps = {n: [corepick.capacity(g, smt) for g in gs] for n, gs in groups.items()}
     sizes = {n: [_l3_size(host, g) for g in gs] for n, gs in groups.items()}
-    tables = cores, groups, caps, gcaps, sizes
+    tables = cores, groups, caps, gcaps, sizes, {}
     if memo is not None:
         memo[(kinds, smt)] = tables
     return tables
