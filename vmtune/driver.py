@@ -14,7 +14,7 @@ from . import config as config_mod
 from .xml import edits as edits_mod
 from . import profiles
 from .placement import managers
-from .xml import markup, textkeep, validate, xmlsafe
+from .xml import markup, textkeep, validate, xmlsafe, xmltext
 from .record import retune, undo
 from .placement import intent as intent_mod
 from .placement import request as request_mod
@@ -164,7 +164,7 @@ def _prepare(
             back = _untuned(root, text)
             root = xmlsafe.parse(back.xml, "domain XML")
             text, dom, kept = back.xml, Domain(root), back.kept
-        elif dom.tag is not None and any(root.find(p) is not None for p in OLD_TUNING):
+        elif dom.tag is not None and any(xmltext.find(root, p) is not None for p in OLD_TUNING):
             warned.append(OLD_WARNING)
         if text is not None:
             source = markup.Source(text, root)  # told of each node before it changes

@@ -55,12 +55,12 @@ __all__ = ["TUNED", "TUNED_DEVICES", "UNDO", "VERSION", "Snapshot", "diff", "dum
 def write(root: etree._Element, record: dict, watch: Source | None = None) -> None:
     """Put ``record`` into ``root``'s vmtune tag (which the tag pass wrote; ``watch``: a
     markup.Source told of it before it changes)."""
-    tag = root.find(f"metadata/{TAG}")
+    tag = xmltext.find(root, f"metadata/{TAG}")
     if tag is None:
         return
     if watch is not None:
         watch.touch(tag, kids=True)
-    for old in records(root):
+    for old in _undos(tag):
         tag.remove(old)
     _holding(etree.SubElement(tag, UNDO), record)
 
@@ -76,8 +76,12 @@ def dumps(record: dict) -> str:
     """``record`` as compact JSON, other than ASCII characters as they are. Python's ASCII-only
     encoder is the faster one (about 40% on a large record): a record it escaped nothing in is the
     same text either way, and one with ``\\u`` in it is encoded again, its characters kept."""
-    text = json.dumps(record, separators=(",", ":"))
-    return text if "\\u" not in text else json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    text = _ASCII.encode(record)
+    return text if "\\u" not in text else _UNICODE.encode(record)
+
+
+_ASCII = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps with separators makes one a call
+_UNICODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def tagged_only(root: etree._Element, profile: str) -> etree._Element:
@@ -104,8 +108,12 @@ def tagged_only_now(root: etree._Element) -> bool:
 
 def records(root: etree._Element) -> list[etree._Element]:
     """The record elements in ``root``'s vmtune tag (one, or none)."""
-    tag = root.find(f"metadata/{TAG}")
-    return [c for c in tag if local_name(c.tag) == "undo"] if tag is not None else []
+    tag = xmltext.find(root, f"metadata/{TAG}")
+    return _undos(tag) if tag is not None else []
+
+
+def _undos(tag: etree._Element) -> list[etree._Element]:
+    return [c for c in tag if local_name(c.tag) == "undo"]
 
 
 def recorded(root: etree._Element) -> bool:
