@@ -131,8 +131,9 @@ def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tupl
     if not builtin_only:
         user = os.path.join(user_dir or USER_DIR, f"{name}.toml")
         try:
-            with open(user, encoding="utf-8") as fh:
-                return fh.read(), user
+            if os.access(user, os.F_OK):  # most hosts have no profile of their own: no failed open a load
+                with open(user, encoding="utf-8") as fh:
+                    return fh.read(), user
         except FileNotFoundError:
             pass
         except OSError as exc:

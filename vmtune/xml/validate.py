@@ -271,15 +271,19 @@ def _cells(dom: Domain, vcpus: int) -> dict[int, int]:
 
 
 def _memory(dom: Domain, cells: dict[int, int]) -> None:
+    given = False  # a <memory> with a value
     for tag in ("memory", "currentMemory"):
         el = dom.find(tag)
-        if el is None or _text(el) == "":
+        value = _text(el) if el is not None else ""
+        if value == "":
             continue  # libvirt's XPath readers take an empty value as none
-        kib = scaled_kib(_text(el), el.get("unit"), f"<{tag}>")
-        if tag == "memory" and kib == 0 and not any(cells.values()):
-            raise _fail("<memory>", "0, and no guest NUMA cell gives the memory either (libvirt: Memory size "
-                        "must be specified via <memory> or in the <numa> configuration)")
-    if (dom.find("memory") is None or _text(dom.find("memory")) == "") and not any(cells.values()):
+        kib = scaled_kib(value, el.get("unit"), f"<{tag}>")
+        if tag == "memory":
+            given = True
+            if kib == 0 and not any(cells.values()):
+                raise _fail("<memory>", "0, and no guest NUMA cell gives the memory either (libvirt: Memory size "
+                            "must be specified via <memory> or in the <numa> configuration)")
+    if not given and not any(cells.values()):
         raise _fail("<domain>", "no <memory> (libvirt: Memory size must be specified via <memory> or in the "
                     "<numa> configuration)")
 
