@@ -387,28 +387,42 @@ def test_a_note_that_the_hand_wins_is_true_of_the_output():
 
 
 def test_the_record_made_from_what_the_passes_touched_is_the_record_of_the_whole_trees():
-    """The record a rewrite makes (only the units the passes touched are compared, each device's
-    key taken once, before: keys vmtune never changes) is the record of comparing the whole trees:
+    """The record a rewrite makes (only the units of the tags the passes touched, took away or added
+    are keyed and compared: keys vmtune never changes) is the record of comparing the whole trees:
     a change inside a device, one that takes a device away (the others keyed as before the
-    change), one that adds one."""
+    change), one that adds one; a unit put in the place of another and one added at <domain>'s
+    level; a device taken away before another of the same key that changes (whose ordinal moves);
+    a <devices> added to a domain without one."""
     import copy
 
     from vmtune.record import unitdiff
     from vmtune.xml import edits, markup, xmlsafe
 
-    xml = ("<domain type=\"kvm\"><name>k</name><memory>1048576</memory><vcpu>2</vcpu><devices>"
-           "<controller type=\"scsi\" index=\"0\"/><controller type=\"usb\" index=\"0\"/>"
+    xml = ("<domain type=\"kvm\"><name>k</name><memory>1048576</memory><vcpu>2</vcpu><cpu mode=\"custom\"/>"
+           "<devices><controller type=\"scsi\" index=\"0\"/><controller type=\"usb\" index=\"0\"/>"
            "<disk type=\"file\" device=\"disk\"><source file=\"/a.img\"/><target dev=\"sda\" bus=\"scsi\"/></disk>"
            "<disk type=\"file\" device=\"disk\"><source file=\"/b.img\"/><target dev=\"sdb\" bus=\"scsi\"/></disk>"
+           "<disk type=\"file\" device=\"cdrom\"><target dev=\"sdc\" bus=\"sata\"/></disk>"
+           "<disk type=\"file\" device=\"cdrom\"><target dev=\"sdd\" bus=\"sata\"/></disk>"
            "</devices></domain>")
-    changes = (lambda root: edits.Set(root.find("devices/disk[2]"), "driver/@cache", "none", "test"),
-               lambda root: edits.Remove(root.find("devices/disk"), "test"),
-               lambda root: edits.Put(root.find("devices"), etree.fromstring('<memballoon model="none"/>'), "test"))
-    for i, change in enumerate(changes):
-        root = xmlsafe.parse(xml, "domain XML")
+    bare = "<domain type=\"kvm\"><name>k</name><memory>1048576</memory><vcpu>2</vcpu></domain>"
+    cdroms = "devices/disk[@device='cdrom']"
+    changes = (
+        (xml, lambda root: [edits.Set(root.find("devices/disk[2]"), "driver/@cache", "none", "test")]),
+        (xml, lambda root: [edits.Remove(root.find("devices/disk"), "test")]),
+        (xml, lambda root: [edits.Put(root.find("devices"), etree.fromstring('<memballoon model="none"/>'), "test")]),
+        (xml, lambda root: [edits.Put(root, etree.fromstring('<cpu mode="host-passthrough"/>'), "test"),
+                            edits.Put(root, etree.fromstring('<cputune><emulatorpin cpuset="0"/></cputune>'), "test")]),
+        (xml, lambda root: [edits.Set(root.findall(cdroms)[1], "target/@bus", "scsi", "test"),
+                            edits.Remove(root.find(cdroms), "test")]),
+        (bare, lambda root: [edits.Put(root, etree.fromstring('<devices><memballoon model="none"/></devices>'), "test")]),
+    )
+    for i, (given, change) in enumerate(changes):
+        root = xmlsafe.parse(given, "domain XML")
         before = copy.deepcopy(root)
-        source = markup.Source(xml, root)
+        source = markup.Source(given, root)
         base = unitdiff.snapshot(root, source)
-        edits.applied(change(root), source)
+        for edit in change(root):
+            edits.applied(edit, source)
         record = unitdiff.diff(base, root)
         assert record["units"] and record["units"] == unitdiff.diff(before, root)["units"], i

@@ -5,7 +5,8 @@ A unit is a child of ``<domain>`` or of ``<devices>`` that a pass may write (``T
 passes run; ``diff`` makes the record of those that changed: each as it was (its text as given,
 vmtune/xml/markup.py; a unit vmtune removed with the whitespace before it) and as vmtune wrote it (as
 it reads back: whitespace-only text beside children dropped), and where it was. With a Source told
-of each change (a rewrite), only the units the passes touched are compared. ``hold`` freezes what
+of each change (a rewrite), only the units of the tags the passes touched, took away or added are
+keyed and compared (an ordinal counts siblings of one ident, which share a tag). ``hold`` freezes what
 ``take_back`` may change, for the writer to compare (``untune``).
 """
 
@@ -35,48 +36,12 @@ UNDO = f"{{{NS}}}undo"
 VERSION = 1
 
 
-def _units(root: etree._Element, paths: dict | None = None, held: dict | None = None,
-           idents: dict | None = None) -> dict[tuple, tuple[object, int]]:
-    """The units of ``root`` by their key path (a tuple of keys): (node, index in its parent).
-    Only the tuned tags are keyed: an ordinal counts siblings of one ident, which share a tag.
-    ``paths`` gets each unit's child indexes from the root; ``held``: a ``<devices>`` -> its units
-    (key, node, index), taken as they are where it has them, else filled in; ``idents``: a device
-    -> its ident (keys vmtune never changes), taken where it has it, else filled in."""
-    out: dict[tuple, tuple[object, int]] = {}
-    seen: dict[tuple, int] = {}
-    for index, node in enumerate(counted(root)):
-        tag = node.tag
-        if tag == "devices":
-            ident = (tag,)
-            n = seen.get(ident, 0)
-            seen[ident] = n + 1
-            if held is not None and node in held:
-                out.update((key, (child, i)) for key, child, i in held[node])
-                continue
-            inner: dict[tuple, int] = {}
-            mine = [] if held is None else held.setdefault(node, [])
-            for i, child in enumerate(counted(node)):
-                if child.tag in TUNED_DEVICES:
-                    sub = idents.get(child) if idents is not None else None
-                    if sub is None:
-                        sub = ident_of(child)
-                        if idents is not None:
-                            idents[child] = sub
-                    k = inner.get(sub, 0)
-                    inner[sub] = k + 1
-                    key = ((*ident, n), (*sub, k))
-                    out[key] = (child, i)
-                    mine.append((key, child, i))
-                    if paths is not None:
-                        paths[key] = (index, i)
-        elif tag in TUNED:
-            ident = ident_of(node) if tag in SPECIAL else (tag,)  # as keyed names it (<memory>: KEYS)
-            n = seen.get(ident, 0)
-            seen[ident] = n + 1
-            out[((*ident, n),)] = (node, index)
-            if paths is not None:
-                paths[((*ident, n),)] = (index,)
-    return out
+def _units(root: etree._Element) -> dict[tuple, tuple[object, int]]:
+    """The units of ``root`` by their key path (a tuple of keys): (node, index in its parent)."""
+    top = counted(root)
+    devs = {el: counted(el) for el in top if el.tag == "devices"}
+    every = _keyed(top, devs, TUNED, dict.fromkeys(devs, TUNED_DEVICES), {})
+    return {key: (node, index) for key, (node, index, _) in every.items()}
 
 
 def lxml_text(node: etree._Element) -> str:
@@ -89,41 +54,38 @@ class Snapshot:
     """A domain's units as text, and what ``diff`` needs of the rest: taken before the passes run,
     so that no copy of the tree is needed."""
 
-    units: dict  # key path -> (text, index in its parent); the text None: kept by ``source``
+    units: dict | None  # key path -> (text, index in its parent); None: keyed by ``diff`` (``source``)
     tag: str | None
     metadata: bool
     devices: bool
-    where: dict | None = None  # key path -> (child indexes from the root, the unit)
     source: Source | None = None  # the markup.Source the passes tell of each change (``snapshot``)
     blank: dict | None = None  # <devices> or <metadata> of whitespace only -> that whitespace
-    held: dict | None = None  # <devices> -> its units (``_units``)
-    idents: dict | None = None  # a device unit -> its ident (``_units``)
+    top: list | None = None  # with ``source``: <domain>'s children that count, as given
+    devs: dict | None = None  # with ``source``: each <devices> of them -> its children that count, as given
 
 
 def snapshot(root: etree._Element, source: Source | None = None) -> Snapshot:
     """``root``'s units as text; with ``source`` (a markup.Source of ``root``, told of each change
-    before it is made), only where each unit stands: ``source`` keeps the text of those that change,
-    and the record gets them as their text was given."""
+    before it is made), only the children of ``<domain>`` and of its ``<devices>`` as they stand:
+    ``source`` keeps the text of the units that change, and ``diff`` keys only those (and their
+    siblings of the same tag), the record getting them as their text was given."""
     metadata, devices = (next(root.iterchildren(name), None) for name in ("metadata", "devices"))
     tag = xmltext.find(root, f"metadata/{TAG}") if metadata is not None else None
     if tag is not None:
         tag = etree.fromstring(etree.tostring(tag))
         for old in tag.findall(UNDO):
             tag.remove(old)
-    paths: dict = {}
-    held: dict = {}
-    idents: dict = {}
-    units = _units(root, paths, held, idents)
-    at = None
-    if source is not None:
-        at = {key: (paths[key], node) for key, (node, _) in units.items()}
-        source.watch(node for node, _ in units.values())
     blank = {el.tag: _inside(source, root, el) for el in (devices, metadata)
              if el is not None and len(el) == 0 and el.text and el.text.isspace()}
-    texts = {key: (None if source is not None else lxml_text(node), index) for key, (node, index) in units.items()}
-    return Snapshot(texts,
-                    None if tag is None else etree.tostring(tag, encoding="unicode"),
-                    metadata is not None, devices is not None, at, source, blank, held, idents)
+    said = None if tag is None else etree.tostring(tag, encoding="unicode")
+    if source is not None:
+        top = counted(root)
+        devs = {el: counted(el) for el in top if el.tag == "devices"}
+        source.watch([n for n in top if n.tag in TUNED] +
+                     [c for kids in devs.values() for c in kids if c.tag in TUNED_DEVICES])
+        return Snapshot(None, said, metadata is not None, devices is not None, source, blank, top, devs)
+    texts = {key: (lxml_text(node), index) for key, (node, index) in _units(root).items()}
+    return Snapshot(texts, said, metadata is not None, devices is not None, None, blank)
 
 
 def _inside(source: Source | None, root: etree._Element, el: etree._Element) -> str:
@@ -149,38 +111,102 @@ def diff(before: etree._Element | Snapshot, after: etree._Element) -> dict:
     where it was. A unit written anew reads back without the whitespace beside its children
     (``xmltext.drop_layout``)."""
     was = before if isinstance(before, Snapshot) else snapshot(before)
-    source = was.source
-    ops = []
-    # a <devices> whose children are as they were has the same units (keys vmtune never changes)
-    held = {dev: units for dev, units in was.held.items() if dev not in source.kids} \
-        if source is not None and was.held else None
-    theirs = _units(after, None, held, was.idents) if source is not None else _units(after)
-    for key, (old, index) in was.units.items():
-        now = theirs.get(key)
-        if source is not None:
-            _, node = was.where[key]
-            if now is not None and now[0] is node and node not in source.dirty:
-                continue  # nothing in it changed
-            old = source.watched.get(node) or lxml_text(node)  # untouched: as it was (taken out whole)
-        new = None if now is None else _new_text(now[0])
-        if old != new:
-            if source is not None:
-                if new is not None:
-                    source.canon[now[0]] = Changed(old, new, node)
-                old = _as_given(source, *was.where[key], old, new is None)
-            ops.append([[list(k) for k in key], old, new, index])
-    for key, (node, index) in theirs.items():
-        if key not in was.units:
-            new = _new_text(node)
-            if source is not None:
-                source.wrote[node] = new
-            ops.append([[list(k) for k in key], None, new, index])
+    if was.units is None:
+        ops = _touched(was, after)
+    else:
+        ops = []
+        theirs = _units(after)
+        for key, (old, index) in was.units.items():
+            now = theirs.get(key)
+            new = None if now is None else _new_text(now[0])
+            if old != new:
+                ops.append([[list(k) for k in key], old, new, index])
+        for key, (node, index) in theirs.items():
+            if key not in was.units:
+                ops.append([[list(k) for k in key], None, _new_text(node), index])
     wrote = xmltext.find(after, f"metadata/{TAG}")
     record = {"v": VERSION, "tag": was.tag, "profile": None if wrote is None else wrote.get("profile"),
               "metadata": was.metadata, "devices": was.devices, "units": ops}
     if was.blank:
         record["blank"] = was.blank  # what <devices> or <metadata> held when vmtune gave it children
     return record
+
+
+def _touched(was: Snapshot, after: etree._Element) -> list:
+    """The record's units of a rewrite (a ``Snapshot`` with a Source): ``diff``'s comparison, key by
+    key, of the units of the tags something changed in (a unit touched, taken away or added) at
+    ``<domain>``'s level and in each ``<devices>``. A unit of any other tag is the same node under
+    the same key before and after (its siblings of that tag, which its ordinal counts, are as they
+    were, and keys vmtune never changes), untouched: ``diff`` would pass it over. A ``<devices>``
+    added or taken away: every unit is keyed."""
+    source = was.source
+    dirty = source.dirty
+    top0, devs0 = was.top, was.devs
+    top1 = counted(after)
+    devs1 = {el: (devs0[el] if el in devs0 and el not in dirty else counted(el)) for el in top1 if el.tag == "devices"}
+    if list(devs0) != list(devs1):
+        tags, inner = TUNED, dict.fromkeys([*devs0, *devs1], TUNED_DEVICES)
+    else:
+        tags = _changed_tags(top0, top1, dirty, TUNED)
+        inner = {el: _changed_tags(devs0[el], devs1[el], dirty, TUNED_DEVICES) for el in devs0 if el in dirty}
+    idents: dict = {}
+    mine, theirs = _keyed(top0, devs0, tags, inner, idents), _keyed(top1, devs1, tags, inner, idents)
+    ops = []
+    for key, (node, index, path) in mine.items():
+        now = theirs.get(key)
+        if now is not None and now[0] is node and node not in dirty:
+            continue  # nothing in it changed
+        old = source.watched.get(node) or lxml_text(node)  # untouched: as it was (taken out whole)
+        new = None if now is None else _new_text(now[0])
+        if old != new:
+            if new is not None:
+                source.canon[now[0]] = Changed(old, new, node)
+            ops.append([[list(k) for k in key], _as_given(source, path, node, old, new is None), new, index])
+    for key, (node, index, _) in theirs.items():
+        if key not in mine:
+            new = source.wrote[node] = _new_text(node)
+            ops.append([[list(k) for k in key], None, new, index])
+    return ops
+
+
+def _changed_tags(was: list, now: list, dirty: set, units: frozenset) -> set:
+    """The tags of ``units`` among siblings ``was`` (as given) and ``now`` of which one changed,
+    was taken away or was added."""
+    kept, given = set(now), set(was)
+    tags = {n.tag for n in was if n.tag in units and (n in dirty or n not in kept)}
+    tags.update(n.tag for n in now if n.tag in units and n not in given)
+    return tags
+
+
+def _keyed(top: list, devs: dict, tags, inner: dict, idents: dict) -> dict:
+    """key path -> (unit, index in its parent, child indexes from the root) of the units of
+    ``top`` (``<domain>``'s children) whose tag is in ``tags``, and of each ``<devices>``'s
+    children (``devs``) whose tag is in its ``inner``: ``_units``' keys, for those tags."""
+    out: dict = {}
+    seen: dict[tuple, int] = {}
+    for index, node in enumerate(top):
+        tag = node.tag
+        if tag == "devices":
+            n = seen.get(("devices",), 0)
+            seen[("devices",)] = n + 1
+            wanted = inner.get(node)
+            if not wanted:
+                continue
+            count: dict[tuple, int] = {}
+            for i, child in enumerate(devs[node]):
+                if child.tag in wanted:
+                    sub = idents.get(child)
+                    if sub is None:
+                        sub = idents[child] = ident_of(child)
+                    k = count.get(sub, 0)
+                    count[sub] = k + 1
+                    out[(("devices", n), (*sub, k))] = (child, i, (index, i))
+        elif tag in tags:
+            ident = ident_of(node) if tag in SPECIAL else (tag,)  # as keyed names it (<memory>: KEYS)
+            n = seen.get(ident, 0)
+            seen[ident] = n + 1
+            out[((*ident, n),)] = (node, index, (index,))
+    return out
 
 
 _BLANK = re.compile(r">\s+<")  # whitespace-only text beside a child, maybe
