@@ -211,6 +211,8 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
                 seen = (nodes, tuple(shares), prefer)  # the same on the same free cores: worked out once
                 score = scored.get(seen)
                 if score is None:
+                    if len(scored) >= _MEMO * 16:  # hand pins of many kinds on the same free cores
+                        scored.clear()
                     score = scored[seen] = _score(host, groups, sizes, nodes, shares, req.smt, prefer)
                 l3, cache, left, small, picks = score
                 threads = [[t for _, chosen in picked for t in chosen] for picked in picks]
