@@ -259,7 +259,6 @@ def _by_domain(label: str, names: dict[str, list[tuple[str, str]]], this: list[d
     }
 
 
-
 def _paired(label: str, variant: str, pairs: int, rounds: int, seconds: list[tuple[float, float]]) -> dict:
     """One rewrite-against record: ``pairs`` rewrites a round, (this tree's, REV's) seconds a round."""
     per_round = [{"rate_this": pairs / a, "rate_rev": pairs / b, "ratio": b / a,

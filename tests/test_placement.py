@@ -210,17 +210,17 @@ def test_a_host_that_placed_others_places_as_a_fresh_one():
     (search._free): a host that placed domains beside other claims, and the same domain again
     without them, places each as a host that never placed any."""
     host = make_host(nodes=2, cores=8)
-    xmls: list[str] = []
+    kept = []  # each domain's rewrite beside the ones before it, the next one's claims
     for i, (vcpus, profile) in enumerate([(4, "latency"), (2, "realtime"), (6, "latency"), (3, "latency")]):
         placed = {}
-        for claims in (list(xmls), []):
+        for claims in ([r.xml for r in kept], []):
             for each in ("realtime", "latency") if profile == "latency" else ("latency", "realtime"):  # isolate, threads
                 warm = vmtune.rewrite(named(domain(vcpus), f"vm{i}"), host, each, claims)
                 cold = vmtune.rewrite(named(domain(vcpus), f"vm{i}"), make_host(nodes=2, cores=8), each, claims)
                 assert (warm.placement, warm.xml) == (cold.placement, cold.xml)
                 placed.setdefault(each, warm)
-        xmls.append(placed[profile].xml)
-    held = [pin for x in xmls for pin in pins(type("Result", (), {"xml": x}))]
+        kept.append(placed[profile])
+    held = [pin for r in kept for pin in pins(r)]
     assert len(held) == len(set(held)) == 4 + 2 + 6 + 3
 
 
