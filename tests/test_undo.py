@@ -392,7 +392,9 @@ def test_the_record_made_from_what_the_passes_touched_is_the_record_of_the_whole
     a change inside a device, one that takes a device away (the others keyed as before the
     change), one that adds one; a unit put in the place of another and one added at <domain>'s
     level; a device taken away before another of the same key that changes (whose ordinal moves);
-    a <devices> added to a domain without one."""
+    a <devices> added to a domain without one; a unit added at <domain>'s level beside a device
+    changed in place, and a unit changed in place beside a device taken away (the level where
+    nothing moved keeps the keys from before, the other is keyed anew)."""
     import copy
 
     from vmtune.record import unitdiff
@@ -416,6 +418,10 @@ def test_the_record_made_from_what_the_passes_touched_is_the_record_of_the_whole
         (xml, lambda root: [edits.Set(root.findall(cdroms)[1], "target/@bus", "scsi", "test"),
                             edits.Remove(root.find(cdroms), "test")]),
         (bare, lambda root: [edits.Put(root, etree.fromstring('<devices><memballoon model="none"/></devices>'), "test")]),
+        (xml, lambda root: [edits.Put(root, etree.fromstring('<cputune><emulatorpin cpuset="0"/></cputune>'), "test"),
+                            edits.Set(root.find("devices/disk[2]"), "driver/@cache", "none", "test")]),
+        (xml, lambda root: [edits.Set(root.find("cpu"), "@mode", "host-passthrough", "test"),
+                            edits.Remove(root.find("devices/disk"), "test")]),
     )
     for i, (given, change) in enumerate(changes):
         root = xmlsafe.parse(given, "domain XML")

@@ -150,7 +150,8 @@ def _touched(was: Snapshot, after: etree._Element) -> list:
         tags = _changed_tags(top0, top1, dirty, TUNED)
         inner = {el: _changed_tags(devs0[el], devs1[el], dirty, TUNED_DEVICES) for el in devs0 if el in dirty}
     idents: dict = {}
-    mine, theirs = _keyed(top0, devs0, tags, inner, idents), _keyed(top1, devs1, tags, inner, idents)
+    mine = _keyed(top0, devs0, tags, inner, idents)
+    theirs = _theirs(mine, top0, top1, devs0, devs1, tags, inner, idents)
     ops = []
     for key, (node, index, path) in mine.items():
         now = theirs.get(key)
@@ -167,6 +168,31 @@ def _touched(was: Snapshot, after: etree._Element) -> list:
             new = source.wrote[node] = _new_text(node)
             ops.append([[list(k) for k in key], None, new, index])
     return ops
+
+
+def _theirs(mine: dict, top0: list, top1: list, devs0: dict, devs1: dict, tags, inner: dict, idents: dict) -> dict:
+    """``_keyed`` of the units after (``top1``, ``devs1``), given ``mine``, those before: where the
+    units of the tags keyed are the same nodes in the same order at a level (changed in place, none
+    added, taken away or moved), each keeps its key (idents are shared, ordinals count the same
+    siblings), and that level's keys are ``mine``'s; the other levels are keyed anew."""
+    if list(devs0) != list(devs1):
+        return _keyed(top1, devs1, tags, inner, idents)
+    same = not tags or _in_order(top0, top1, tags)
+    moved = {el: want for el, want in inner.items() if want and not _in_order(devs0[el], devs1[el], want)}
+    if same and not moved:
+        return mine
+    theirs = _keyed(top1, devs1, () if same else tags, moved, idents)
+    numbers = [el for el in top0 if el.tag == "devices"]  # a device's key starts ("devices", n)
+    kept = {n for n, el in enumerate(numbers) if inner.get(el) and el not in moved}
+    for key, value in mine.items():
+        if (len(key) == 1 and same) or (len(key) == 2 and key[0][1] in kept):
+            theirs[key] = value
+    return theirs
+
+
+def _in_order(was: list, now: list, tags) -> bool:
+    """Whether the nodes of ``tags`` among ``was`` are those among ``now``, in the same order."""
+    return [n for n in was if n.tag in tags] == [n for n in now if n.tag in tags]
 
 
 def _changed_tags(was: list, now: list, dirty: set, units: frozenset) -> set:
