@@ -80,8 +80,10 @@ def dumps(record: dict) -> str:
     return text if "\\u" not in text else _UNICODE.encode(record)
 
 
-_ASCII = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps with separators makes one a call
-_UNICODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# made once (json.dumps with separators makes one a call), and without the check for circular
+# references (a quarter of the time: a record is lists, strings and numbers the diff made anew)
+_ASCII = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_UNICODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
 
 
 def tagged_only(root: etree._Element, profile: str) -> etree._Element:
