@@ -393,8 +393,9 @@ def test_the_record_made_from_what_the_passes_touched_is_the_record_of_the_whole
     change), one that adds one; a unit put in the place of another and one added at <domain>'s
     level; a device taken away before another of the same key that changes (whose ordinal moves);
     a <devices> added to a domain without one; a unit added at <domain>'s level beside a device
-    changed in place, and a unit changed in place beside a device taken away (the level where
-    nothing moved keeps the keys from before, the other is keyed anew)."""
+    changed in place, a unit changed in place beside a device taken away, and both at each level (a
+    tag whose units are the same nodes in the same order keeps the keys from before, the units of
+    another are keyed anew)."""
     import copy
 
     from vmtune.record import unitdiff
@@ -421,6 +422,10 @@ def test_the_record_made_from_what_the_passes_touched_is_the_record_of_the_whole
         (xml, lambda root: [edits.Put(root, etree.fromstring('<cputune><emulatorpin cpuset="0"/></cputune>'), "test"),
                             edits.Set(root.find("devices/disk[2]"), "driver/@cache", "none", "test")]),
         (xml, lambda root: [edits.Set(root.find("cpu"), "@mode", "host-passthrough", "test"),
+                            edits.Remove(root.find("devices/disk"), "test")]),
+        (xml, lambda root: [edits.Put(root, etree.fromstring('<cputune><emulatorpin cpuset="0"/></cputune>'), "test"),
+                            edits.Set(root.find("cpu"), "@mode", "host-passthrough", "test"),
+                            edits.Set(root.find("devices/controller[2]"), "@model", "qemu-xhci", "test"),
                             edits.Remove(root.find("devices/disk"), "test")]),
     )
     for i, (given, change) in enumerate(changes):

@@ -171,28 +171,36 @@ def _touched(was: Snapshot, after: etree._Element) -> list:
 
 
 def _theirs(mine: dict, top0: list, top1: list, devs0: dict, devs1: dict, tags, inner: dict, idents: dict) -> dict:
-    """``_keyed`` of the units after (``top1``, ``devs1``), given ``mine``, those before: where the
-    units of the tags keyed are the same nodes in the same order at a level (changed in place, none
-    added, taken away or moved), each keeps its key (idents are shared, ordinals count the same
-    siblings), and that level's keys are ``mine``'s; the other levels are keyed anew."""
+    """``_keyed`` of the units after (``top1``, ``devs1``), given ``mine``, those before. A key
+    counts only siblings of its unit's tag (an ident starts with the tag), so where a tag's units
+    are the same nodes in the same order before and after (changed in place: none added, taken
+    away or moved), each keeps its key from ``mine`` (idents are shared); only the units of the
+    other tags are keyed anew."""
     if list(devs0) != list(devs1):
         return _keyed(top1, devs1, tags, inner, idents)
-    same = not tags or _in_order(top0, top1, tags)
-    moved = {el: want for el, want in inner.items() if want and not _in_order(devs0[el], devs1[el], want)}
-    if same and not moved:
+    moved = _moved(top0, top1, tags)
+    inside = {el: m for el, want in inner.items() if want and (m := _moved(devs0[el], devs1[el], want))}
+    if not moved and not inside:
         return mine
-    theirs = _keyed(top1, devs1, () if same else tags, moved, idents)
-    numbers = [el for el in top0 if el.tag == "devices"]  # a device's key starts ("devices", n)
-    kept = {n for n, el in enumerate(numbers) if inner.get(el) and el not in moved}
+    theirs = _keyed(top1, devs1, moved, inside, idents)
+    numbers = [inside.get(el, ()) for el in top0 if el.tag == "devices"]  # a device's key starts ("devices", n)
     for key, value in mine.items():
-        if (len(key) == 1 and same) or (len(key) == 2 and key[0][1] in kept):
+        if key[0][0] not in moved if len(key) == 1 else key[1][0] not in numbers[key[0][1]]:
             theirs[key] = value
     return theirs
 
 
-def _in_order(was: list, now: list, tags) -> bool:
-    """Whether the nodes of ``tags`` among ``was`` are those among ``now``, in the same order."""
-    return [n for n in was if n.tag in tags] == [n for n in now if n.tag in tags]
+def _moved(was: list, now: list, tags) -> set:
+    """The tags of ``tags`` whose nodes among ``was`` are not those among ``now``, in the same order."""
+    if [n for n in was if n.tag in tags] == [n for n in now if n.tag in tags]:
+        return set()
+    before: dict = {}
+    after: dict = {}
+    for nodes, of in ((was, before), (now, after)):
+        for n in nodes:
+            if n.tag in tags:
+                of.setdefault(n.tag, []).append(n)
+    return {tag for tag in tags if before.get(tag) != after.get(tag)}
 
 
 def _changed_tags(was: list, now: list, dirty: set, units: frozenset) -> set:
