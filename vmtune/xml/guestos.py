@@ -130,6 +130,7 @@ BOARD_MAKERS = re.compile(r"\b(american megatrends|ami|phoenix|insyde|award|asus
                           r"micro-star|msi|dell|hewlett-packard|hp|lenovo)\b", re.IGNORECASE)
 WINDOWS_MEDIA = re.compile(r"^(windows|win[ _-]?(\d|xp|vista|server|srv|2k))", re.IGNORECASE)
 HV_FLAG = re.compile(r"(^|,)hv[_-]")
+WINDOWS_NAMED = re.compile(r"\b(windows|microsoft)\b", re.IGNORECASE)  # in an SMBIOS string
 
 
 def _vendor(os_id: str) -> str:
@@ -155,21 +156,21 @@ def _qemu_args(dom) -> list[str]:
     return [el.get("value") or "" for el in dom.iter(f"{{{QEMU_NS}}}commandline/{{{QEMU_NS}}}arg")]
 
 
-def _cpu_args(dom) -> list[str]:
-    """The values of QEMU's ``-cpu`` arguments in ``<qemu:commandline>``."""
-    args = _qemu_args(dom)
+def _cpu_args(args: list[str]) -> list[str]:
+    """The values of QEMU's ``-cpu`` arguments among ``<qemu:commandline>``'s ``args``."""
     return [value for flag, value in zip(args, args[1:]) if flag == "-cpu"]
 
 
-def kvm_hidden(dom) -> str | None:
-    """How the domain hides KVM from its guest (then no KVM hint reaches it), or None."""
+def kvm_hidden(dom, args: list[str] | None = None) -> str | None:
+    """How the domain hides KVM from its guest (then no KVM hint reaches it), or None (``args``:
+    its ``<qemu:commandline>`` arguments, where they were read already)."""
     hidden = dom.find("features/kvm/hidden")
     if hidden is not None and hidden.get("state") == "on":
         return "<kvm><hidden state='on'/>"
     for feature in dom.iter("cpu/feature"):
         if feature.get("name") == "hypervisor" and feature.get("policy") in ("disable", "forbid"):
             return f"the hypervisor CPU feature {feature.get('policy')}d"
-    if any("kvm=off" in value.split(",") for value in _cpu_args(dom)):
+    if any("kvm=off" in value.split(",") for value in _cpu_args(_qemu_args(dom) if args is None else args)):
         return "kvm=off in QEMU's -cpu"
     return None
 
@@ -178,9 +179,11 @@ def _text(el) -> str:
     return " ".join("".join(el.itertext()).split())
 
 
-def windows_signals(dom) -> tuple[list[str], list[str]]:
-    """(strong, weak): the signs of Windows in the domain, each as a person would name it."""
+def windows_signals(dom, args: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(strong, weak): the signs of Windows in the domain, each as a person would name it (``args``:
+    its ``<qemu:commandline>`` arguments, where they were read already)."""
     strong, weak = [], []
+    args = _qemu_args(dom) if args is None else args
     hyperv = dom.find("features/hyperv")
     if hyperv is not None:
         strong.append("<hyperv>")
@@ -195,13 +198,13 @@ def windows_signals(dom) -> tuple[list[str], list[str]]:
             strong.append("clock basis localtime")
     if any(t.get("name") == "hypervclock" and t.get("present") != "no" for t in dom.iter("clock/timer")):
         strong.append("hypervclock timer")
-    if any(HV_FLAG.search(value) for value in _cpu_args(dom)):
+    if any(HV_FLAG.search(value) for value in _cpu_args(args)):
         strong.append("Hyper-V flags in QEMU's -cpu")
     for table in dom.iter("os/acpi/table"):
         if (table.get("type") or "").lower() in ("slic", "msdm"):
             strong.append(f"ACPI {table.get('type').upper()} table (Windows activation)")
     sysinfo = [_text(e) for info in dom.iter("sysinfo") for e in info.iter("entry")]  # sysinfo//entry
-    named = [s for s in sysinfo if re.search(r"\b(windows|microsoft)\b", s, re.IGNORECASE)]
+    named = [s for s in sysinfo if WINDOWS_NAMED.search(s)] if sysinfo else []
     if named:
         strong.append(f"SMBIOS string '{named[0]}'")
     for disk in dom.iter("devices/disk"):
@@ -214,7 +217,7 @@ def windows_signals(dom) -> tuple[list[str], list[str]]:
             strong.append(f"virtio-win driver disc {base}")
         elif WINDOWS_MEDIA.match(base):
             strong.append(f"Windows install disc {base}")
-    hidden = kvm_hidden(dom)
+    hidden = kvm_hidden(dom, args)
     if hidden:
         weak.append(f"KVM hidden ({hidden})")
     if dom.find("devices/tpm") is not None:
@@ -234,13 +237,14 @@ def read(dom) -> GuestOS:
     found = from_id(dom.os_id or "")
     if found is not None and found.windows:
         return found
-    strong, weak = windows_signals(dom)
+    args = _qemu_args(dom)
+    strong, weak = windows_signals(dom, args)
     if found is not None:
         return replace(found, outranked=tuple(strong + weak))
     if dom.find("os/kernel") is not None:
         kernel = GuestOS(Family.LINUX, ("direct kernel boot (<os><kernel>)",), Strength.STRONG, "Linux", True)
         return replace(kernel, outranked=tuple(strong + weak))
-    if any("isa-applesmc" in value for value in _qemu_args(dom)):
+    if any("isa-applesmc" in value for value in args):
         smc = GuestOS(Family.OTHER, ("QEMU's isa-applesmc device (macOS's SMC)",), Strength.STRONG, "macOS", None)
         return replace(smc, outranked=tuple(strong + weak))
     if strong:
