@@ -386,3 +386,29 @@ def test_explain_does_not_blame_the_l3_size_when_devices_split_the_nodes(tmp_pat
     result = vmtune.rewrite(_domain(0, 4, "latency", ["0000:3b:00.0", "0000:3c:00.0"]), host)
     assert result.placement["nodes"] == [0, 1]
     assert "no single L3 domain" not in " ".join(result.placement["why"])
+
+
+@pytest.mark.parametrize("kind", ["block", "bridge"])
+def test_a_backing_device_the_host_knows_draws_a_latency_domain_to_its_node(amd, kind):
+    """A block disk's device and a bridge's ports are a preference: on a host that knows where they
+    hang, a latency domain goes to their node, each node in turn; a host that knows no device reads
+    no backing device of a domain (vmtune/placement/locality.py ``uses``: only passthrough ones
+    matter there), and places it as it would without one."""
+    from vmtune.host.devices import BLOCK, NET, Location, Table
+    from vmtune.placement import locality
+    from vmtune.xml import xmlsafe
+    from vmtune.xml.model import Domain
+
+    device = ("<disk type='block' device='disk'><source dev='/dev/sdb'/><target dev='vda' bus='virtio'/></disk>"
+              if kind == "block" else
+              "<interface type='bridge'><mac address='52:54:00:00:00:01'/><source bridge='br1'/></interface>")
+    xml = ("<domain type='kvm'><name>b</name><memory unit='KiB'>1048576</memory><vcpu>2</vcpu>"
+           f"<os><type arch='x86_64'>hvm</type></os><devices>{device}</devices></domain>")
+    key = (BLOCK, "sdb") if kind == "block" else (NET, "br1")
+    for node in sorted(amd.node_ids):
+        near = vmtune.rewrite(xml, amd.with_devices(Table({key: Location(True, node)})), "latency")
+        assert etree.fromstring(near.xml.encode()).find("numatune/memory").get("nodeset") == str(node)
+    dom = Domain(xmlsafe.parse(xml, "domain XML"))
+    assert [u.passthrough for u in locality.uses(dom)] == [False]
+    assert locality.uses(dom, backing=False) == ()
+    assert vmtune.rewrite(xml, amd, "latency").placement == vmtune.rewrite(xml.replace(device, ""), amd, "latency").placement

@@ -69,8 +69,9 @@ def _pci(address) -> str | None:
     return pci_address(*parts)
 
 
-def uses(dom: Domain) -> tuple[Use, ...]:
-    """Every host device ``dom`` uses, in document order of its kind."""
+def uses(dom: Domain, backing: bool = True) -> tuple[Use, ...]:
+    """Every host device ``dom`` uses, in document order of its kind; without ``backing``, the
+    passthrough ones only (a host that knows no device places by none of the others)."""
     out: list[Use] = []
     for dev in dom.hostdevs:
         if dev.mode not in (None, "subsystem"):
@@ -91,18 +92,21 @@ def uses(dom: Domain) -> tuple[Use, ...]:
             addr = _pci(source) if source is not None and source.get("type", "pci") == "pci" else None
             if addr:
                 out.append(Use(PCI, addr, True, f"interface hostdev {addr}"))
-        elif kind in ("direct", "bridge"):
+        elif backing and kind in ("direct", "bridge"):
             source = nic.source
             name = (source.get("dev" if kind == "direct" else "bridge") or "").strip() if source is not None else ""
             if name:
                 out.append(Use(NET, name, False, f"interface direct {name}" if kind == "direct" else f"bridge {name}"))
     for disk in dom.disks:
+        kind = disk.type
+        if kind != "nvme" and not (backing and kind == "block"):
+            continue
         source = disk.source
-        if disk.type == "nvme":
+        if kind == "nvme":
             addr = _pci(disk.source_address) if source is not None and source.get("type", "pci") == "pci" else None
             if addr:
                 out.append(Use(PCI, addr, True, f"disk nvme {addr}"))
-        elif disk.type == "block" and source is not None:
+        elif source is not None:
             dev = (source.get("dev") or "").strip()
             if dev:
                 out.append(Use(BLOCK, dev, False, f"disk {dev}"))

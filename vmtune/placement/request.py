@@ -33,7 +33,7 @@ def place(profile, host: Host, ledger, reserved: frozenset[int], dom: Domain, co
           wants: intent_mod.Intent = intent_mod.NONE) -> placement_mod.Placement:
     """Where ``dom`` goes on ``host`` under ``profile``, beside ``ledger``'s domains."""
     spread = config.placement != "pack"
-    used = locality.uses(dom)
+    used = locality.uses(dom, backing=host.devices_known)  # a backing device only counts where its node is known
     shared = tuple(locality.shared_with(used, ledger.claims))
     if profile.cpu_pinning == Pinning.FLOAT:
         req = placement_mod.Request(vcpus=dom.vcpus, memory_kib=dom.boot_memory_kib, spread=spread)
