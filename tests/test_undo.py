@@ -428,10 +428,10 @@ def test_the_record_made_from_what_the_passes_touched_is_the_record_of_the_whole
                             edits.Set(root.find("devices/controller[2]"), "@model", "qemu-xhci", "test"),
                             edits.Remove(root.find("devices/disk"), "test")]),
     )
-    for i, (given, change) in enumerate(changes):
-        root = xmlsafe.parse(given, "domain XML")
+    for i, (text, change) in enumerate(changes):
+        root = xmlsafe.parse(text, "domain XML")
         before = copy.deepcopy(root)
-        source = markup.Source(given, root)
+        source = markup.Source(text, root)
         base = unitdiff.snapshot(root, source)
         for edit in change(root):
             edits.applied(edit, source)
