@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from ..host import Host
 from ..host.devices import BLOCK, MDEV, NET, PCI, PCI_FIELDS, PCI_LIMITS, Location, pci_address
-from ..xml.model import Domain
+from ..xml import xmltext
+from ..xml.model import Disk, Domain, Interface
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,8 @@ def _pci(address) -> str | None:
     """``dddd:bb:ss.f`` of an ``<address domain= bus= slot= function=>`` (domain 0 when absent)."""
     if address is None:
         return None
-    parts = [c_number(address.get(a)) if address.get(a) is not None else (0 if a == "domain" else None)
-             for a in PCI_FIELDS]
+    get = address.get
+    parts = [c_number(v) if (v := get(a)) is not None else (0 if a == "domain" else None) for a in PCI_FIELDS]
     if any(p is None or not 0 <= p <= top for p, top in zip(parts, PCI_LIMITS)):
         return None
     return pci_address(*parts)
@@ -85,22 +86,26 @@ def uses(dom: Domain, backing: bool = True) -> tuple[Use, ...]:
             uuid = (source.get("uuid") or "").strip().lower() if source is not None else ""
             if uuid:
                 out.append(Use(MDEV, uuid, True, f"mdev {uuid}"))
-    for nic in dom.interfaces:
-        kind = nic.type
+    for el in xmltext.each(dom.node, "devices/interface"):  # the kind read first: most NICs count for nothing
+        kind = el.get("type")
+        if kind != "hostdev" and not (backing and kind in ("direct", "bridge")):
+            continue
+        nic = Interface(el)
         if kind == "hostdev":
             source = nic.source_address
             addr = _pci(source) if source is not None and source.get("type", "pci") == "pci" else None
             if addr:
                 out.append(Use(PCI, addr, True, f"interface hostdev {addr}"))
-        elif backing and kind in ("direct", "bridge"):
+        else:
             source = nic.source
             name = (source.get("dev" if kind == "direct" else "bridge") or "").strip() if source is not None else ""
             if name:
                 out.append(Use(NET, name, False, f"interface direct {name}" if kind == "direct" else f"bridge {name}"))
-    for disk in dom.disks:
-        kind = disk.type
+    for el in xmltext.each(dom.node, "devices/disk"):
+        kind = el.get("type")
         if kind != "nvme" and not (backing and kind == "block"):
             continue
+        disk = Disk(el)
         source = disk.source
         if kind == "nvme":
             addr = _pci(disk.source_address) if source is not None and source.get("type", "pci") == "pci" else None
