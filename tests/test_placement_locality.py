@@ -410,5 +410,5 @@ def test_a_backing_device_the_host_knows_draws_a_latency_domain_to_its_node(amd,
         assert etree.fromstring(near.xml.encode()).find("numatune/memory").get("nodeset") == str(node)
     dom = Domain(xmlsafe.parse(xml, "domain XML"))
     assert [u.passthrough for u in locality.uses(dom)] == [False]
-    assert locality.uses(dom, backing=False) == ()
+    assert locality.uses(dom, backing=False) == () and locality.passthrough(dom) == frozenset()
     assert vmtune.rewrite(xml, amd, "latency").placement == vmtune.rewrite(xml.replace(device, ""), amd, "latency").placement

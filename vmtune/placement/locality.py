@@ -120,7 +120,7 @@ def uses(dom: Domain, backing: bool = True) -> tuple[Use, ...]:
 
 def passthrough(dom: Domain) -> frozenset[tuple[str, str]]:
     """(kind, key) of every device ``dom`` passes through (a PCI device, an mdev)."""
-    return frozenset((u.kind, u.key) for u in uses(dom) if u.passthrough)
+    return frozenset((u.kind, u.key) for u in uses(dom, backing=False))
 
 
 def shared_with(used: tuple[Use, ...], claims) -> list[str]:
