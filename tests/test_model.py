@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -10,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
+import vmtune
 from vmtune.xml import edits, model
 from vmtune import profiles
+from vmtune.host import Host
 from vmtune.xml.edits import Set
 from vmtune.xml.model import CellRef, Controller, Disk, Domain, Interface, MemoryDevice, Tag
 from vmtune.passes import disks
@@ -271,3 +274,32 @@ def test_a_view_names_only_elements_that_xml_elements_declares():
         with pytest.raises((TypeError, RuntimeError)) as info:  # Python 3.11 wraps it in a RuntimeError
             type("Bad", (View,), {"TAG": "domain", "field": Child(*tags)})
         assert "is not declared as a child" in str(info.value.__cause__ or info.value)
+
+
+TWO_NODE = Path(vmtune.__file__).resolve().parents[1] / "examples" / "hosts" / "2node-smt.xml"
+EMULATED_DISKS = """<domain type='kvm'><name>e</name><memory unit='KiB'>1048576</memory><vcpu>2</vcpu>
+<os><type arch='x86_64'>hvm</type></os><devices>
+  <disk type='file' device='disk'><source file='/a.img'/><target dev='hda' bus='ide' removable='on' rotation_rate='1'/>
+    <geometry cyls='16383' heads='16' secs='63' trans='lba'/></disk>
+  <disk type='file' device='disk'><source file='/b.img'/><target dev='hdb' bus='ide'/></disk>
+</devices></domain>"""
+
+
+def test_a_disk_moved_to_virtio_loses_the_emulated_buses_attributes_it_has_and_no_others():
+    """A disk moved off an emulated bus loses ``removable``, ``rotation_rate`` and the geometry's
+    ``trans`` where it has them (each a change with its reason); the pass asks nothing of a disk
+    without them (an edit that would change nothing is not made)."""
+    result = vmtune.rewrite(EMULATED_DISKS, Host.from_capabilities(TWO_NODE.read_bytes()), "latency", force_virtio=True)
+    out = etree.fromstring(result.xml.encode())
+    first, second = out.iterfind("devices/disk")
+    assert first.find("target").get("bus") == second.find("target").get("bus") == "virtio"
+    assert first.find("target").get("removable") is None and first.find("target").get("rotation_rate") is None
+    assert first.find("geometry").get("trans") is None
+    gone = sorted(c.element.rsplit("@", 1)[1] for c in result.changes if "for emulated buses only" in c.reason)
+    assert gone == ["removable", "rotation_rate", "trans"]
+    prof = profiles.load("latency")
+    ctx = SimpleNamespace(profile=prof, force_virtio=True, guest=None)
+    dom = Domain(etree.fromstring(EMULATED_DISKS))
+    asked = [(e.anchor.find("target").get("dev"), e.path) for e in disks.run(ctx, dom)
+             if isinstance(e, Set) and "emulated buses only" in e.reason]
+    assert asked == [("hda", "target/@removable"), ("hda", "target/@rotation_rate"), ("hda", "geometry/@trans")]

@@ -188,7 +188,8 @@ def run(ctx, dom):
         edits.append(Disk.bus.edit(disk, Disk.BUS_VIRTIO, why))
         edits.append(Disk.dev.edit(disk, name, f"virtio disks are named vdX ({disk.dev} -> {name})"))
         for prop in EMULATED_ONLY_ATTRS:
-            edits.append(prop.edit(disk, None, f"'{prop.attr}' is for emulated buses only"))
+            if prop.raw(disk.node) is not None:  # (most disks have none: no edit that would change nothing)
+                edits.append(prop.edit(disk, None, f"'{prop.attr}' is for emulated buses only"))
         for child in EMULATED_ONLY_CHILDREN:
             el = disk.node.find(child)
             if el is not None:
