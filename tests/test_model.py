@@ -303,3 +303,27 @@ def test_a_disk_moved_to_virtio_loses_the_emulated_buses_attributes_it_has_and_n
     asked = [(e.anchor.find("target").get("dev"), e.path) for e in disks.run(ctx, dom)
              if isinstance(e, Set) and "emulated buses only" in e.reason]
     assert asked == [("hda", "target/@removable"), ("hda", "target/@rotation_rate"), ("hda", "geometry/@trans")]
+
+
+@pytest.mark.parametrize("given", ["", "<cpu/>", "<cpu mode='custom'/>", "<cpu mode=''/>",
+                                   "<cpu mode='host-passthrough'/><cpu mode='custom'/>"])
+@pytest.mark.parametrize("value", [None, "", "custom", "host-passthrough"])
+@pytest.mark.parametrize("field", [Domain.cpu_mode, Domain.arch, Disk.type])
+def test_a_field_asks_for_no_edit_exactly_where_the_edit_would_change_nothing(given, value, field):
+    """``Prop.edits`` is ``[edit]`` where applying the edit changes the domain and ``[]`` where it
+    would not (an attribute of the node or of a child already at the value, or absent for None); a
+    field further down (``os/type/@arch``) is always asked."""
+    import copy
+
+    text = f"<domain><os><type arch='custom'>hvm</type></os>{given}</domain>"
+    root = etree.fromstring(text)
+    view = Domain(root) if field is not Disk.type else Disk(root.find("os"))
+    asked = field.edits(view, value, "test")
+    twin = copy.deepcopy(root)
+    anchor = twin if field is not Disk.type else twin.find("os")
+    changed = edits.applied(field.edit(type(view)(anchor), value, "test")) is not None
+    if field is Domain.arch:
+        assert len(asked) == 1
+    else:
+        assert bool(asked) == changed, (given, value)
+        assert asked == [] or asked == [field.edit(view, value, "test")]

@@ -20,13 +20,13 @@ def run(ctx, dom):
     else:
         mode = Domain.CPU_MODE_MAXIMUM
         why = "TCG cannot pass the host CPU through; 'maximum' is its widest model"
-    edits = [Domain.cpu_mode.edit(dom, mode, why)]
+    edits = Domain.cpu_mode.edits(dom, mode, why)
     cpu = dom.cpu
     if cpu is not None:
         was = dom.cpu_mode or ("custom" if cpu.find("model") is not None else None)
         if ctx.kvm and was in MIGRATABLE:
             edits.append(Warn(MIGRATION.format(mode=was)))
-        edits.append(Domain.cpu_match.edit(dom, None, f"'match' applies to custom models only, not {mode}"))
+        edits += Domain.cpu_match.edits(dom, None, f"'match' applies to custom models only, not {mode}")
         for child in ("model", "vendor"):
             el = cpu.find(child)
             if el is not None:

@@ -42,7 +42,7 @@ def _vcpu(dom, fields: dict, reason: str) -> list:
     """Set fields of ``<vcpu>`` (Domain declarations -> values); without one (libvirt's default:
     1 vCPU), write it out whole, count included, since libvirt refuses a ``<vcpu>`` without a count."""
     if dom.vcpu_element is not None:
-        return [prop.edit(dom, value, reason) for prop, value in fields.items()]
+        return [edit for prop, value in fields.items() for edit in prop.edits(dom, value, reason)]
     attrs = {prop.attr: prop.text(value) for prop, value in fields.items()}
     return [Put(dom.node, E("vcpu", attrs, text=str(dom.vcpus)), f"no <vcpu>: libvirt's default of {dom.vcpus}, "
                 f"written out; {reason}")]

@@ -124,6 +124,15 @@ class Prop:
         """The edit that makes ``value`` the field's value on ``view``."""
         return Set(view.node, self.path, self.text(value), reason)
 
+    def edits(self, view: "View", value: Any, reason: str) -> list[Set]:
+        """``edit``, where it would change something: an attribute of the node or of its first child
+        of a tag (the element ``edits.applied`` walks to) that is not already ``value`` (absent, for
+        None). A field further down is always edited (``applied`` finds that nothing changed)."""
+        if self.attr and (self._child is not None or self.elem_path == "."):
+            if self.raw(view.node) == self.text(value):
+                return []
+        return [self.edit(view, value, reason)]
+
 
 class Keyed:
     """Fields told apart by a name in their path: ``Keyed("clock/timer[@name='{}']/@present")``;
