@@ -17,7 +17,7 @@ Every disk that moves, and every one that stays against the profile, is named in
 import re
 from dataclasses import dataclass
 
-from ..xml import guestos
+from ..xml import guestos, xmltext
 from ..xml.edits import Remove, Warn
 from ..errors import Unsupported
 from ..xml.model import Controller, Disk
@@ -89,13 +89,13 @@ def _boot_moves(ctx, guest) -> bool:
     return guest.virtio is None and boot == BootDisk.VIRTIO
 
 
-def plan(ctx, dom) -> BusMoves:
-    """Which disks move to virtio and why the others stay (the module docstring says the rules)."""
+def plan(ctx, dom, boot: Disk | None) -> BusMoves:
+    """Which disks move to virtio and why the others stay (the module docstring says the rules);
+    ``boot``: the domain's boot disk (``boot_disk``)."""
     emulated = [d for d in dom.disks if d.effective_device == Disk.DEVICE_DISK and d.bus in Disk.REMAP_BUSES]
     if not ctx.profile.devices_virtio or not emulated:
         return BusMoves()
     guest = guestos.of(ctx, dom)
-    boot = boot_disk(dom)
     known = virtio_disk(dom)
     others_move = ctx.force_virtio or guest.virtio is not False or known is not None
     root = cmdline_root(dom)
@@ -150,24 +150,27 @@ def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]]) -> str:
                    f"{'their old /dev names' if many else '/dev/' + moved[0][0]}")
 
 
-def _scsi_users(dom, moved: set) -> dict[int, int]:
+def _scsi_users(dom, moved: set) -> tuple[dict[int, int], dict[int, int]]:
+    """The devices on each SCSI controller (by index): all of them, and those but the ``moved``."""
+    every: dict[int, int] = {}
     users: dict[int, int] = {}
     for el in [d.node for d in dom.disks] + [h.node for h in dom.hostdevs]:
-        if el in moved:
-            continue
         disk = Disk(el)
-        if disk.address_type == Disk.ADDRESS_DRIVE or (el.tag == "disk" and disk.bus == Disk.BUS_SCSI):
-            if disk.bus == Disk.BUS_SCSI or el.tag == "hostdev":
+        bus = disk.bus
+        if disk.address_type == Disk.ADDRESS_DRIVE or (el.tag == "disk" and bus == Disk.BUS_SCSI):
+            if bus == Disk.BUS_SCSI or el.tag == "hostdev":
                 idx = disk.controller or 0
-                users[idx] = users.get(idx, 0) + 1
-    return users
+                every[idx] = every.get(idx, 0) + 1
+                if el not in moved:
+                    users[idx] = users.get(idx, 0) + 1
+    return every, users
 
 
 def run(ctx, dom):
     edits = []
-    moves = plan(ctx, dom)
-    move = list(moves.disks)
     boot = boot_disk(dom)
+    moves = plan(ctx, dom, boot)
+    move = list(moves.disks)
     edits += [Warn(w) for w in moves.warnings]
     if boot is not None and any(d.node is boot.node for d in move):
         edits.append(Warn(BOOT_MOVE.format(dev=boot.dev or "?", bus=boot.bus)))
@@ -175,36 +178,36 @@ def run(ctx, dom):
     names = (f"vd{_letters(i)}" for i in range(VIRTIO_NAMES))
     moved = []
     for disk in move:
+        dev, bus = disk.dev, disk.bus  # (read once: the edits below change neither before they apply)
         name = next((n for n in names if n not in used), None)
         if name is None:
-            raise Unsupported(f"no virtio disk name is left for {disk.dev or 'a disk'}: vda to vdzzz "
+            raise Unsupported(f"no virtio disk name is left for {dev or 'a disk'}: vda to vdzzz "
                               f"({VIRTIO_NAMES} names) are all taken")
         used.add(name)
-        why = f"{disk.bus} is emulated; virtio-blk is the paravirtual disk"
+        why = f"{bus} is emulated; virtio-blk is the paravirtual disk"
         if boot is not None and disk.node is boot.node:
             why = f"the boot disk too: {why} (the warning says what the guest needs)"
         else:
-            moved.append((disk.dev or "?", disk.bus, name))
+            moved.append((dev or "?", bus, name))
         edits.append(Disk.bus.edit(disk, Disk.BUS_VIRTIO, why))
-        edits.append(Disk.dev.edit(disk, name, f"virtio disks are named vdX ({disk.dev} -> {name})"))
+        edits.append(Disk.dev.edit(disk, name, f"virtio disks are named vdX ({dev} -> {name})"))
         for prop in EMULATED_ONLY_ATTRS:
             if prop.raw(disk.node) is not None:  # (most disks have none: no edit that would change nothing)
                 edits.append(prop.edit(disk, None, f"'{prop.attr}' is for emulated buses only"))
         for child in EMULATED_ONLY_CHILDREN:
-            el = disk.node.find(child)
+            el = xmltext.find(disk.node, child)
             if el is not None:
                 edits.append(Remove(el, f"<{child}> is for emulated buses only"))
-        addr = disk.node.find("address")
+        addr = xmltext.find(disk.node, "address")
         if addr is not None:
-            edits.append(Remove(addr, f"the {disk.bus} address does not apply on virtio; libvirt assigns a PCI slot"))
+            edits.append(Remove(addr, f"the {bus} address does not apply on virtio; libvirt assigns a PCI slot"))
     if moved:
         edits.append(Warn(_moved_warning(ctx, dom, moved)))
     edits.extend(_driver(ctx, dom))
     scsi = [ctl for ctl in dom.controllers if ctl.type == Controller.TYPE_SCSI]
     if not scsi or not move:
         return edits  # no SCSI controller to empty (most domains: nothing more to read)
-    users = _scsi_users(dom, {d.node for d in move})
-    before = _scsi_users(dom, set())
+    before, users = _scsi_users(dom, {d.node for d in move})
     for ctl in scsi:
         idx = ctl.index or 0
         if before.get(idx) and not users.get(idx):
@@ -223,14 +226,15 @@ def _driver(ctx, dom):
     p = ctx.profile
     edits = []
     for disk in dom.disks:
-        if disk.effective_device != Disk.DEVICE_DISK or disk.type in NO_DRIVER_TYPES:
+        kind = disk.type
+        if disk.effective_device != Disk.DEVICE_DISK or kind in NO_DRIVER_TYPES:
             continue
         driver = []
-        if p.devices_disk_cache != "keep" and not _rbd(disk):
+        if p.devices_disk_cache != "keep" and not (kind == Disk.TYPE_NETWORK and _rbd(disk)):
             driver.append(Disk.cache.edit(disk, p.devices_disk_cache, "cache='none' bypasses the host page cache: "
                                           "no double caching, no host flush stalls"))
         cache = p.devices_disk_cache if p.devices_disk_cache != "keep" else disk.cache
-        if p.devices_disk_io != "keep" and (disk.type or Disk.TYPE_FILE) in NATIVE_IO_TYPES:
+        if p.devices_disk_io != "keep" and (kind or Disk.TYPE_FILE) in NATIVE_IO_TYPES:
             if p.devices_disk_io != Disk.IO_NATIVE or cache in (Disk.CACHE_NONE, Disk.CACHE_DIRECTSYNC):
                 driver.append(Disk.io.edit(disk, p.devices_disk_io,
                                            "Linux native AIO submits guest I/O without a userspace thread pool"))

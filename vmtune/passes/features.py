@@ -6,7 +6,7 @@ written only beside hint-dedicated: Linux's cpuidle-haltpoll, which uses it, loa
 hint (KVM_HINTS_REALTIME).
 """
 
-from ..xml import guestos
+from ..xml import guestos, xmltext
 from ..xml.model import Domain
 
 SPINLOCK_RETRIES = 8191  # what virt-install writes; libvirt takes 4095 and more
@@ -41,7 +41,7 @@ def run(ctx, dom):
         for name, extra in HYPERV:
             if not ctx.kvm and name not in HYPERV_TCG:
                 continue
-            if hyperv is not None and hyperv.find(name) is not None:
+            if hyperv is not None and xmltext.find(hyperv, name) is not None:
                 continue  # an explicit setting, on or off, is the admin's
             why = f"Hyper-V enlightenment '{name}': Windows uses the paravirtual path"
             edits.append(Domain.hyperv_state.at(name).edit(dom, True, why))

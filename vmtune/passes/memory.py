@@ -1,7 +1,7 @@
 """<memoryBacking> (hugepages, nosharepages, locked) and the balloon."""
 
 from .. import cpuset
-from ..xml import units
+from ..xml import units, xmltext
 from ..xml.edits import E, Put, Remove, insert
 from ..xml.model import KIB, Domain
 from . import _pages
@@ -12,9 +12,10 @@ def _hugepages(ctx, dom, new) -> tuple[list[str], list]:
     """Put the placement's page size into ``new`` (a <memoryBacking>): the reasons, and the edits
     that give memory devices the page size is wrong for their own (passes/_pages.py)."""
     pl = ctx.placement
-    kept = [n for el in new.findall("hugepages") for n in comments(el)]
-    old_pages = new.find("hugepages") is not None
-    for el in new.findall("hugepages"):
+    pages = list(xmltext.each(new, "hugepages"))
+    kept = [n for el in pages for n in comments(el)]
+    old_pages = bool(pages)
+    for el in pages:
         new.remove(el)
     size = pl.hugepage_kib
     if not size:
@@ -34,8 +35,8 @@ def _hugepages(ctx, dom, new) -> tuple[list[str], list]:
 
 def _no_anonymous_source(new) -> list[str]:
     """With hugepages in ``new``, drop an anonymous ``<source>``, which libvirt refuses beside them."""
-    anonymous = [el for el in new.findall("source") if el.get("type") == Domain.MEMORY_SOURCE_ANONYMOUS]
-    if new.find("hugepages") is None or not anonymous:
+    anonymous = [el for el in xmltext.each(new, "source") if el.get("type") == Domain.MEMORY_SOURCE_ANONYMOUS]
+    if xmltext.find(new, "hugepages") is None or not anonymous:
         return []
     for el in anonymous:
         new.remove(el)
@@ -55,7 +56,7 @@ def _backing(ctx, dom):
         ("nosharepages", p.memory_nosharepages, "no KSM merging (no copy-on-write faults)"),
         ("locked", p.memory_locked, "locked memory: the host never swaps it out"),
     ):
-        if wanted and new.find(flag) is None:
+        if wanted and xmltext.find(new, flag) is None:
             insert(new, E(flag))
             reasons.append(why)
     gone = "hugepages removed: " + (pl.hugepage_gone or "the chosen nodes cannot back this memory")
@@ -74,7 +75,7 @@ def _hard_limit(dom, backing) -> list:
     """``<locked/>`` with no ``<memtune><hard_limit>``: libvirt then lifts the memlock limit
     altogether (unlimited), and a runaway QEMU can lock all of the host's memory. Write the limit
     libvirt's docs ask for: the domain's largest memory plus QEMU's own."""
-    if backing.find("locked") is None or dom.hard_limit is not None:
+    if xmltext.find(backing, "locked") is None or dom.hard_limit is not None:
         return []
     top = max(dom.memory_kib, dom.max_memory_kib or 0)
     limit = top + QEMU_OVERHEAD_KIB
