@@ -327,3 +327,27 @@ def test_a_field_asks_for_no_edit_exactly_where_the_edit_would_change_nothing(gi
     else:
         assert bool(asked) == changed, (given, value)
         assert asked == [] or asked == [field.edit(view, value, "test")]
+
+
+SCSI_DISKS = """<domain type='kvm'><name>s</name><memory unit='KiB'>1048576</memory><vcpu>2</vcpu>
+<os><type arch='x86_64'>hvm</type></os><devices>
+  <disk type='file' device='disk'><source file='/a.img'/><target dev='sda' bus='scsi'/>
+    <address type='drive' controller='0' bus='0' target='0' unit='0'/></disk>
+  <disk type='file' device='disk'><source file='/b.img'/><target dev='sdb' bus='scsi'/>
+    <address type='drive' controller='1' bus='0' target='0' unit='0'/></disk>
+  <hostdev mode='subsystem' type='scsi'><source><adapter name='scsi_host0'/><address bus='0' target='0' unit='0'/></source>
+    <address type='drive' controller='1' bus='0' target='0' unit='1'/></hostdev>
+  <controller type='scsi' index='0' model='virtio-scsi'/>
+  <controller type='scsi' index='1' model='virtio-scsi'/>
+</devices></domain>"""
+
+
+def test_a_scsi_controller_goes_when_every_device_on_it_moved_to_virtio_and_stays_while_one_is_left():
+    """Both SCSI disks move to virtio: controller 0 held only one of them and goes, with its reason;
+    controller 1 still holds a SCSI hostdev and stays."""
+    result = vmtune.rewrite(SCSI_DISKS, Host.from_capabilities(TWO_NODE.read_bytes()), "latency", force_virtio=True)
+    out = etree.fromstring(result.xml.encode())
+    assert [d.find("target").get("bus") for d in out.iterfind("devices/disk")] == ["virtio", "virtio"]
+    assert [c.get("index") for c in out.iterfind("devices/controller[@type='scsi']")] == ["1"]
+    assert [c.reason for c in result.changes if "SCSI controller" in c.reason] == [
+        "SCSI controller 0 has no devices left after the move to virtio"]
