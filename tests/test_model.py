@@ -351,3 +351,26 @@ def test_a_scsi_controller_goes_when_every_device_on_it_moved_to_virtio_and_stay
     assert [c.get("index") for c in out.iterfind("devices/controller[@type='scsi']")] == ["1"]
     assert [c.reason for c in result.changes if "SCSI controller" in c.reason] == [
         "SCSI controller 0 has no devices left after the move to virtio"]
+
+
+CPUTUNE_TAGS = ["shares", "period", "quota", "vcpupin", "emulatorpin", "iothreadpin", "vcpusched", "iothreadsched",
+                "cachetune", "memorytune", "#comment", "{urn:x}other"]
+
+
+@given(kids=st.lists(st.sampled_from(CPUTUNE_TAGS), max_size=12),
+       tag=st.sampled_from(["vcpupin", "iothreadpin", "vcpusched", "shares", "memorytune"]), n=st.integers(0, 5))
+def test_inserting_children_of_one_tag_together_puts_them_where_one_by_one_does(kids, tag, n):
+    """``edits.insert_all`` (the pins of a <cputune>, each next one after the one before) leaves the
+    children in the order ``edits.insert`` one by one does (each in libvirt's order of children,
+    after the last of its rank), whatever children the parent has already."""
+    def parent():
+        el = etree.Element("cputune")
+        for i, kid in enumerate(kids):
+            el.append(etree.Comment(str(i)) if kid == "#comment" else etree.Element(kid, {"i": str(i)}))
+        return el
+
+    one, together = parent(), parent()
+    for k in range(n):
+        edits.insert(one, etree.Element(tag, {"new": str(k)}))
+    edits.insert_all(together, (etree.Element(tag, {"new": str(k)}) for k in range(n)))
+    assert etree.tostring(together) == etree.tostring(one)

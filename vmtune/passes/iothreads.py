@@ -17,10 +17,6 @@ from ..xml.model import Disk, Domain, fill_iothread_ids
 QUEUE_MAPPING = {"libvirt": (10, 0), "qemu": (9, 0)}  # a disk's queues over several iothreads, since
 
 
-def _valid(disk: Disk, ids: list[int]) -> bool:
-    return disk.iothread_queues or (disk.iothread is not None and disk.iothread in ids)
-
-
 def _disks(dom) -> list[Disk]:
     return [d for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.type != Disk.TYPE_VHOSTUSER]
 
@@ -50,10 +46,11 @@ def per_disk(ctx, dom) -> tuple[int, str]:
     return (n, why) if n >= 2 else (1, why)
 
 
-def wanted(ctx, dom, n: int) -> int:
+def wanted(ctx, dom, n: int, disks: list[Disk] | None = None) -> int:
     """How many iothreads the domain should have (0: leave them alone), where a disk not yet served
-    would get its queues over ``n`` of them (``per_disk``)."""
-    disks = _disks(dom)
+    would get its queues over ``n`` of them (``per_disk``); ``disks``: its virtio disks, where
+    they were read already."""
+    disks = _disks(dom) if disks is None else disks
     if not ctx.profile.devices_iothreads or not disks:
         return 0
     mapped = n if any(not d.iothread_queues and d.iothread is None for d in disks) else 1
@@ -63,7 +60,8 @@ def wanted(ctx, dom, n: int) -> int:
 
 def run(ctx, dom):
     n, why = per_disk(ctx, dom)
-    count = wanted(ctx, dom, n)
+    disks = _disks(dom)
+    count = wanted(ctx, dom, n, disks)
     if not count:
         return []
     edits = [Domain.iothreads.edit(dom, count, "a dedicated iothread per guest NUMA cell takes disk I/O off the "
@@ -80,10 +78,11 @@ def run(ctx, dom):
             new.append(E("iothread", {"id": added}))
         edits.append(Put(dom.node, new, f"iothreadids lists all {count} iothreads: the ids libvirt "
                                         "fills in (the lowest unused), written out"))
-    for i, disk in enumerate(_disks(dom)):
-        if _valid(disk, ids):
+    for i, disk in enumerate(disks):
+        thread = disk.iothread
+        if disk.iothread_queues or (thread is not None and thread in ids):  # served already
             continue
-        if n >= 2 and disk.iothread is None:
+        if n >= 2 and thread is None:
             edits.append(_mapped(disk, [ids[(i * n + k) % len(ids)] for k in range(n)], dom.vcpus, why))
             continue
         edits.append(Disk.iothread.edit(disk, ids[i % len(ids)],

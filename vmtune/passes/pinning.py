@@ -14,7 +14,7 @@ from lxml import etree
 from .. import cpuset
 from ..placement import holdings, housekeeping, intent
 from ..xml import xmltext
-from ..xml.edits import E, Put, Remove, Warn, clone, insert
+from ..xml.edits import E, Put, Remove, Warn, clone, insert, insert_all
 from ..xml.model import Domain, pins_of
 from ..placement.search import taken_cores
 from ..profiles import Pinning
@@ -118,8 +118,9 @@ def _scheds(ctx, dom, new, emulator_rt: bool, rt_iothreads: frozenset[int]) -> l
     if len(vcpus) == dom.vcpus and dom.vcpus == 1:
         warns.append(Warn("a domain of one vCPU has no housekeeping vCPU: its only vCPU runs real-time "
                           f"({p.cpu_scheduler}), and the guest's own kernel threads share it"))
-    for vcpu in sorted(vcpus):  # one a vCPU, as libvirt writes them back after a define
-        insert(new, E("vcpusched", {"vcpus": vcpu, "scheduler": p.cpu_scheduler, "priority": p.cpu_priority}))
+    # one a vCPU, as libvirt writes them back after a define
+    insert_all(new, (E("vcpusched", {"vcpus": vcpu, "scheduler": p.cpu_scheduler, "priority": p.cpu_priority})
+                     for vcpu in sorted(vcpus)))
     return warns
 
 
@@ -130,13 +131,12 @@ def dedicated(ctx, dom):
     own_rt = bool(wants.rt_vcpus)
     drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" and not own_rt else ())
     new = _cputune(dom, drop)
-    for vcpu, cpu in enumerate(pl.pins):
-        insert(new, E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}))
+    insert_all(new, (E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}) for vcpu, cpu in enumerate(pl.pins)))
     held = taken_cores(ctx.host, frozenset(pl.pins) | ctx.ledger.dedicated) | frozenset(pl.rt)
     emulator, iothreads, warns = _helper_pins(ctx, dom, held)
     insert(new, E("emulatorpin", {"cpuset": cpuset.format(emulator)}))
-    for iothread, cpus in iothreads.items():
-        insert(new, E("iothreadpin", {"iothread": iothread, "cpuset": cpuset.format(cpus)}))
+    insert_all(new, (E("iothreadpin", {"iothread": iothread, "cpuset": cpuset.format(cpus)})
+                     for iothread, cpus in iothreads.items()))
     rt_iothreads = frozenset(i for i, cpus in iothreads.items() if len(cpus) == 1 and next(iter(cpus)) in pl.rt)
     warns += _scheds(ctx, dom, new, emulator <= frozenset(pl.rt) and bool(pl.rt), rt_iothreads)
     nodes = cpuset.format(pl.nodes)

@@ -145,6 +145,21 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
         parent.insert(position, child)
 
 
+def insert_all(parent: etree._Element, children) -> None:
+    """``insert`` each of ``children``, all of one tag, in turn, without a scan of the parent for
+    each: from the second on, ``insert`` puts a child right after the last child of its rank or
+    below, which the one before it then is (the first may stand before a child of its rank that
+    came out of order, and the second then goes after that one), so the third and later go right
+    after the one before."""
+    before = None
+    for i, child in enumerate(children):
+        if i < 2:
+            insert(parent, child)
+        else:
+            before.addnext(child)
+        before = child
+
+
 def _after_all(parent: etree._Element, ranks: dict[str, int], rank: int) -> bool:
     """Whether ``insert``'s scan would put a child of ``rank`` at the very end: the first and the last
     ordered children rank at most ``rank``, and the last child is that last ordered one. Two
