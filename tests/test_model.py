@@ -374,3 +374,23 @@ def test_inserting_children_of_one_tag_together_puts_them_where_one_by_one_does(
         edits.insert(one, etree.Element(tag, {"new": str(k)}))
     edits.insert_all(together, (etree.Element(tag, {"new": str(k)}) for k in range(n)))
     assert etree.tostring(together) == etree.tostring(one)
+
+
+def test_a_change_inside_an_element_a_later_pass_replaced_is_named_by_its_path_in_the_domain():
+    """Where libvirt maps a disk's queues over iothreads (libvirt 10.0 and QEMU 9.0 or later), the
+    iothreads pass puts a new ``<driver>`` in place of the one the disks pass set cache and io on:
+    those changes name the driver by its path in the domain as it was when it left
+    (``/domain/devices/disk[1]/driver/@cache``), not from the top of what left (``/driver/@cache``).
+    So does a change in a unit an edit removes."""
+    from vmtune.config import Config
+
+    config = replace(Config(), libvirt_version=(10, 0), qemu_version=(9, 0))
+    xml = (Path(vmtune.__file__).resolve().parents[1] / "examples" / "batch-4vcpu.xml").read_bytes()
+    result = vmtune.rewrite(xml, Host.from_capabilities(TWO_NODE.read_bytes()), "latency", config=config)
+    assert all(c.element.startswith("/domain/") for c in result.changes), [c.element for c in result.changes]
+    cache = [c.element for c in result.changes if c.element.endswith("/driver/@cache")]
+    assert cache == ["/domain/devices/disk[1]/driver/@cache", "/domain/devices/disk[2]/driver/@cache"]
+    root = etree.fromstring("<domain><devices><disk><target dev='a'/></disk></devices></domain>")
+    done = [edits.applied(edits.Set(root.find("devices/disk/target"), "@dev", "b", "test"))]
+    done.append(edits.applied(edits.Remove(root.find("devices/disk"), "test"), None, done))
+    assert [c.element for c in edits.settle(done, root)] == ["/domain/devices/disk/target/@dev", "/domain/devices/disk"]

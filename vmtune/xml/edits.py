@@ -275,13 +275,10 @@ def settle(done: list[Applied], root: etree._Element) -> list[Change]:
     no longer in ``root`` (removed, or replaced whole) keeps the path it had last there."""
     tree = root.getroottree()  # one tree for every path (a node's own getroottree is made anew each ask)
     for d in done:
-        node = d.node
-        if node is None:
-            continue
-        if node.getroottree().getroot() is root:
+        # a node that left the tree had its path taken as it left (``_leaving``); asked now, lxml would
+        # name it from the top of what left, which stays in root's document (its getroot() is root)
+        if d.node is not None and d.element is None:
             d.element = d.where(tree)
-        elif d.element is None:
-            d.element = d.where()
     return [d.change for d in done]
 
 
