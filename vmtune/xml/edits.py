@@ -130,10 +130,13 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
         parent.append(child)
         return
     position = None
+    get = ranks.get
     for i, existing in enumerate(parent):
-        other = _rank(ranks, existing.tag)
+        tag = existing.tag
+        other = get(tag)  # ``_rank``, written out: a call less a child
         if other is None:
-            continue
+            if not isinstance(tag, str) or tag[:1] != "{" or (other := get(xmltext.local_name(tag))) is None:
+                continue
         if other <= rank:
             position = i + 1
         elif position is None:
@@ -311,7 +314,7 @@ def applied(edit: Edit, watch=None, done: list[Applied] | None = None) -> Applie
         xmltext.set_text(node, edit.value)  # the whole value: text after a comment too
         return Applied(node, None, before, edit.value, edit.reason)
     if isinstance(edit, Put):
-        old = edit.parent.find(edit.element.tag)
+        old = xmltext.find(edit.parent, edit.element.tag)
         before = show(old)
         after = show(edit.element)
         if before == after:
