@@ -394,3 +394,25 @@ def test_a_change_inside_an_element_a_later_pass_replaced_is_named_by_its_path_i
     done = [edits.applied(edits.Set(root.find("devices/disk/target"), "@dev", "b", "test"))]
     done.append(edits.applied(edits.Remove(root.find("devices/disk"), "test"), None, done))
     assert [c.element for c in edits.settle(done, root)] == ["/domain/devices/disk/target/@dev", "/domain/devices/disk"]
+
+
+def test_the_edits_and_the_changes_are_frozen_dataclasses_whatever_fills_their_fields():
+    """``Set``, ``Put``, ``Remove`` and ``Change`` fill their fields in one step (edits.py): each
+    field is what it was given, positionally or by name, and each stays a frozen dataclass (equal
+    and hashed by its fields, ``replace`` and ``asdict`` work, a field cannot be set)."""
+    import dataclasses
+
+    el, other = etree.Element("a"), etree.Element("b")
+    made = [(edits.Set(el, "x/@y", "1", "why"), dict(anchor=el, path="x/@y", value="1", reason="why")),
+            (edits.Put(el, other, "why"), dict(parent=el, element=other, reason="why")),
+            (edits.Remove(other, "why"), dict(element=other, reason="why")),
+            (edits.Change("/domain/x/@y", None, "1", "why"), dict(element="/domain/x/@y", before=None, after="1", reason="why"))]
+    for obj, fields in made:
+        cls = type(obj)
+        assert [getattr(obj, f.name) for f in dataclasses.fields(cls)] == list(fields.values())
+        assert cls(**fields) == obj and hash(cls(**fields)) == hash(obj)
+        assert dataclasses.replace(obj, reason="other").reason == "other"
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.reason = "no"
+    change, fields = made[-1]
+    assert dataclasses.asdict(change) == fields == change.to_dict()

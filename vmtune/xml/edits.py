@@ -26,25 +26,38 @@ from . import xmltext
 from .elements import ORDER  # libvirt's order of children (declared with each element); unknown tags keep their place
 
 
-@dataclass(frozen=True)
+# The edits and the changes are frozen dataclasses made by the dozen a rewrite (a hundred and more
+# for a domain of many devices): each fills its fields in one step, where a frozen dataclass's own
+# __init__ sets them one by one through object.__setattr__ (twice the time). Equality, hashing,
+# ``dataclasses.replace`` and the rest are the dataclass's.
+@dataclass(frozen=True, init=False)
 class Set:
     anchor: etree._Element
     path: str  # "a/b/@attr", "@attr" or "a/b" (text)
     value: str | None
     reason: str
 
+    def __init__(self, anchor: etree._Element, path: str, value: str | None, reason: str):
+        self.__dict__.update(anchor=anchor, path=path, value=value, reason=reason)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Put:
     parent: etree._Element
     element: etree._Element
     reason: str
 
+    def __init__(self, parent: etree._Element, element: etree._Element, reason: str):
+        self.__dict__.update(parent=parent, element=element, reason=reason)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Remove:
     element: etree._Element
     reason: str
+
+    def __init__(self, element: etree._Element, reason: str):
+        self.__dict__.update(element=element, reason=reason)
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,7 @@ class Warn:
 Edit = Union[Set, Put, Remove, Warn]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Change:
     """One change made to the domain: where, what was there, what is there now, and why."""
 
@@ -63,6 +76,9 @@ class Change:
     before: str | None
     after: str | None
     reason: str
+
+    def __init__(self, element: str, before: str | None, after: str | None, reason: str):
+        self.__dict__.update(element=element, before=before, after=after, reason=reason)
 
     def to_dict(self) -> dict:
         return {"element": self.element, "before": self.before, "after": self.after, "reason": self.reason}
