@@ -192,14 +192,17 @@ def _theirs(mine: dict, top0: list, top1: list, devs0: dict, devs1: dict, tags, 
 
 def _moved(was: list, now: list, tags) -> set:
     """The tags of ``tags`` whose nodes among ``was`` are not those among ``now``, in the same order."""
-    if [n for n in was if n.tag in tags] == [n for n in now if n.tag in tags]:
+    mine, theirs = [n for n in was if n.tag in tags], [n for n in now if n.tag in tags]
+    if mine == theirs:
         return set()
+    moved = {n.tag for n in set(mine) ^ set(theirs)}  # a node added or taken away
+    if [n for n in mine if n.tag not in moved] == [n for n in theirs if n.tag not in moved]:
+        return moved  # and the rest in the same order, each tag's
     before: dict = {}
     after: dict = {}
-    for nodes, of in ((was, before), (now, after)):
+    for nodes, of in ((mine, before), (theirs, after)):  # one out of its place: tag by tag
         for n in nodes:
-            if n.tag in tags:
-                of.setdefault(n.tag, []).append(n)
+            of.setdefault(n.tag, []).append(n)
     return {tag for tag in tags if before.get(tag) != after.get(tag)}
 
 
