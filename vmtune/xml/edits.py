@@ -209,8 +209,8 @@ _STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
 def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> etree._Element | None:
     """Follow ``a/b[@name='x']/c`` below ``anchor``, creating missing steps when ``create``."""
     node = anchor
-    for step in _steps(elem_path):
-        nxt = xmltext.find(node, step)
+    for step, plain in _walked(elem_path):
+        nxt = next(node.iterchildren(step), None) if plain else xmltext.find(node, step)
         if nxt is None:
             if not create:
                 return None
@@ -232,6 +232,16 @@ def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> e
 def _steps(elem_path: str) -> tuple[str, ...]:
     """The steps of an element path (``a/./b`` -> a, b), remembered: the passes use a few dozen."""
     return tuple(s for s in elem_path.split("/") if s and s != ".")
+
+
+_PLAIN = re.compile(r"[\w.-]+")
+
+
+@functools.lru_cache(maxsize=512)
+def _walked(elem_path: str) -> tuple[tuple[str, bool], ...]:
+    """``_steps``, each with whether it is a plain tag (``xmltext.find`` of it is its first child of
+    that tag, taken here without the path's second reading)."""
+    return tuple((step, _PLAIN.fullmatch(step) is not None) for step in _steps(elem_path))
 
 
 @functools.lru_cache(maxsize=512)
