@@ -440,16 +440,16 @@ def test_the_record_made_from_what_the_passes_touched_is_the_record_of_the_whole
 
 
 def test_the_tags_whose_units_moved_are_those_added_taken_away_or_out_of_order():
-    """``unitdiff._moved``: a tag whose nodes are the same, in the same order, before and after has
+    """``unitdiff.moved_tags``: a tag whose nodes are the same, in the same order, before and after has
     not moved; one with a node added or taken away has, and so has one whose nodes changed places
     (edits never do that, but the record must not take it for still)."""
     from vmtune.record import unitdiff
 
     a1, a2, b1, b2, c1 = (etree.Element(t) for t in ("a", "a", "b", "b", "c"))
     tags = {"a", "b", "c"}
-    assert unitdiff._moved([a1, b1, c1], [a1, b1, c1], tags) == set()
-    assert unitdiff._moved([a1, b1, c1], [a1, b1, b2, c1], tags) == {"b"}
-    assert unitdiff._moved([a1, b1, c1], [b1, c1], tags) == {"a"}
-    assert unitdiff._moved([a1, b1, a2, c1], [a2, b1, a1, c1], tags) == {"a"}
-    assert unitdiff._moved([a1, b1, a2, b2], [a2, b2, a1, b1, c1], tags) == {"a", "b", "c"}
-    assert unitdiff._moved([a1, c1, b1], [c1, a1, b1], tags) == set()  # each tag's own order kept
+    assert unitdiff.moved_tags([a1, b1, c1], [a1, b1, c1], tags) == set()
+    assert unitdiff.moved_tags([a1, b1, c1], [a1, b1, b2, c1], tags) == {"b"}
+    assert unitdiff.moved_tags([a1, b1, c1], [b1, c1], tags) == {"a"}
+    assert unitdiff.moved_tags([a1, b1, a2, c1], [a2, b1, a1, c1], tags) == {"a"}
+    assert unitdiff.moved_tags([a1, b1, a2, b2], [a2, b2, a1, b1, c1], tags) == {"a", "b", "c"}
+    assert unitdiff.moved_tags([a1, c1, b1], [c1, a1, b1], tags) == set()  # each tag's own order kept

@@ -178,8 +178,8 @@ def _theirs(mine: dict, top0: list, top1: list, devs0: dict, devs1: dict, tags, 
     other tags are keyed anew."""
     if list(devs0) != list(devs1):
         return _keyed(top1, devs1, tags, inner, idents)
-    moved = _moved(top0, top1, tags)
-    inside = {el: m for el, want in inner.items() if want and (m := _moved(devs0[el], devs1[el], want))}
+    moved = moved_tags(top0, top1, tags)
+    inside = {el: m for el, want in inner.items() if want and (m := moved_tags(devs0[el], devs1[el], want))}
     if not moved and not inside:
         return mine
     theirs = _keyed(top1, devs1, moved, inside, idents)
@@ -190,7 +190,7 @@ def _theirs(mine: dict, top0: list, top1: list, devs0: dict, devs1: dict, tags, 
     return theirs
 
 
-def _moved(was: list, now: list, tags) -> set:
+def moved_tags(was: list, now: list, tags) -> set:
     """The tags of ``tags`` whose nodes among ``was`` are not those among ``now``, in the same order."""
     mine, theirs = [n for n in was if n.tag in tags], [n for n in now if n.tag in tags]
     if mine == theirs:
