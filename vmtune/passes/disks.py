@@ -53,17 +53,24 @@ def _letters(i: int) -> str:
     return out
 
 
-def boot_disk(dom) -> Disk | None:
-    disks = [d for d in dom.disks if d.effective_device == Disk.DEVICE_DISK]
+def _kinds(dom) -> list[tuple[Disk, str, str | None]]:
+    """Each disk with its device and its bus, read once for the pass's every question."""
+    return [(d, d.effective_device, d.bus) for d in dom.disks]
+
+
+def boot_disk(dom, kinds: list | None = None) -> Disk | None:
+    """The disk the domain boots from (``kinds``: ``_kinds(dom)``, where read already)."""
+    disks = [d for d, device, _ in (_kinds(dom) if kinds is None else kinds) if device == Disk.DEVICE_DISK]
     ordered = [d for d in disks if d.boot_order is not None]
     if ordered:
         return min(ordered, key=lambda d: d.boot_order)
     return disks[0] if disks else None
 
 
-def virtio_disk(dom) -> Disk | None:
+def virtio_disk(dom, kinds: list | None = None) -> Disk | None:
     """A virtio-blk disk the domain has already: the guest has the virtio-blk driver."""
-    return next((d for d in dom.disks if d.effective_device == Disk.DEVICE_DISK and d.bus == Disk.BUS_VIRTIO), None)
+    return next((d for d, device, bus in (_kinds(dom) if kinds is None else kinds)
+                 if device == Disk.DEVICE_DISK and bus == Disk.BUS_VIRTIO), None)
 
 
 def cmdline_root(dom) -> str | None:
@@ -89,14 +96,14 @@ def _boot_moves(ctx, guest) -> bool:
     return guest.virtio is None and boot == BootDisk.VIRTIO
 
 
-def plan(ctx, dom, boot: Disk | None) -> BusMoves:
+def plan(ctx, dom, boot: Disk | None, kinds: list) -> BusMoves:
     """Which disks move to virtio and why the others stay (the module docstring says the rules);
-    ``boot``: the domain's boot disk (``boot_disk``)."""
-    emulated = [d for d in dom.disks if d.effective_device == Disk.DEVICE_DISK and d.bus in Disk.REMAP_BUSES]
+    ``boot``: the domain's boot disk (``boot_disk``), ``kinds``: ``_kinds(dom)``."""
+    emulated = [d for d, device, bus in kinds if device == Disk.DEVICE_DISK and bus in Disk.REMAP_BUSES]
     if not ctx.profile.devices_virtio or not emulated:
         return BusMoves()
     guest = guestos.of(ctx, dom)
-    known = virtio_disk(dom)
+    known = virtio_disk(dom, kinds)
     others_move = ctx.force_virtio or guest.virtio is not False or known is not None
     root = cmdline_root(dom)
     moves, stays, warnings = [], [], []
@@ -135,14 +142,14 @@ def plan(ctx, dom, boot: Disk | None) -> BusMoves:
     return BusMoves(tuple(moves), tuple(warnings))
 
 
-def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]]) -> str:
+def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]], kinds: list) -> str:
     """The warning that names each disk but the boot disk that moves (the boot disk has its own)."""
     guest = guestos.of(ctx, dom)
     many = len(moved) > 1
     head = (f"disk{'s' if many else ''} {', '.join(f'{old} ({bus} -> {new})' for old, bus, new in moved)} "
             f"move{'' if many else 's'} to virtio: ")
     if guest.virtio is False:
-        known = virtio_disk(dom)
+        known = virtio_disk(dom, kinds)
         return head + ("--force-virtio says the guest has virtio drivers" if ctx.force_virtio or known is None else
                        f"the guest has the virtio-blk driver (its virtio disk {known.dev} says so)")
     them = "them" if many else "it"
@@ -150,13 +157,15 @@ def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]]) -> str:
                    f"{'their old /dev names' if many else '/dev/' + moved[0][0]}")
 
 
-def _scsi_users(dom, moved: set) -> tuple[dict[int, int], dict[int, int]]:
-    """The devices on each SCSI controller (by index): all of them, and those but the ``moved``."""
+def _scsi_users(dom, moved: set, kinds: list) -> tuple[dict[int, int], dict[int, int]]:
+    """The devices on each SCSI controller (by index): all of them, and those but the ``moved``
+    (``kinds``: ``_kinds(dom)``, whose buses are the disks')."""
     every: dict[int, int] = {}
     users: dict[int, int] = {}
-    for el in [d.node for d in dom.disks] + [h.node for h in dom.hostdevs]:
-        disk = Disk(el)
-        bus = disk.bus
+    for disk, bus in [(d, bus) for d, _, bus in kinds] + [(Disk(h.node), None) for h in dom.hostdevs]:
+        el = disk.node
+        if el.tag != "disk":
+            bus = disk.bus
         if disk.address_type == Disk.ADDRESS_DRIVE or (el.tag == "disk" and bus == Disk.BUS_SCSI):
             if bus == Disk.BUS_SCSI or el.tag == "hostdev":
                 idx = disk.controller or 0
@@ -168,13 +177,14 @@ def _scsi_users(dom, moved: set) -> tuple[dict[int, int], dict[int, int]]:
 
 def run(ctx, dom):
     edits = []
-    boot = boot_disk(dom)
-    moves = plan(ctx, dom, boot)
+    kinds = _kinds(dom)
+    boot = boot_disk(dom, kinds)
+    moves = plan(ctx, dom, boot, kinds)
     move = list(moves.disks)
     edits += [Warn(w) for w in moves.warnings]
     if boot is not None and any(d.node is boot.node for d in move):
         edits.append(Warn(BOOT_MOVE.format(dev=boot.dev or "?", bus=boot.bus)))
-    used = {d.dev for d in dom.disks if d.bus == Disk.BUS_VIRTIO and d.dev}
+    used = {dev for d, _, bus in kinds if bus == Disk.BUS_VIRTIO and (dev := d.dev)}
     names = (f"vd{_letters(i)}" for i in range(VIRTIO_NAMES))
     moved = []
     for disk in move:
@@ -202,12 +212,12 @@ def run(ctx, dom):
         if addr is not None:
             edits.append(Remove(addr, f"the {bus} address does not apply on virtio; libvirt assigns a PCI slot"))
     if moved:
-        edits.append(Warn(_moved_warning(ctx, dom, moved)))
-    edits.extend(_driver(ctx, dom))
+        edits.append(Warn(_moved_warning(ctx, dom, moved, kinds)))
+    edits.extend(_driver(ctx, kinds))
     scsi = [ctl for ctl in dom.controllers if ctl.type == Controller.TYPE_SCSI]
     if not scsi or not move:
         return edits  # no SCSI controller to empty (most domains: nothing more to read)
-    before, users = _scsi_users(dom, {d.node for d in move})
+    before, users = _scsi_users(dom, {d.node for d in move}, kinds)
     for ctl in scsi:
         idx = ctl.index or 0
         if before.get(idx) and not users.get(idx):
@@ -221,13 +231,16 @@ def _rbd(disk: Disk) -> bool:
     return disk.type == Disk.TYPE_NETWORK and disk.source_protocol == Disk.PROTOCOL_RBD
 
 
-def _driver(ctx, dom):
-    """cache and io on every disk QEMU serves; a driver that gets either is named qemu's."""
+def _driver(ctx, kinds: list):
+    """cache and io on every disk QEMU serves (``kinds``: ``_kinds(dom)``); a driver that gets
+    either is named qemu's."""
     p = ctx.profile
     edits = []
-    for disk in dom.disks:
+    for disk, device, _ in kinds:
+        if device != Disk.DEVICE_DISK:
+            continue
         kind = disk.type
-        if disk.effective_device != Disk.DEVICE_DISK or kind in NO_DRIVER_TYPES:
+        if kind in NO_DRIVER_TYPES:
             continue
         driver = []
         if p.devices_disk_cache != "keep" and not (kind == Disk.TYPE_NETWORK and _rbd(disk)):
