@@ -58,19 +58,19 @@ def _kinds(dom) -> list[tuple[Disk, str, str | None]]:
     return [(d, d.effective_device, d.bus) for d in dom.disks]
 
 
-def boot_disk(dom, kinds: list | None = None) -> Disk | None:
-    """The disk the domain boots from (``kinds``: ``_kinds(dom)``, where read already)."""
-    disks = [d for d, device, _ in (_kinds(dom) if kinds is None else kinds) if device == Disk.DEVICE_DISK]
+def boot_disk(kinds: list) -> Disk | None:
+    """The disk the domain boots from, of its disks' ``_kinds``."""
+    disks = [d for d, device, _ in kinds if device == Disk.DEVICE_DISK]
     ordered = [d for d in disks if d.boot_order is not None]
     if ordered:
         return min(ordered, key=lambda d: d.boot_order)
     return disks[0] if disks else None
 
 
-def virtio_disk(dom, kinds: list | None = None) -> Disk | None:
-    """A virtio-blk disk the domain has already: the guest has the virtio-blk driver."""
-    return next((d for d, device, bus in (_kinds(dom) if kinds is None else kinds)
-                 if device == Disk.DEVICE_DISK and bus == Disk.BUS_VIRTIO), None)
+def virtio_disk(kinds: list) -> Disk | None:
+    """A virtio-blk disk the domain has already, of its disks' ``_kinds``: the guest has the
+    virtio-blk driver."""
+    return next((d for d, device, bus in kinds if device == Disk.DEVICE_DISK and bus == Disk.BUS_VIRTIO), None)
 
 
 def cmdline_root(dom) -> str | None:
@@ -103,7 +103,7 @@ def plan(ctx, dom, boot: Disk | None, kinds: list) -> BusMoves:
     if not ctx.profile.devices_virtio or not emulated:
         return BusMoves()
     guest = guestos.of(ctx, dom)
-    known = virtio_disk(dom, kinds)
+    known = virtio_disk(kinds)
     others_move = ctx.force_virtio or guest.virtio is not False or known is not None
     root = cmdline_root(dom)
     moves, stays, warnings = [], [], []
@@ -149,7 +149,7 @@ def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]], kinds: list) -> 
     head = (f"disk{'s' if many else ''} {', '.join(f'{old} ({bus} -> {new})' for old, bus, new in moved)} "
             f"move{'' if many else 's'} to virtio: ")
     if guest.virtio is False:
-        known = virtio_disk(dom, kinds)
+        known = virtio_disk(kinds)
         return head + ("--force-virtio says the guest has virtio drivers" if ctx.force_virtio or known is None else
                        f"the guest has the virtio-blk driver (its virtio disk {known.dev} says so)")
     them = "them" if many else "it"
@@ -162,10 +162,9 @@ def _scsi_users(dom, moved: set, kinds: list) -> tuple[dict[int, int], dict[int,
     (``kinds``: ``_kinds(dom)``, whose buses are the disks')."""
     every: dict[int, int] = {}
     users: dict[int, int] = {}
-    for disk, bus in [(d, bus) for d, _, bus in kinds] + [(Disk(h.node), None) for h in dom.hostdevs]:
+    hostdevs = [Disk(h.node) for h in dom.hostdevs]  # read as disks: an address, maybe a target bus
+    for disk, bus in [(d, bus) for d, _, bus in kinds] + [(h, h.bus) for h in hostdevs]:
         el = disk.node
-        if el.tag != "disk":
-            bus = disk.bus
         if disk.address_type == Disk.ADDRESS_DRIVE or (el.tag == "disk" and bus == Disk.BUS_SCSI):
             if bus == Disk.BUS_SCSI or el.tag == "hostdev":
                 idx = disk.controller or 0
@@ -178,7 +177,7 @@ def _scsi_users(dom, moved: set, kinds: list) -> tuple[dict[int, int], dict[int,
 def run(ctx, dom):
     edits = []
     kinds = _kinds(dom)
-    boot = boot_disk(dom, kinds)
+    boot = boot_disk(kinds)
     moves = plan(ctx, dom, boot, kinds)
     move = list(moves.disks)
     edits += [Warn(w) for w in moves.warnings]

@@ -46,11 +46,9 @@ def per_disk(ctx, dom) -> tuple[int, str]:
     return (n, why) if n >= 2 else (1, why)
 
 
-def wanted(ctx, dom, n: int, disks: list[Disk] | None = None) -> int:
+def wanted(ctx, dom, n: int, disks: list[Disk]) -> int:
     """How many iothreads the domain should have (0: leave them alone), where a disk not yet served
-    would get its queues over ``n`` of them (``per_disk``); ``disks``: its virtio disks, where
-    they were read already."""
-    disks = _disks(dom) if disks is None else disks
+    would get its queues over ``n`` of them (``per_disk``); ``disks``: its virtio disks (``_disks``)."""
     if not ctx.profile.devices_iothreads or not disks:
         return 0
     mapped = n if any(not d.iothread_queues and d.iothread is None for d in disks) else 1

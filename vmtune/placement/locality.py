@@ -87,7 +87,7 @@ def uses(dom: Domain, backing: bool = True) -> tuple[Use, ...]:
             if uuid:
                 out.append(Use(MDEV, uuid, True, f"mdev {uuid}"))
     for el in xmltext.each(dom.node, "devices/interface"):  # the kind read first: most NICs count for nothing
-        kind = el.get("type")
+        kind = Interface.type.raw(el)
         if kind != "hostdev" and not (backing and kind in ("direct", "bridge")):
             continue
         nic = Interface(el)
@@ -102,7 +102,7 @@ def uses(dom: Domain, backing: bool = True) -> tuple[Use, ...]:
             if name:
                 out.append(Use(NET, name, False, f"interface direct {name}" if kind == "direct" else f"bridge {name}"))
     for el in xmltext.each(dom.node, "devices/disk"):
-        kind = el.get("type")
+        kind = Disk.type.raw(el)
         if kind != "nvme" and not (backing and kind == "block"):
             continue
         disk = Disk(el)

@@ -179,11 +179,10 @@ def _text(el) -> str:
     return " ".join("".join(el.itertext()).split())
 
 
-def windows_signals(dom, args: list[str] | None = None) -> tuple[list[str], list[str]]:
+def windows_signals(dom, args: list[str]) -> tuple[list[str], list[str]]:
     """(strong, weak): the signs of Windows in the domain, each as a person would name it (``args``:
-    its ``<qemu:commandline>`` arguments, where they were read already)."""
+    its ``<qemu:commandline>`` arguments)."""
     strong, weak = [], []
-    args = _qemu_args(dom) if args is None else args
     hyperv = dom.find("features/hyperv")
     if hyperv is not None:
         strong.append("<hyperv>")
