@@ -9,7 +9,7 @@ written) exactly when libvirt refuses; where libvirt accepts something odd, vmtu
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import vmtune
@@ -166,6 +166,25 @@ def test_bitmaps_read_as_libvirt_reads_them():
         with pytest.raises(InvalidInput):
             validate.bitmap(bad, "x")
     assert validate.scaled_kib("+1", "GiB", "x") == 1048576 and validate.scaled_kib("1025", "b", "x") == 2
+
+
+@settings(max_examples=400)
+@given(st.text(alphabet="0123456789-,", max_size=14))
+@example("16383")
+@example("16384")
+@example("0-16384")
+@example("3-1")
+@example("2-2,1")
+def test_a_plain_list_reads_as_it_does_with_white_space_before_it(text):
+    """White space around a list of numbers and ranges changes nothing, as in libvirt's parser:
+    the same ids, or a refusal both ways (ids at and past the limit, a range that runs down)."""
+    def read(t):
+        try:
+            return validate.bitmap(t, "x")
+        except InvalidInput:
+            return None
+
+    assert read(text) == read(" " + text) == read(text + " ")
 
 
 @pytest.mark.parametrize("count, ok", [(4096, True), (4097, False), (16384, False)])

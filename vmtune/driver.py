@@ -156,10 +156,11 @@ def _prepare(
     given = source = None
     if start_over:
         text = markup.text_of(xml)
-        if undo.recorded(root) and text is None:
+        recorded = undo.recorded(root)
+        if recorded and text is None:
             given = copy.deepcopy(root)
             kept = tuple(undo.take_back(root)[1])
-        elif undo.recorded(root):
+        elif recorded:
             given = copy.deepcopy(root)
             back = _untuned(root, text)
             root = xmlsafe.parse(back.xml, "domain XML")

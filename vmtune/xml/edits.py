@@ -139,29 +139,35 @@ _RANKS: dict[str, dict[str, int]] = {parent: {name: i for i, name in enumerate(o
 
 
 def insert(parent: etree._Element, child: etree._Element) -> None:
-    """Insert ``child`` into ``parent`` at its canonical place among the existing children."""
+    """Insert ``child`` into ``parent`` at its canonical place among the existing children: before
+    the first ordered child where that one ranks above it (a document out of order keeps its
+    order), else after the last ordered child that ranks at most as it does."""
     ranks = _RANKS.get(xmltext.local_name(parent.tag))
     rank = None if ranks is None else ranks.get(xmltext.local_name(child.tag))
-    if rank is None or _after_all(parent, ranks, rank):  # the usual case (pins added one by one): no scan
+    if rank is None:
         parent.append(child)
         return
-    position = None
+    first = None
+    for existing in parent:
+        first = _rank(ranks, existing.tag)
+        if first is not None:
+            break
+    if first is None:  # no ordered child
+        parent.append(child)
+        return
+    if first > rank:
+        existing.addprevious(child)
+        return
     get = ranks.get
-    for i, existing in enumerate(parent):
+    for existing in parent.iterchildren(reversed=True):  # from the end: the usual case (pins added one by one) stops at once
         tag = existing.tag
         other = get(tag)  # ``_rank``, written out: a call less a child
         if other is None:
             if not isinstance(tag, str) or tag[:1] != "{" or (other := get(xmltext.local_name(tag))) is None:
                 continue
         if other <= rank:
-            position = i + 1
-        elif position is None:
-            position = i
-            break
-    if position is None:
-        parent.append(child)
-    else:
-        parent.insert(position, child)
+            existing.addnext(child)
+            return
 
 
 def insert_all(parent: etree._Element, children) -> None:
@@ -177,21 +183,6 @@ def insert_all(parent: etree._Element, children) -> None:
         else:
             before.addnext(child)
         before = child
-
-
-def _after_all(parent: etree._Element, ranks: dict[str, int], rank: int) -> bool:
-    """Whether ``insert``'s scan would put a child of ``rank`` at the very end: the first and the last
-    ordered children rank at most ``rank``, and the last child is that last ordered one. Two
-    lookups from the ends, so adding N pins one by one costs N, not N squared."""
-    first = last = None
-    for existing in parent:
-        first = _rank(ranks, existing.tag)
-        if first is not None:
-            break
-    if first is None or first > rank:
-        return False
-    last = _rank(ranks, parent[-1].tag)
-    return last is not None and last <= rank
 
 
 def _rank(ranks: dict[str, int], tag) -> int | None:
