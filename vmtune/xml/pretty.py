@@ -21,35 +21,38 @@ def layout(xml: str, indent: str | None, step: str, newline: str = "\n") -> str 
         return xml
     if "<!--" in xml or "<?" in xml:
         return None
-    lines = xml.replace("><", ">\0<").split("\0")  # a tag, or an element and its value, a line
     pre = _breaks(newline, indent, step)
     out: list[str] = []
     depth = 0
-    for line in lines:
-        tags = line.count("<")
-        if tags == 1:
-            if line[1] == "/":  # an end tag
+    # a line each: a tag, or an element and its value, without its first '<' and last '>' (they
+    # come with the line break before each line but the first)
+    for line in xml[1:-1].split("><"):
+        if "<" not in line:  # a tag
+            if line[0] == "/":  # an end tag
                 depth -= 1
                 out.append(pre[depth])
             else:
                 out.append(pre[depth])
-                if line[-2] != "/":  # a start tag: the next line is deeper
+                if line[-1] != "/":  # a start tag: the next line is deeper
                     depth += 1
                     if depth == len(pre):  # deeper than the shared list goes: a copy, one more
-                        pre = pre + (newline + indent + step * depth,)
-        elif tags != 2 or line[-1] != ">" or "</" not in line or line[0] != "<":
+                        pre = pre + (">" + newline + indent + step * depth + "<",)
+        elif line.count("<") != 1 or "</" not in "<" + line:
             return None  # text beside elements
         else:
             out.append(pre[depth])
         out.append(line)
-    return "".join(out)[len(pre[0]):]
+    out[0] = "<"  # (the first line has no break before it)
+    out.append(">")
+    return "".join(out)
 
 
 @functools.lru_cache(maxsize=256)
 def _breaks(newline: str, indent: str, step: str) -> tuple[str, ...]:
-    """The line break and indentation before a line at each depth (``layout`` goes deeper on a
-    copy): made once for a document's style and indent, not for each element laid out."""
-    return tuple(newline + indent + step * depth for depth in range(8))
+    """The line break and indentation between two lines, the line before's last '>' and the
+    next's first '<' around them, at each depth (``layout`` goes deeper on a copy): made once for
+    a document's style and indent, not for each element laid out."""
+    return tuple(">" + newline + indent + step * depth + "<" for depth in range(8))
 
 
 def single(xml: str) -> str | None:
