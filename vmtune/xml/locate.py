@@ -20,8 +20,9 @@ _START = re.compile(r"""<([^\s/>!?]+)(?:\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|'[^']*'))*
 
 
 def lines(text: str) -> list[int]:
-    """Where each line starts (line N at index N - 1), as libxml2 counts them."""
-    return list(accumulate(map((1).__add__, map(len, text.split("\n"))), initial=0))
+    """How many characters but line ends come before each line (line N, as libxml2 counts them,
+    at index N - 1): it starts at ``lines[N - 1] + N - 1`` (a sum the caller makes, not one a line)."""
+    return list(accumulate(map(len, text.split("\n")), initial=0))
 
 
 def _blank(text: str, lo: int, hi: int) -> bool:
@@ -39,7 +40,7 @@ def root(text: str, starts: list[int], tree) -> tuple | None:
     line = tree.sourceline
     if not line or line >= len(starts):
         return None
-    start = text.find("<", starts[line - 1], starts[line])
+    start = text.find("<", starts[line - 1] + line - 1, starts[line] + line)
     name = raw_name(tree)
     m = _START.match(text, start) if start >= 0 else None
     if m is None or m.group(1) != name or text[m.end() - 2] == "/":
@@ -74,9 +75,15 @@ class Placed:
             line = node.sourceline
             if not line or line >= len(lines):
                 raise self.unplaced(i)
-            found = text.find("<", max(lines[line - 1], self.head), lines[line])
-            if found < 0 or not (_named(text, found, _name_of(node)) if isinstance(node.tag, str) else
-                                 text.startswith(_other(node), found)):
+            found = text.find("<", max(lines[line - 1] + line - 1, self.head), lines[line] + line)
+            tag = node.tag
+            if isinstance(tag, str):  # its name, then what ends a name in a start tag
+                name = raw_name(node) if tag[:1] == "{" else tag
+                after = found + 1 + len(name)
+                ok = text.startswith(name, found + 1) and text[after:after + 1] in _AFTER_NAME
+            else:
+                ok = text.startswith(_other(node), found)
+            if found < 0 or not ok:
                 raise self.unplaced(i)
             self._starts[i] = found
         return found
@@ -117,10 +124,7 @@ class Placed:
         return start, m.end(), close, end, True
 
 
-def _named(text: str, at: int, name: str) -> bool:
-    """Whether a start tag of element ``name`` is at ``at``."""
-    after = at + 1 + len(name)
-    return text.startswith(name, at + 1) and text[after:after + 1] in (" ", "\t", "\r", "\n", "/", ">")
+_AFTER_NAME = (" ", "\t", "\r", "\n", "/", ">")  # what follows an element's name in its start tag
 
 
 def _name_of(node) -> str:
