@@ -204,14 +204,15 @@ class _Writer:
         """For each new child, the index of the old one it stands for: the same node, else one of
         the same key (``xmlkeys.ident_of``) that is gone (an element put in the place of another,
         or a copy); None: new."""
-        index = {old: i for i, old in enumerate(olds)}
-        pairs = [index.get(new) for new in news]
+        pairs = list(map(dict(zip(olds, range(len(olds)))).get, news))
         if None in pairs:
-            used = set(pairs)
+            gone = set(range(len(olds))).difference(pairs)
+            if not gone:  # nothing to stand for: each None is new
+                return pairs
             free: dict = {}
-            for i, old in enumerate(olds):
-                if i not in used:
-                    free.setdefault(_ident(self.source.copies.get(old, old)), []).append(i)
+            for i in sorted(gone):
+                old = olds[i]
+                free.setdefault(_ident(self.source.copies.get(old, old)), []).append(i)
             for j, new in enumerate(news):
                 if pairs[j] is None and free.get(_ident(new)):
                     pairs[j] = free[_ident(new)].pop(0)
