@@ -17,7 +17,8 @@ from . import pretty, starttag, xmltext
 from .markup import Tok
 
 _PREFIXED = re.compile(r"<[^\s/>:!?]+:")  # an element of another namespace (libvirt writes it in double quotes)
-_LONG = 2048  # a text this long is held apart while its element is laid out (Style.fresh)
+_LONG = 512  # a text this long is held apart while its element is laid out (Style.fresh; a record:
+# a few KB of JSON, which each step would read through; matching it this far costs a step a character)
 _RUN = re.compile(">[^<]{%d}" % _LONG)  # the start of one
 _HELD = re.compile("\x01([0-9]+)\x01")  # where one was (no XML text holds a U+0001)
 
