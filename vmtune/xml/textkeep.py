@@ -41,7 +41,7 @@ def write(source: Source, after: etree._Element, raw: dict | None = None, traili
             if after.tag != source.tree.tag:
                 raise Mismatch(after.tag)
             body = _Writer(source, raw or {}, tok, trailing).changed(after, source.tree, tok)  # the root: never alike
-            return text[:tok.start] + body + text[tok.end:]
+            return f"{text[:tok.start]}{body}{text[tok.end:]}"  # (one copy of the text, not two)
         except Unplaced:
             source.rescan()
         except (Mismatch, IndexError):
@@ -118,7 +118,7 @@ class _Writer:
         kids = list(new)
         # element-only (layout beside): the text beside untouched children is as given, and copied
         if kids and blank(new.text) and (same or old not in src.texts or all(blank(k.tail) for k in kids)):
-            return head + ">" + self.children(kids, olds, tok) + end
+            return f"{head}>{self.children(kids, olds, tok)}{end}"  # (one copy of the children)
         if not kids:
             if new.text is None:  # written empty, as it reads back (``<x></x>`` stays so)
                 return head + (">" + end if tok.close == tok.head else "/>")
@@ -192,7 +192,8 @@ class _Writer:
             out.append(text[run:toks.end(last)])
         if last + 1 < n:
             self.dropped(out, before, last + 1, n)
-        return "".join(out) + closing[cut.get(n, 0):]
+        out.append(closing[cut.get(n, 0):])
+        return "".join(out)
 
     def dropped(self, out: list, before, first: int, stop: int) -> None:
         """Children ``first`` to ``stop`` are gone, and the whitespace before each (``trailing``:
