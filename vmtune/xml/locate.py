@@ -75,7 +75,8 @@ class Placed:
             line = node.sourceline
             if not line or line >= len(lines):
                 raise self.unplaced(i)
-            found = text.find("<", max(lines[line - 1] + line - 1, self.head), lines[line] + line)
+            lo = lines[line - 1] + line - 1
+            found = text.find("<", lo if lo > self.head else self.head, lines[line] + line)
             tag = node.tag
             if isinstance(tag, str):  # its name, then what ends a name in a start tag
                 name = raw_name(node) if tag[:1] == "{" else tag
@@ -98,8 +99,9 @@ class Placed:
             if nxt is None:
                 nxt = self.start(i + 1)
             start = starts.get(i)
-            found = self.text.rfind(">", self.start(i) if start is None else start, nxt) + 1
-            if found <= 0 or not _blank(self.text, found, nxt):
+            text = self.text
+            found = text.rfind(">", self.start(i) if start is None else start, nxt) + 1
+            if found <= 0 or found != nxt and not text[found:nxt].isspace():  # (_blank)
                 raise self.unplaced(i)
             self._ends[i] = found
         return found
