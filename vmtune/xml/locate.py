@@ -45,7 +45,9 @@ def root(text: str, starts: list[int], tree) -> tuple | None:
     m = _START.match(text, start) if start >= 0 else None
     if m is None or m.group(1) != name or text[m.end() - 2] == "/":
         return None
-    end = len(text.rstrip())
+    end = len(text)
+    while end and text[end - 1].isspace():  # (len(text.rstrip()), without a copy of the text)
+        end -= 1
     close = text.rfind("<", m.end(), end)
     if close < 0 or text[close:end] != f"</{name}>":
         return None
