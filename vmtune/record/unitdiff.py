@@ -80,7 +80,7 @@ def snapshot(root: etree._Element, source: Source | None = None) -> Snapshot:
     said = None if tag is None else etree.tostring(tag, encoding="unicode")
     if source is not None:
         top = counted(root)
-        devs = {el: counted(el) for el in top if el.tag == "devices"}
+        devs = {el: counted(el) for el in root.iterchildren("devices")}
         source.watch([n for n in top if n.tag in TUNED] +
                      [c for kids in devs.values() for c in kids if c.tag in TUNED_DEVICES])
         return Snapshot(None, said, metadata is not None, devices is not None, source, blank, top, devs)
@@ -143,7 +143,8 @@ def _touched(was: Snapshot, after: etree._Element) -> list:
     dirty = source.dirty
     top0, devs0 = was.top, was.devs
     top1 = counted(after)
-    devs1 = {el: (devs0[el] if el in devs0 and el not in dirty else counted(el)) for el in top1 if el.tag == "devices"}
+    devs1 = {el: (devs0[el] if el in devs0 and el not in dirty else counted(el))
+             for el in after.iterchildren("devices")}
     if list(devs0) != list(devs1):
         tags, inner = TUNED, dict.fromkeys([*devs0, *devs1], TUNED_DEVICES)
     else:
@@ -184,7 +185,7 @@ def _theirs(mine: dict, top0: list, top1: list, devs0: dict, devs1: dict, tags, 
     if not moved and not inside:
         return mine
     theirs = _keyed(top1, devs1, moved, inside, idents)
-    numbers = [inside.get(el, ()) for el in top0 if el.tag == "devices"]  # a device's key starts ("devices", n)
+    numbers = [inside.get(el, ()) for el in devs0]  # a device's key starts ("devices", n)
     for key, value in mine.items():
         if key[0][0] not in moved if len(key) == 1 else key[1][0] not in numbers[key[0][1]]:
             theirs[key] = value

@@ -149,7 +149,7 @@ class Source:
         self.kids: dict = {}  # node -> its children as given (where they changed, and a holder's)
         self.texts: dict = {}  # node -> its text as given (where it or its attributes changed)
         self.copies: dict = {}  # node -> a copy of it as given
-        self.dirty: set = {None}  # nodes changed, or with a change below them (holders too); None: ``touch`` stops there
+        self.dirty: set = {None}  # nodes changed, or with a change below them (holders too); None: the top
         self.watched: dict = {}  # node -> its text (lxml's) before anything below it changed
         self.canon: dict = {}  # a unit changed -> Changed
         self.wrote: dict = {}  # a unit added -> lxml's text of it (the record's: the writer takes it)
