@@ -227,7 +227,7 @@ class Source:
                 for index in path[:-1]:
                     olds = self.given_kids(node)
                     tok, node = self.kids_of(tok, olds)[index], olds[index]
-                kids = self.kids_of(tok, self.given_kids(node))
+                kids = tok.kids if tok.kids is not LAZY else self.kids_of(tok, self.given_kids(node))
                 start = kids.start(last)
                 before = self.text[kids.end(last - 1):start] if gap else ""
                 given = self.text[start:kids.end(last)]
