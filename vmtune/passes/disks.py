@@ -17,7 +17,7 @@ Every disk that moves, and every one that stays against the profile, is named in
 import re
 from dataclasses import dataclass
 
-from ..xml import guestos, xmltext
+from ..xml import guestos
 from ..xml.edits import Remove, Warn
 from ..errors import Unsupported
 from ..xml.model import Controller, Disk
@@ -50,6 +50,15 @@ def _letters(i: int) -> str:
     while i:
         i, r = divmod(i - 1, 26)
         out = chr(ord("a") + r) + out
+    return out
+
+
+def _firsts(node, tags: tuple[str, ...]) -> dict:
+    """The first child of ``node`` of each of ``tags`` that it has (``xmltext.find`` of each), of one
+    walk over its children."""
+    out: dict = {}
+    for child in node.iterchildren(*tags):
+        out.setdefault(child.tag, child)
     return out
 
 
@@ -203,11 +212,12 @@ def run(ctx, dom):
         for prop in EMULATED_ONLY_ATTRS:
             if prop.raw(disk.node) is not None:  # (most disks have none: no edit that would change nothing)
                 edits.append(prop.edit(disk, None, f"'{prop.attr}' is for emulated buses only"))
+        firsts = _firsts(disk.node, EMULATED_ONLY_CHILDREN + ("address",))
         for child in EMULATED_ONLY_CHILDREN:
-            el = xmltext.find(disk.node, child)
+            el = firsts.get(child)
             if el is not None:
                 edits.append(Remove(el, f"<{child}> is for emulated buses only"))
-        addr = xmltext.find(disk.node, "address")
+        addr = firsts.get("address")
         if addr is not None:
             edits.append(Remove(addr, f"the {bus} address does not apply on virtio; libvirt assigns a PCI slot"))
     if moved:
