@@ -168,18 +168,17 @@ def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]], kinds: list) -> 
 
 def _scsi_users(dom, moved: set, kinds: list) -> tuple[dict[int, int], dict[int, int]]:
     """The devices on each SCSI controller (by index): all of them, and those but the ``moved``
-    (``kinds``: ``_kinds(dom)``, whose buses are the disks')."""
+    (``kinds``: ``_kinds(dom)``, whose buses are the disks'). A disk is on one when it is on the
+    scsi bus, a hostdev when it has a drive address: only a hostdev's address is read."""
     every: dict[int, int] = {}
     users: dict[int, int] = {}
-    hostdevs = [Disk(h.node) for h in dom.hostdevs]  # read as disks: an address, maybe a target bus
-    for disk, bus in [(d, bus) for d, _, bus in kinds] + [(h, h.bus) for h in hostdevs]:
-        el = disk.node
-        if disk.address_type == Disk.ADDRESS_DRIVE or (el.tag == "disk" and bus == Disk.BUS_SCSI):
-            if bus == Disk.BUS_SCSI or el.tag == "hostdev":
-                idx = disk.controller or 0
-                every[idx] = every.get(idx, 0) + 1
-                if el not in moved:
-                    users[idx] = users.get(idx, 0) + 1
+    on = [d for d, _, bus in kinds if bus == Disk.BUS_SCSI]
+    on += [h for h in (Disk(h.node) for h in dom.hostdevs) if h.address_type == Disk.ADDRESS_DRIVE]  # read as disks
+    for disk in on:
+        idx = disk.controller or 0
+        every[idx] = every.get(idx, 0) + 1
+        if disk.node not in moved:
+            users[idx] = users.get(idx, 0) + 1
     return every, users
 
 
