@@ -222,9 +222,11 @@ def run(ctx, dom):
     if moved:
         edits.append(Warn(_moved_warning(ctx, dom, moved, kinds)))
     edits.extend(_driver(ctx, kinds))
+    if not move:
+        return edits  # no disk moved, no SCSI controller emptied (most domains: no controller read)
     scsi = [ctl for ctl in dom.controllers if ctl.type == Controller.TYPE_SCSI]
-    if not scsi or not move:
-        return edits  # no SCSI controller to empty (most domains: nothing more to read)
+    if not scsi:
+        return edits  # no SCSI controller to empty
     before, users = _scsi_users(dom, {d.node for d in move}, kinds)
     for ctl in scsi:
         idx = ctl.index or 0
