@@ -17,7 +17,7 @@ Every disk that moves, and every one that stays against the profile, is named in
 import re
 from dataclasses import dataclass
 
-from ..xml import guestos, xmltext
+from ..xml import guestos
 from ..xml.edits import Remove, Warn
 from ..errors import Unsupported
 from ..xml.model import Controller, Disk
@@ -50,6 +50,15 @@ def _letters(i: int) -> str:
     while i:
         i, r = divmod(i - 1, 26)
         out = chr(ord("a") + r) + out
+    return out
+
+
+def _firsts(node, tags: tuple[str, ...]) -> dict:
+    """The first child of ``node`` of each of ``tags`` that it has (``xmltext.find`` of each), of one
+    walk over its children."""
+    out: dict = {}
+    for child in node.iterchildren(*tags):
+        out.setdefault(child.tag, child)
     return out
 
 
@@ -159,18 +168,17 @@ def _moved_warning(ctx, dom, moved: list[tuple[str, str, str]], kinds: list) -> 
 
 def _scsi_users(dom, moved: set, kinds: list) -> tuple[dict[int, int], dict[int, int]]:
     """The devices on each SCSI controller (by index): all of them, and those but the ``moved``
-    (``kinds``: ``_kinds(dom)``, whose buses are the disks')."""
+    (``kinds``: ``_kinds(dom)``, whose buses are the disks'). A disk is on one when it is on the
+    scsi bus, a hostdev when it has a drive address: only a hostdev's address is read."""
     every: dict[int, int] = {}
     users: dict[int, int] = {}
-    hostdevs = [Disk(h.node) for h in dom.hostdevs]  # read as disks: an address, maybe a target bus
-    for disk, bus in [(d, bus) for d, _, bus in kinds] + [(h, h.bus) for h in hostdevs]:
-        el = disk.node
-        if disk.address_type == Disk.ADDRESS_DRIVE or (el.tag == "disk" and bus == Disk.BUS_SCSI):
-            if bus == Disk.BUS_SCSI or el.tag == "hostdev":
-                idx = disk.controller or 0
-                every[idx] = every.get(idx, 0) + 1
-                if el not in moved:
-                    users[idx] = users.get(idx, 0) + 1
+    on = [d for d, _, bus in kinds if bus == Disk.BUS_SCSI]
+    on += [h for h in (Disk(h.node) for h in dom.hostdevs) if h.address_type == Disk.ADDRESS_DRIVE]  # read as disks
+    for disk in on:
+        idx = disk.controller or 0
+        every[idx] = every.get(idx, 0) + 1
+        if disk.node not in moved:
+            users[idx] = users.get(idx, 0) + 1
     return every, users
 
 
@@ -203,19 +211,22 @@ def run(ctx, dom):
         for prop in EMULATED_ONLY_ATTRS:
             if prop.raw(disk.node) is not None:  # (most disks have none: no edit that would change nothing)
                 edits.append(prop.edit(disk, None, f"'{prop.attr}' is for emulated buses only"))
+        firsts = _firsts(disk.node, EMULATED_ONLY_CHILDREN + ("address",))
         for child in EMULATED_ONLY_CHILDREN:
-            el = xmltext.find(disk.node, child)
+            el = firsts.get(child)
             if el is not None:
                 edits.append(Remove(el, f"<{child}> is for emulated buses only"))
-        addr = xmltext.find(disk.node, "address")
+        addr = firsts.get("address")
         if addr is not None:
             edits.append(Remove(addr, f"the {bus} address does not apply on virtio; libvirt assigns a PCI slot"))
     if moved:
         edits.append(Warn(_moved_warning(ctx, dom, moved, kinds)))
     edits.extend(_driver(ctx, kinds))
+    if not move:
+        return edits  # no disk moved, no SCSI controller emptied (most domains: no controller read)
     scsi = [ctl for ctl in dom.controllers if ctl.type == Controller.TYPE_SCSI]
-    if not scsi or not move:
-        return edits  # no SCSI controller to empty (most domains: nothing more to read)
+    if not scsi:
+        return edits  # no SCSI controller to empty
     before, users = _scsi_users(dom, {d.node for d in move}, kinds)
     for ctl in scsi:
         idx = ctl.index or 0

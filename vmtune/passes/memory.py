@@ -94,7 +94,10 @@ def run(ctx, dom):
     if ctx.profile.memory_balloon == "none":
         edits.append(put_under(dom, "devices", E("memballoon", {"model": "none"}),
                                "no balloon: memory is fixed, no inflate/deflate stalls"))
-        if dom.current_memory_kib and dom.current_memory_kib != dom.memory_kib:
-            why = "without a balloon the guest always has all its memory"
-            edits += Domain.current_memory_kib.edits(dom, dom.memory_kib, why)
+        current = dom.current_memory_kib  # (each read once: a Size finds its element anew each read)
+        if current:
+            memory = dom.memory_kib
+            if current != memory:
+                why = "without a balloon the guest always has all its memory"
+                edits += Domain.current_memory_kib.edits(dom, memory, why)
     return edits

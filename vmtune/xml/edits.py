@@ -86,7 +86,12 @@ class Change:
 
 def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Element, text: str | None = None) -> etree._Element:
     """Build a detached element; attribute values are stringified, None values dropped."""
-    el = etree.Element(tag, {k: str(v) for k, v in attrs.items() if v is not None} if attrs else None)
+    el = etree.Element(tag)
+    if attrs:
+        set_ = el.set  # one by one, in order: lxml takes a dict of attributes at a third more than this
+        for k, v in attrs.items():
+            if v is not None:
+                set_(k, str(v))
     for child in children:
         el.append(child)
     if text is not None:
@@ -265,10 +270,17 @@ class Applied:
         self.node, self.attr, self.before, self.after, self.reason = node, attr, before, after, reason
         self.element = element  # None: not taken yet (``node`` is in the tree)
 
-    def where(self, tree: etree._ElementTree | None = None) -> str:
+    def where(self, tree: etree._ElementTree | None = None, paths: dict | None = None) -> str:
         """The XPath of the element (and /@attr) as the tree stands now (``tree``: the node's, where
-        the caller holds it already)."""
-        return (_path(self.node) if tree is None else tree.getpath(self.node)) + (f"/@{self.attr}" if self.attr else "")
+        the caller holds it already; ``paths``: the nodes' paths taken so far, node -> path, which
+        this one joins)."""
+        node = self.node
+        path = paths.get(node) if paths is not None else None
+        if path is None:
+            path = _path(node) if tree is None else tree.getpath(node)
+            if paths is not None:
+                paths[node] = path
+        return path + (f"/@{self.attr}" if self.attr else "")
 
     @property
     def change(self) -> Change:
@@ -294,11 +306,12 @@ def settle(done: list[Applied], root: etree._Element) -> list[Change]:
     ``timer`` is then ``timer[1]``, and ``timer`` names both) or removes one before it. An element
     no longer in ``root`` (removed, or replaced whole) keeps the path it had last there."""
     tree = root.getroottree()  # one tree for every path (a node's own getroottree is made anew each ask)
+    paths: dict = {}  # a node's path, taken once: several changes touch one node (a disk's driver, its target)
     for d in done:
         # a node that left the tree had its path taken as it left (``_leaving``); asked now, lxml would
         # name it from the top of what left, which stays in root's document (its getroot() is root)
         if d.node is not None and d.element is None:
-            d.element = d.where(tree)
+            d.element = d.where(tree, paths)
     return [d.change for d in done]
 
 

@@ -149,7 +149,7 @@ class Source:
         self.kids: dict = {}  # node -> its children as given (where they changed, and a holder's)
         self.texts: dict = {}  # node -> its text as given (where it or its attributes changed)
         self.copies: dict = {}  # node -> a copy of it as given
-        self.dirty: set = set()  # nodes changed, or with a change below them (holders too)
+        self.dirty: set = {None}  # nodes changed, or with a change below them (holders too); None: the top
         self.watched: dict = {}  # node -> its text (lxml's) before anything below it changed
         self.canon: dict = {}  # a unit changed -> Changed
         self.wrote: dict = {}  # a unit added -> lxml's text of it (the record's: the writer takes it)
@@ -172,10 +172,11 @@ class Source:
                 self.kids[node] = list(node)
         elif node not in self.texts:
             self.texts[node] = node.text
-        while node is not None and node not in self.dirty:
-            self.dirty.add(node)
-            if node in self.watched:
-                self.watched[node] = etree.tostring(node, encoding="unicode", with_tail=False)
+        dirty, watched = self.dirty, self.watched
+        while node not in dirty:  # the root's parent (None) is dirty from the start
+            dirty.add(node)
+            if node in watched:
+                watched[node] = etree.tostring(node, encoding="unicode", with_tail=False)
             node = node.getparent()
 
     def freeze(self, holders: Iterable, nodes: Iterable) -> None:
@@ -219,16 +220,17 @@ class Source:
         """The text of the node at ``path`` (child indexes from the root) as given, where it is an
         element ``tag`` (``gap``: with the whitespace before it); None where the markup does not
         line up."""
+        last = path[-1]
         for _ in range(2):
             try:
                 tok, node = self.markup(), self.tree
                 for index in path[:-1]:
                     olds = self.given_kids(node)
                     tok, node = self.kids_of(tok, olds)[index], olds[index]
-                kids = self.kids_of(tok, self.given_kids(node))
-                start = kids.start(path[-1])
-                before = self.text[kids.end(path[-1] - 1):start] if gap else ""
-                given = self.text[start:kids.end(path[-1])]
+                kids = tok.kids if tok.kids is not LAZY else self.kids_of(tok, self.given_kids(node))
+                start = kids.start(last)
+                before = self.text[kids.end(last - 1):start] if gap else ""
+                given = self.text[start:kids.end(last)]
                 break
             except Unplaced:
                 self.rescan()

@@ -27,6 +27,7 @@ __all__ = ["ASSIGNED", "FILLED", "KEYS", "canon", "counted", "digest", "filled",
 
 
 SOURCE_ATTRS = ("file", "dev", "dir", "name", "volume", "pool", "protocol", "type")
+_SOURCE_RANK = {name: rank for rank, name in enumerate(SOURCE_ATTRS)}
 
 
 # what libvirt fills in itself when a domain is defined: not the hand's (a device's address, assigned
@@ -40,13 +41,16 @@ def ident_of(node) -> tuple:
     tag = node.tag
     if not isinstance(tag, str):
         return ("#comment" if isinstance(node, etree._Comment) else "#pi", node.text or "")
-    local = local_name(tag)
+    local = tag if tag[:1] != "{" else tag.rpartition("}")[2]  # local_name, inline: once a unit a record
     if local == "disk":
-        src = next(node.iterchildren("source"), None)
-        if src is None:
-            return (tag,)
-        get = src.get
-        return (tag, *[f"{a}={v}" for a in SOURCE_ATTRS if (v := get(a))])
+        for src in node.iterchildren("source"):  # the first
+            # the source's attributes that are set, read at once (not asked for one by one), in
+            # SOURCE_ATTRS' order (a source has one or two: sorted only where two)
+            named = [(a, v) for a, v in src.items() if v and a in _SOURCE_RANK]
+            if len(named) > 1:
+                named.sort(key=_source_rank)
+            return (tag, *[f"{a}={v}" for a, v in named])
+        return (tag,)
     if local == "interface":
         mac = next(node.iterchildren("mac"), None)
         return (tag, mac.get("address", "") if mac is not None else "")
@@ -54,15 +58,20 @@ def ident_of(node) -> tuple:
     return (tag,) if keys is None else (tag, *[node.get(a) or "" for a in keys])
 
 
+def _source_rank(item: tuple) -> int:
+    return _SOURCE_RANK[item[0]]
+
+
 def counted(parent) -> list:
     """The children that count: elements, comments and PIs, but vmtune's own tag in <metadata>
     (an entity reference, the one other kind of child, is told by its tag: lxml's ``Entity``)."""
     if parent.tag == "metadata":
         return [c for c in parent if c.tag is not _ENTITY and c.tag != TAG]
-    return [c for c in parent if c.tag is not _ENTITY]
+    return list(parent.iterchildren(*_COUNTED))  # told apart in C
 
 
 _ENTITY = etree.Entity  # the tag of every entity reference node
+_COUNTED = (etree.Element, etree.Comment, etree.ProcessingInstruction)  # the other kinds (iterchildren's names)
 
 
 def keyed(parent) -> list[tuple[tuple, object]]:
