@@ -34,3 +34,20 @@ def test_a_case_that_differs_anywhere_is_named_with_its_first_difference():
 def test_a_revision_that_is_not_a_commit_is_one_line_and_exit_1(capsys):
     assert _script().main(["no-such-revision"]) == 1
     assert capsys.readouterr().err == "same-outputs: no-such-revision is not a commit here\n"
+
+
+def test_the_speed_ab_against_the_same_commit_finds_the_same_outputs():
+    """scripts/rewrite-ab REV: this checkout against HEAD (the same code, when nothing is changed
+    but tests) in one process: every pair both trees place gives the same outputs, and a ratio."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "rewrite-ab"), "HEAD", "--profile", "balanced",
+                           "--rounds", "2", "--widest", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.splitlines()[0]
+    m = re.fullmatch(r"balanced +\w+/this (\d+\.\d+) \(IQR [\d.]+-[\d.]+\), (\d+) pairs, (\d+) with other outputs", line)
+    assert m is not None, done.stdout
+    assert float(m.group(1)) > 0 and int(m.group(2)) > 40
+    assert m.group(3) == "0" or subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "vmtune"]).returncode
