@@ -29,6 +29,8 @@ class PassContext:
     # the guest OS, read once from the domain as the user gave it (vmtune/xml/guestos.py); None: the
     # passes read it from the domain they are given
     guest: GuestOS | None = None
+    # how the domain hides KVM (guestos.kvm_hidden), read with ``guest``: a pass asks guestos.hidden
+    kvm_hidden: str | None = None
 
     __hash__ = object.__hash__
 

@@ -14,7 +14,7 @@ from . import config as config_mod
 from .xml import edits as edits_mod
 from . import profiles
 from .placement import managers
-from .xml import markup, textkeep, validate, xmlsafe, xmltext
+from .xml import guestos, markup, textkeep, validate, xmlsafe, xmltext
 from .record import retune, undo
 from .placement import intent as intent_mod
 from .placement import request as request_mod
@@ -181,8 +181,9 @@ def _prepare(
     reserved = host.reserved(config)
     wants = intent_mod.read(Domain(root), host, hand=start_over)
     placement = request_mod.place(prof, host, ledger, reserved, dom, config, wants)
-    guest = Domain(root).guest_os  # as the user gave it, before any pass
-    return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio, wants, config, guest),
+    guest, hidden = guestos.reading(Domain(root))  # as the user gave it, before any pass
+    return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio, wants, config, guest,
+                              hidden),
             tuple(kept), tuple(warned), given, source)
 
 

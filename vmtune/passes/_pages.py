@@ -11,6 +11,7 @@ so does the device.
 
 from __future__ import annotations
 
+from ..placement import memfit
 from ..xml.edits import Set
 from ..xml.model import MemoryDevice
 
@@ -30,7 +31,7 @@ def rounding(cells, dom, size: int) -> list[str]:
 def devices(host, dom, size: int, cells: frozenset[int]) -> tuple[list[Set], frozenset[int], list[str]]:
     """For the RAM devices in hugepage-backed ``cells`` that ``size`` pages do not divide: the
     edits that give each its own page size, the cells that must stay on normal pages, and why."""
-    sizes = sorted({s for c in host.cells for s in c.pages}, reverse=True)
+    sizes = memfit.sizes(host)[::-1]  # the host's page sizes, largest first
     edits, normal, notes = [], set(), []
     for dev in dom.memory_devices:
         if (dev.model not in MemoryDevice.RAM_MODELS or dev.pagesize_kib is not None

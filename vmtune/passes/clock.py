@@ -10,7 +10,7 @@ def run(ctx, dom):
     wants = []
     if p.guest_hpet == "off":
         wants.append((Domain.TIMER_HPET, False, "the emulated HPET is slow to read and trap-heavy"))
-    if p.guest_kvmclock == "on" and ctx.kvm and not guest.windows and guestos.kvm_hidden(dom) is None:
+    if p.guest_kvmclock == "on" and ctx.kvm and not guest.windows and guestos.hidden(ctx, dom) is None:
         wants.append((Domain.TIMER_KVMCLOCK, True, "kvm-clock is the paravirtual clocksource"))
     if guest.windows and p.guest_hyperv and ctx.kvm:
         wants.append((Domain.TIMER_HYPERVCLOCK, True, "Hyper-V reference time for Windows guests"))

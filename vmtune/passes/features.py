@@ -25,7 +25,7 @@ def run(ctx, dom):
     guest = guestos.of(ctx, dom)
     edits = []
     hints = ctx.kvm and not guest.windows and (p.cpu_kvm_hint_dedicated or p.cpu_kvm_poll_control) \
-        and guestos.kvm_hidden(dom) is None  # (read only where a hint is wanted: each needs its flag too)
+        and guestos.hidden(ctx, dom) is None  # (read only where a hint is wanted: each needs its flag too)
     dedicated = dom.kvm_hint_dedicated is True
     if hints and p.cpu_kvm_hint_dedicated and ctx.placement.dedicated:
         edits.append(Domain.kvm_hint_dedicated.edit(

@@ -37,7 +37,12 @@ class Fit:
 
 
 def sizes(host: Host) -> list[int]:
-    return sorted({s for c in host.cells for s in c.pages})
+    """The host's hugepage sizes, smallest first: worked out once per host (the search asks for
+    each choice of nodes it weighs). The list is shared: read it, do not change it."""
+    found = host.__dict__.get("_page_sizes")  # a cache beside the fields: not compared
+    if found is None:
+        found = host.__dict__["_page_sizes"] = sorted({s for c in host.cells for s in c.pages})
+    return found
 
 
 def _normal_free(host: Host, ledger: Ledger, node: int) -> int | None:

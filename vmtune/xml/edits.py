@@ -147,8 +147,11 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
     """Insert ``child`` into ``parent`` at its canonical place among the existing children: before
     the first ordered child where that one ranks above it (a document out of order keeps its
     order), else after the last ordered child that ranks at most as it does."""
-    ranks = _RANKS.get(xmltext.local_name(parent.tag))
-    rank = None if ranks is None else ranks.get(xmltext.local_name(child.tag))
+    tag = parent.tag  # a plain tag is its own local name: taken apart only where namespaced
+    ranks = _RANKS.get(tag)
+    if ranks is None and tag[:1] == "{":
+        ranks = _RANKS.get(xmltext.local_name(tag))
+    rank = None if ranks is None else _rank(ranks, child.tag)
     if rank is None:
         parent.append(child)
         return
@@ -210,10 +213,7 @@ def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> e
         if nxt is None:
             if not create:
                 return None
-            match = _STEP.match(step)
-            if match is None:
-                raise ValueError(f"cannot create path step {step!r}")
-            tag, attr, value = match.groups()
+            tag, attr, value = _made(step)
             nxt = etree.Element(tag)
             if attr:
                 nxt.set(attr, value)
@@ -222,6 +222,16 @@ def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> e
             insert(node, nxt)
         node = nxt
     return node
+
+
+@functools.lru_cache(maxsize=512)
+def _made(step: str) -> tuple[str, str | None, str | None]:
+    """(tag, attribute, value) of a step ``_walk`` creates (``b[@name='x']``), remembered: the
+    passes create a few dozen kinds."""
+    match = _STEP.match(step)
+    if match is None:
+        raise ValueError(f"cannot create path step {step!r}")
+    return match.groups()
 
 
 @functools.lru_cache(maxsize=512)

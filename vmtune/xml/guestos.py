@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
@@ -182,6 +182,11 @@ def _text(el) -> str:
 def windows_signals(dom, args: list[str]) -> tuple[list[str], list[str]]:
     """(strong, weak): the signs of Windows in the domain, each as a person would name it (``args``:
     its ``<qemu:commandline>`` arguments)."""
+    return _signals(dom, args)[:2]
+
+
+def _signals(dom, args: list[str]) -> tuple[list[str], list[str], str | None]:
+    """``windows_signals``, and ``kvm_hidden`` of the domain (one of the weak signals)."""
     strong, weak = [], []
     hyperv = dom.find("features/hyperv")
     if hyperv is not None:
@@ -228,32 +233,53 @@ def windows_signals(dom, args: list[str]) -> tuple[list[str], list[str]]:
         board = next((m.group(0) for s in sysinfo if (m := BOARD_MAKERS.search(s))), None)
         if board:
             weak.append(f"a real board's SMBIOS ({board})")
-    return list(dict.fromkeys(strong)), weak
+    return list(dict.fromkeys(strong)), weak, hidden
 
 
 def read(dom) -> GuestOS:
     """The guest OS of ``dom`` (a model.Domain), from the strongest evidence it has."""
+    return reading(dom)[0]
+
+
+def reading(dom) -> tuple[GuestOS, str | None]:
+    """``read``, and ``kvm_hidden`` of ``dom``: Windows' signals read it, and the passes want it too
+    (the driver reads both once, on the domain as given: ``hidden``)."""
     found = from_id(dom.os_id or "")
-    if found is not None and found.windows:
-        return found
     args = _qemu_args(dom)
-    strong, weak = windows_signals(dom, args)
+    if found is not None and found.windows:
+        return found, kvm_hidden(dom, args)
+    strong, weak, hidden = _signals(dom, args)
     if found is not None:
-        return replace(found, outranked=tuple(strong + weak))
+        return _outranking(found, strong + weak), hidden
     if dom.find("os/kernel") is not None:
         kernel = GuestOS(Family.LINUX, ("direct kernel boot (<os><kernel>)",), Strength.STRONG, "Linux", True)
-        return replace(kernel, outranked=tuple(strong + weak))
+        return _outranking(kernel, strong + weak), hidden
     if any("isa-applesmc" in value for value in args):
         smc = GuestOS(Family.OTHER, ("QEMU's isa-applesmc device (macOS's SMC)",), Strength.STRONG, "macOS", None)
-        return replace(smc, outranked=tuple(strong + weak))
+        return _outranking(smc, strong + weak), hidden
     if strong:
-        return GuestOS(Family.WINDOWS, tuple(strong + weak), Strength.STRONG, "Windows", False)
+        return GuestOS(Family.WINDOWS, tuple(strong + weak), Strength.STRONG, "Windows", False), hidden
     if len(weak) >= WEAK:
-        return GuestOS(Family.WINDOWS, tuple(weak), Strength.WEAK, "Windows", False)
-    return GuestOS(Family.UNKNOWN, tuple(weak))
+        return GuestOS(Family.WINDOWS, tuple(weak), Strength.WEAK, "Windows", False), hidden
+    return GuestOS(Family.UNKNOWN, tuple(weak)), hidden
+
+
+def _outranking(found: GuestOS, signals: list[str]) -> GuestOS:
+    """``found`` with Windows' ``signals`` it outranks: ``dataclasses.replace``, written out (a
+    third of the time: replace reads the class's fields each call)."""
+    return GuestOS(found.family, found.evidence, found.strength, found.name, found.virtio, tuple(signals))
 
 
 def of(ctx, dom) -> GuestOS:
     """The guest OS a pass works with: the one the driver read on the domain as given
     (``ctx.guest``), else read from ``dom``."""
     return getattr(ctx, "guest", None) or read(dom)
+
+
+def hidden(ctx, dom) -> str | None:
+    """``kvm_hidden`` as a pass works with it: the driver's, read with ``ctx.guest`` on the domain as
+    given (no pass changes how a domain hides KVM: <kvm>'s <hidden>, the hypervisor CPU feature, QEMU's
+    arguments), else read from ``dom``."""
+    if getattr(ctx, "guest", None) is not None:
+        return ctx.kvm_hidden
+    return kvm_hidden(dom)

@@ -94,6 +94,11 @@ class Prop:
         self.elem_path = elem or "."
         steps = xmltext.plain_steps(elem) if elem else None
         self._child = steps[0] if steps is not None and len(steps) == 1 else None  # one child step: no walk
+        # what __get__ reads without a call to ``raw``: the node's own attribute (``"@type"``), or an
+        # attribute of its first child of a tag (``"target/@bus"``); a TEXT field's text is its value
+        self._own = self.attr if self.elem_path == "." else None
+        self._child_attr = self.attr if self._child is not None else None
+        self._as_is = conv is TEXT
 
     def raw(self, node: etree._Element) -> str | None:
         """The field's text below ``node`` (None: no such field)."""
@@ -108,8 +113,18 @@ class Prop:
     def __get__(self, view: "View | None", owner: type) -> Any:
         if view is None:
             return self
-        raw = self.raw(view.node)
-        value = None if raw is None else self._parse(raw)
+        if self._own is not None:
+            raw = view.node.get(self._own)
+        elif self._child_attr is not None:
+            raw = None
+            for el in view.node.iterchildren(self._child):  # ``raw``, written out: the first one
+                raw = el.get(self._child_attr)
+                break
+        else:
+            raw = self.raw(view.node)
+        if raw is None:
+            return self.default
+        value = raw if self._as_is else self._parse(raw)
         return self.default if value is None else value
 
     def get(self, view: "View") -> Any:
