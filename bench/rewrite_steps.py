@@ -36,7 +36,7 @@ STEPS = (
     ("profile", "vmtune.profiles", "load"),
     ("intent", "vmtune.placement.intent", "read"),
     ("placement", "vmtune.placement.request", "place"),
-    ("guest OS", "vmtune.xml.guestos", "read"),
+    ("guest OS", "vmtune.xml.guestos", "reading"),
     ("passes and edits", "vmtune.driver", "run_passes"),
     ("record: snapshot", "vmtune.record.undo", "snapshot"),
     ("record: diff", "vmtune.record.undo", "diff"),
