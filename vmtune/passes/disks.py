@@ -172,8 +172,9 @@ def _scsi_users(dom, moved: set, kinds: list) -> tuple[dict[int, int], dict[int,
     scsi bus, a hostdev when it has a drive address: only a hostdev's address is read."""
     every: dict[int, int] = {}
     users: dict[int, int] = {}
+    hostdevs = [Disk(h.node) for h in dom.hostdevs]  # read as disks: an address
     on = [d for d, _, bus in kinds if bus == Disk.BUS_SCSI]
-    on += [h for h in (Disk(h.node) for h in dom.hostdevs) if h.address_type == Disk.ADDRESS_DRIVE]  # read as disks
+    on += [h for h in hostdevs if h.address_type == Disk.ADDRESS_DRIVE]
     for disk in on:
         idx = disk.controller or 0
         every[idx] = every.get(idx, 0) + 1

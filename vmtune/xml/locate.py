@@ -79,14 +79,15 @@ class Placed:
                 raise self.unplaced(i)
             lo = lines[line - 1] + line - 1
             found = text.find("<", lo if lo > self.head else self.head, lines[line] + line)
-            tag = node.tag
-            if isinstance(tag, str):  # its name, then what ends a name in a start tag
-                name = raw_name(node) if tag[:1] == "{" else tag
+            if found < 0:
+                raise self.unplaced(i)
+            if isinstance(node.tag, str):  # its name, then what ends a name in a start tag
+                name = _name_of(node)
                 after = found + 1 + len(name)
                 ok = text.startswith(name, found + 1) and text[after:after + 1] in _AFTER_NAME
             else:
                 ok = text.startswith(_other(node), found)
-            if found < 0 or not ok:
+            if not ok:
                 raise self.unplaced(i)
             self._starts[i] = found
         return found
