@@ -247,6 +247,46 @@ def found_by_line(xml: str) -> int:
     return found
 
 
+# siblings of one tag on one line, the second asked for alone: the first '<' of the line is the
+# first's (found: the record then kept both as the second, and ``untune`` refused it)
+TWO_ON_A_LINE = ("<domain type='kvm'>\n  <name>a</name>\n  <memory unit='KiB'>1048576</memory>\n"
+                 "  <vcpu placement='static'>2</vcpu>\n  <os>\n    <type arch='x86_64'>hvm</type>\n  </os>\n"
+                 "  <devices>\n    <disk type='file' device='cdrom'><target dev='hdc' bus='ide'/></disk>"
+                 "<disk type='file' device='disk'><source file='/d.img'/><target dev='hda' bus='ide'/></disk>\n"
+                 "  </devices>\n</domain>\n")
+# the same with one below the node before it on its line
+BELOW_ON_A_LINE = ("<domain type='kvm'>\n  <name>a</name>\n  <vcpu placement='static'>2</vcpu>\n  <numatune>\n"
+                   "    <memory mode='strict' nodeset='0'/></numatune><memory unit='KiB'>1048576</memory>\n"
+                   "  <os>\n    <type arch='x86_64'>hvm</type>\n  </os>\n  <devices>\n"
+                   "    <emulator>/usr/bin/qemu-system-x86_64</emulator>\n  </devices>\n</domain>\n")
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.sampled_from(FILES).map(lambda p: p.read_text()), domains().flatmap(laid_out)))
+@example(TWO_ON_A_LINE)
+@example(BELOW_ON_A_LINE)
+def test_a_node_asked_for_alone_is_where_reading_the_text_finds_it(xml):
+    """A child of ``<domain>`` or of one of its children asked for alone, none of its siblings
+    before it located (as the record asks for a unit: ``Source.given``), is its text as reading
+    the whole text finds it, or None."""
+    root, read = xmlsafe.parse(xml), scan(xml)
+    for i, (node, tok) in enumerate(zip(root, read.kids)):
+        for path, kid, at in [((i,), node, tok), *(((i, j), k, t) for j, (k, t) in enumerate(zip(node, tok.kids or ())))]:
+            if isinstance(kid.tag, str):
+                given = Source(xml, xmlsafe.parse(xml)).given(path, kid.tag)
+                assert given in (None, xml[at.start:at.end]), path
+
+
+@pytest.mark.parametrize("xml", [TWO_ON_A_LINE, BELOW_ON_A_LINE], ids=["siblings", "below"])
+@pytest.mark.parametrize("profile", PROFILES)
+def test_nodes_sharing_a_line_come_back_byte_for_byte(xml, profile):
+    """A unit that shares its line with the one before it, or with what is below that: untune
+    gives every byte back, and only the units vmtune changed differ."""
+    result = vmtune.rewrite(xml, HOST, profile)
+    assert vmtune.untune(result.xml).xml == xml
+    assert_only_units_changed(xml, result.xml)
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_files_laid_out_one_node_a_line_are_found_by_their_lines(path):
     """The corpus and the examples (one node a line, as libvirt and virt-manager write) are found

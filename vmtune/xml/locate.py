@@ -4,7 +4,7 @@ changes and their neighbours stand.
 
 A node is found at the first ``<`` of its line when its start tag is there: so ``virsh dumpxml``
 and virt-manager lay every node out. Each is checked: its name, its place after the one before
-it, nothing but whitespace between siblings, the end tag's name. Where anything does not hold (a
+it (which starts, with all below it, on a line above), nothing but whitespace between siblings, the end tag's name. Where anything does not hold (a
 document on one line, two nodes on a line, a start tag over several lines) the answer is None, and
 markup.scan reads the text through instead.
 """
@@ -79,8 +79,8 @@ class Placed:
                 raise self.unplaced(i)
             lo = lines[line - 1] + line - 1
             found = text.find("<", lo if lo > self.head else self.head, lines[line] + line)
-            if found < 0:
-                raise self.unplaced(i)
+            if found < 0 or i and _last_line(self.olds[i - 1]) == line:
+                raise self.unplaced(i)  # (a node before it on its line: the first '<' there is not its)
             if isinstance(node.tag, str):  # its name, then what ends a name in a start tag
                 name = _name_of(node)
                 after = found + 1 + len(name)
@@ -130,6 +130,14 @@ class Placed:
 
 
 _AFTER_NAME = (" ", "\t", "\r", "\n", "/", ">")  # what follows an element's name in its start tag
+
+
+def _last_line(node) -> int | None:
+    """The line the last node of ``node``'s subtree starts on: lines only grow in document order,
+    so a node starts on the line of the one after ``node``'s subtree only where that one does."""
+    while len(node):
+        node = node[-1]
+    return node.sourceline
 
 
 def _name_of(node) -> str:
