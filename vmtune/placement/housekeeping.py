@@ -63,13 +63,16 @@ def choose(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes,
     the nearest that stays within ``LIMIT`` threads a CPU (else the least loaded). Where its nodes
     have no housekeeping CPU, their free CPUs (as before housekeeping was counted), else any. On a
     hybrid host, the efficiency cores of a choice where it has any."""
-    local = frozenset(c for x in nodes for c in host.cell(x).cpus)
+    local = host.cpus_of(tuple(nodes))
     l3s = {host.l3_of(c) for c in pins} - {None}
     near = frozenset().union(*(host.cache(i).cpus for i in l3s)) if l3s and host.caches else frozenset()
-    everywhere = frozenset(host.cpus)
+    everywhere = host.cpu_ids
     elsewhere = blocked - reserved
+    hybrid = host.hybrid
 
     def kind(choice: frozenset[int]) -> frozenset[int]:
+        if not hybrid:  # no efficiency core anywhere: the choice as it is
+            return choice
         return frozenset(c for c in choice if host.efficient(c)) or choice
 
     def most(choice: frozenset[int]) -> float:

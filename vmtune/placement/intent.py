@@ -19,6 +19,7 @@ it, and then a warning says what changed and why. This module reads the domain a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .. import cpuset
@@ -116,7 +117,7 @@ def container(host: Host, cpus: frozenset[int]) -> tuple[frozenset[int], str] | 
 
 
 def _cpus(dom: Domain, host: Host) -> tuple[frozenset[int] | None, frozenset[int], tuple[int, ...], str]:
-    online = frozenset(host.cpus)
+    online = host.cpu_ids
     within, what = None, ""
     given = dom.vcpu_cpuset if dom.vcpu_placement != Domain.VCPU_PLACEMENT_AUTO else None
     if given and given & online:
@@ -141,7 +142,7 @@ def _cpus(dom: Domain, host: Host) -> tuple[frozenset[int] | None, frozenset[int
 
 
 def _helpers(dom: Domain, host: Host) -> tuple[frozenset[int] | None, tuple[tuple[int, frozenset[int]], ...]]:
-    online = frozenset(host.cpus)
+    online = host.cpu_ids
     pin = dom.find("cputune/emulatorpin")
     emulator = ids(pin.get("cpuset")) if pin is not None else frozenset()
     pins = []
@@ -158,6 +159,13 @@ def _helpers(dom: Domain, host: Host) -> tuple[frozenset[int] | None, tuple[tupl
     return (emulator if emulator and emulator <= online else None), tuple(sorted(pins))
 
 
+@functools.lru_cache(maxsize=64)
+def _plain(pages: bool, page_kib: int | None, hand: bool) -> Intent:
+    """The Intent of a domain with no bound, pins or schedulers of its own: one of a few, made once
+    (it is immutable)."""
+    return Intent(pages=pages, page_kib=page_kib, hand=hand)
+
+
 def read(dom: Domain, host: Host, hand: bool = True) -> Intent:
     """The user's own choices in ``dom`` (as given, before the passes) on ``host``. Without
     ``hand`` (a tuned domain's pins, which are vmtune's: the hook's re-pin), the cpuset and pins
@@ -166,10 +174,10 @@ def read(dom: Domain, host: Host, hand: bool = True) -> Intent:
     pages, page_kib = _pages(dom)
     if dom.find("cputune") is None:  # most domains: no pins, no schedulers
         within = dom.vcpu_cpuset if hand and dom.vcpu_placement != Domain.VCPU_PLACEMENT_AUTO else None
-        if not within or not within & frozenset(host.cpus):
-            return Intent(pages=pages, page_kib=page_kib, hand=hand)
+        if not within or not within & host.cpu_ids:
+            return _plain(pages, page_kib, hand)
         what = f"<vcpu cpuset='{cpuset.format(within)}'>"
-        return Intent(within & frozenset(host.cpus), what=what, pages=pages, page_kib=page_kib)
+        return Intent(within & host.cpu_ids, what=what, pages=pages, page_kib=page_kib)
     rt_vcpus, rt_emulator, rt_iothreads = _realtime(dom)
     emulatorpin, iothreadpins = _helpers(dom, host)
     within, prefer, pins, what = _cpus(dom, host)

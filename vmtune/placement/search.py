@@ -141,11 +141,21 @@ class Placement:
 
 
 def taken_cores(host: Host, cpus: frozenset[int]) -> frozenset[int]:
-    """Every online thread of every core that holds one of ``cpus``."""
-    out: set[int] = set()
-    for cpu in cpus:
-        out |= host.core_of(cpu) if cpu in host.cpus else {cpu}
-    return frozenset(out)
+    """Every online thread of every core that holds one of ``cpus``, worked out once per host and
+    set of CPUs (the same reserved and held sets come back domain after domain)."""
+    if not cpus:
+        return frozenset()
+    cpus = cpus if isinstance(cpus, frozenset) else frozenset(cpus)  # a key of the memo
+    memo = host.__dict__.setdefault("_taken_cores", {})  # a cache beside the fields: not compared
+    found = memo.get(cpus)
+    if found is None:
+        if len(memo) >= _MEMO:
+            memo.clear()
+        out: set[int] = set()
+        for cpu in cpus:
+            out |= host.core_of(cpu) if cpu in host.cpus else {cpu}
+        found = memo[cpus] = frozenset(out)
+    return found
 
 
 def _distance(host: Host, nodes: tuple[int, ...]) -> int:
@@ -545,7 +555,7 @@ def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, why_not: s
 def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placement:
     """Floating vCPUs: kept off dedicated cores; with ``one_node``, on one node with its memory,
     the node of the devices it uses first (``req.anchors``, as ``dedicated`` weighs them)."""
-    free = frozenset(host.cpus) - taken_cores(host, ledger.dedicated)
+    free = host.cpu_ids - taken_cores(host, ledger.dedicated)
     if not free:
         raise DoesNotFit("every host CPU is dedicated to another domain; nothing is left to share")
     if not one_node:
