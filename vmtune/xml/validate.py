@@ -177,9 +177,13 @@ def check_counts(dom: Domain) -> None:
         raise InvalidInput(f"bad iothread count {count} (vmtune takes 0 to {MAX_IOTHREADS})")
 
 
+# the children of <domain> the checks read
+_READ = ("vcpu", "iothreads", "iothreadids", "cputune", "cpu", "memory", "currentMemory", "memoryBacking", "numatune")
+
+
 def check(dom: Domain) -> None:
     """InvalidInput (one line) for the first value of ``dom`` that libvirt refuses, of those vmtune reads."""
-    tops = Children(dom.node)
+    tops = Children(dom.node, _READ)
     vcpus = _vcpu(tops)
     ids = _iothreads(dom, tops)
     _cputune(tops, ids)

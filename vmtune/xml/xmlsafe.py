@@ -128,21 +128,19 @@ def _bare(info) -> bool:
 
 
 class Children(dict):
-    """An element's element children by tag, each tag's in document order: one walk over them for
-    the many lookups a reader makes below one element (the checks read a dozen paths of ``<domain>``,
-    most of which a domain lacks). ``first`` and ``each`` are ``xmltext.find`` and ``xmltext.each``
-    of a path whose first step is a tag."""
+    """An element's children of ``tags`` by tag, each tag's in document order: one walk over them
+    for the many lookups a reader makes below one element (the checks read a dozen paths of
+    ``<domain>``, most of which a domain lacks). ``first`` and ``each`` are ``xmltext.find`` and
+    ``xmltext.each`` of a path whose first step is one of ``tags``; any other tag finds nothing."""
 
-    def __init__(self, el):
+    def __init__(self, el, tags: tuple[str, ...]):
         super().__init__()
-        for child in el:
-            tag = child.tag
-            if tag.__class__ is str:  # an element, not a comment or a PI
-                found = self.get(tag)
-                if found is None:
-                    self[tag] = [child]
-                else:
-                    found.append(child)
+        for child in el.iterchildren(*tags):  # lxml matches the tags in C: only those are read
+            found = self.get(child.tag)
+            if found is None:
+                self[child.tag] = [child]
+            else:
+                found.append(child)
 
     def first(self, tag: str, path: str = ""):
         """The first ``tag/path`` in document order (``path`` "": the first ``tag``), or None."""
