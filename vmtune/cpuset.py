@@ -84,14 +84,16 @@ def parse(text: str | None, limit: int | None = None) -> frozenset[int]:
 def format(cpus: Iterable[int]) -> str:  # noqa: A001 - mirrors libvirt's virBitmapFormat
     """Format CPU ids as the shortest libvirt cpulist: ``{0,1,2,5}`` -> ``"0-2,5"``."""
     ids = sorted(set(cpus))
+    if not ids:
+        return ""
     out: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
+    first = last = ids[0]  # the run being read
+    for cpu in ids:
+        if cpu > last + 1:  # a gap: the run ends
+            out.append(str(first) if first == last else f"{first}-{last}")
+            first = cpu
+        last = cpu
+    out.append(str(first) if first == last else f"{first}-{last}")
     return ",".join(out)
 
 
