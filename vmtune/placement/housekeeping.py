@@ -79,11 +79,17 @@ def choose(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes,
         return max(loads.get(c, 0.0) + threads / len(choice) for c in choice)
 
     if (reserved & local) - pins:
-        found = list(dict.fromkeys(kind(s - pins) for s in (reserved & near, reserved & local, reserved & everywhere)
-                                   if s - pins))
-        for choice in found:
+        found: list[frozenset[int]] = []  # the choices weighed, nearest first, each once
+        for level in (near, local, everywhere):  # the first that stays within LIMIT, looked at no further
+            choice = (reserved & level) - pins
+            if not choice:
+                continue
+            choice = kind(choice)
+            if choice in found:
+                continue
             if most(choice) <= LIMIT:
                 return choice
+            found.append(choice)
         return min(found, key=lambda s: (most(s), found.index(s)))
     for level in (local - elsewhere - pins, reserved & everywhere - pins, everywhere - elsewhere - pins):
         if level:

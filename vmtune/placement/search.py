@@ -159,7 +159,12 @@ def taken_cores(host: Host, cpus: frozenset[int]) -> frozenset[int]:
 
 
 def _distance(host: Host, nodes: tuple[int, ...]) -> int:
-    return sum(host.cell(a).distances.get(b, 0) for a, b in combinations(nodes, 2))
+    """The NUMA distances between ``nodes``, added up: worked out once per host and choice of nodes."""
+    known = host.__dict__.setdefault("_distances", {})  # a cache beside the fields: not compared
+    found = known.get(nodes)
+    if found is None:
+        found = known[nodes] = sum(host.cell(a).distances.get(b, 0) for a, b in combinations(nodes, 2))
+    return found
 
 
 def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request) -> Placement:
@@ -223,9 +228,8 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
                 if score is None:
                     if len(scored) >= _MEMO * 16:  # hand pins of many kinds on the same free cores
                         scored.clear()
-                    score = scored[seen] = _score(host, groups, sizes, nodes, shares, req.smt, prefer)
-                l3, cache, left, small, picks = score
-                threads = [[t for _, chosen in picked for t in chosen] for picked in picks]
+                    score = scored[seen] = _scored(host, groups, sizes, nodes, shares, req.smt, prefer)
+                l3, cache, left, small, threads = score
                 outside = 0 if req.within is None else sum(t not in req.within for ts in threads for t in ts)
                 key = Score(outside, 0 if fewest else k, *off, l3, -cache, left, small, fit.short, fit.size is None,
                             any(a != shares[0] for a in shares), _distance(host, nodes),
@@ -332,6 +336,13 @@ def _hand_not(host: Host, req: Request, blocked: frozenset[int]) -> str:
     if len(nodes) > 1:
         return f"they span nodes {cpuset.format(nodes)}, and the profile puts a domain on the fewest nodes that hold it"
     return ""
+
+
+def _scored(host: Host, groups, sizes, nodes, shares, smt: str, prefer: frozenset[int]):
+    """``_score``, with the threads each node's picks take (a tuple a node, never changed: the
+    search remembers them beside the score)."""
+    l3, cache, left, small, picks = _score(host, groups, sizes, nodes, shares, smt, prefer)
+    return l3, cache, left, small, tuple(tuple(t for _, chosen in picked for t in chosen) for picked in picks)
 
 
 def _score(host: Host, groups, sizes, nodes, shares, smt: str, prefer: frozenset[int]):
