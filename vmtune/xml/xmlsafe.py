@@ -155,5 +155,9 @@ class Children(dict):
 
     def each(self, tag: str, path: str) -> Iterator:
         """Every ``tag/path``, in document order."""
-        for parent in self.get(tag, ()):
-            yield from xmltext.each(parent, path)
+        found = self.get(tag)
+        if found is None:
+            return iter(())
+        if len(found) == 1:  # one <devices>, one <cputune>: its own, without a generator around it
+            return xmltext.each(found[0], path)
+        return (el for parent in found for el in xmltext.each(parent, path))
