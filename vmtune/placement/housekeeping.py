@@ -35,8 +35,9 @@ def load(helpers: Iterable[frozenset[int]]) -> dict[int, float]:
     counts 1, split over its CPUs."""
     out: dict[int, float] = defaultdict(float)
     for cpus in helpers:
+        share = 1 / len(cpus) if cpus else 0.0  # the same for each of its CPUs
         for cpu in cpus:
-            out[cpu] += 1 / len(cpus)
+            out[cpu] += share
     return dict(out)
 
 

@@ -53,8 +53,8 @@ def reasons(host: Host, req, nodes, pins: list[int], caches: list[int | None]) -
 def pages(req, nodes, fit) -> list[str]:
     """What became of hugepages: none free now (the profile's), kept though short (the domain's
     own), or gone because they can never fit."""
-    where = cpuset.format(nodes)
     if fit.short:
+        where = cpuset.format(nodes)
         pages = -(-req.memory_kib // fit.size)
         then = ("the hook tops up the pool when the domain starts" if req.topped_up else
                 f"allocate them before it starts (echo N > /sys/devices/system/node/nodeN/hugepages/"
@@ -64,8 +64,8 @@ def pages(req, nodes, fit) -> list[str]:
     if fit.gone:
         return [f"hugepages removed: {fit.gone}; memory is on normal pages"]
     if req.hugepages and fit.size is None:
-        return [f"no hugepages: node(s) {where} lack enough free hugepages of any size for {req.memory_kib} KiB "
-                "(each guest cell rounded up to whole pages); memory stays on normal pages"]
+        return [f"no hugepages: node(s) {cpuset.format(nodes)} lack enough free hugepages of any size for "
+                f"{req.memory_kib} KiB (each guest cell rounded up to whole pages); memory stays on normal pages"]
     return []
 
 

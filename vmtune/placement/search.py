@@ -29,7 +29,6 @@ A host without cache information, core kinds or devices is placed exactly as bef
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from itertools import combinations
 
 from . import corepick, housekeeping, memfit, placenotes, rules
@@ -83,12 +82,18 @@ class Request:
     helpers: int = 1  # emulator and iothreads that run on the housekeeping CPUs
     active: int | None = None  # enabled vCPUs at boot (<vcpu current>, enabled='no'), when fewer
 
-    @cached_property
+    @property
     def device_nodes(self) -> tuple[frozenset[int], frozenset[int]]:
-        """(The nodes of its passthrough devices, as ``locality`` weighs them; of its backing ones.)"""
-        need = frozenset(a.node for a in self.anchors if a.passthrough) \
-            if self.locality != DeviceLocality.IGNORE else frozenset()
-        return need, frozenset(a.node for a in self.anchors if not a.passthrough)
+        """(The nodes of its passthrough devices, as ``locality`` weighs them; of its backing ones.)
+        Worked out once a request, beside its fields (not functools.cached_property, whose lock
+        costs more than the sets on a request made for each rewrite)."""
+        found = self.__dict__.get("_device_nodes")
+        if found is None:
+            need = frozenset(a.node for a in self.anchors if a.passthrough) \
+                if self.locality != DeviceLocality.IGNORE else frozenset()
+            backing = frozenset(a.node for a in self.anchors if not a.passthrough)
+            found = self.__dict__["_device_nodes"] = (need, backing)
+        return found
 
     def off_devices(self, nodes) -> tuple[int, int]:
         """How many nodes of its passthrough devices (as ``locality`` weighs them) and of its
