@@ -7,6 +7,7 @@ at ``MAX_ID`` (no kernel has more CPUs), so no text can make a set larger than t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from .errors import InvalidInput
@@ -83,6 +84,17 @@ def parse(text: str | None, limit: int | None = None) -> frozenset[int]:
 
 def format(cpus: Iterable[int]) -> str:  # noqa: A001 - mirrors libvirt's virBitmapFormat
     """Format CPU ids as the shortest libvirt cpulist: ``{0,1,2,5}`` -> ``"0-2,5"``."""
+    if isinstance(cpus, frozenset):  # the usual argument, immutable: its text remembered
+        return _format_set(cpus)
+    return _format(cpus)
+
+
+@functools.lru_cache(maxsize=1024)  # a rewrite formats the same few sets (pins, nodes, helpers) again and again
+def _format_set(cpus: frozenset[int]) -> str:
+    return _format(cpus)
+
+
+def _format(cpus: Iterable[int]) -> str:
     ids = sorted(set(cpus))
     if not ids:
         return ""
