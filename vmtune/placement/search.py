@@ -578,7 +578,7 @@ def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placemen
         return Placement(mode=Pinning.FLOAT, cpuset=free if ledger.dedicated else None)
     best = None
     for cell in host.cells:
-        local = free & frozenset(cell.cpus)
+        local = free & host.cpus_of((cell.id,))
         if not local:
             continue
         off = req.off_devices((cell.id,))
