@@ -17,7 +17,6 @@ never a housekeeping CPU, never a vCPU's.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from .. import cpuset
@@ -33,12 +32,12 @@ LIMIT = 4
 def load(helpers: Iterable[frozenset[int]]) -> dict[int, float]:
     """Per CPU, how many emulator and iothreads run there: each of ``helpers`` (a thread's pin)
     counts 1, split over its CPUs."""
-    out: dict[int, float] = defaultdict(float)
+    out: dict[int, float] = {}
     for cpus in helpers:
         share = 1 / len(cpus) if cpus else 0.0  # the same for each of its CPUs
         for cpu in cpus:
-            out[cpu] += share
-    return dict(out)
+            out[cpu] = out.get(cpu, 0.0) + share
+    return out
 
 
 def crowded(loads: Mapping[int, float], within: frozenset[int] | None = None) -> dict[int, float]:

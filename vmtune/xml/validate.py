@@ -56,9 +56,10 @@ def _fail(where: str, why: str) -> InvalidInput:
 def unsigned(text: str | None, where: str, top: int = UINT_MAX) -> int:
     """A number as libvirt's ``virStrToLong_ui`` reads it."""
     m = _UNSIGNED.fullmatch(text or "")
-    if m is None or int(m.group(1)) > top:
+    value = int(m.group(1)) if m is not None else -1
+    if value < 0 or value > top:
         raise _fail(where, f"{_show(text)} is not a whole number from 0 to {top} (libvirt refuses it)")
-    return int(m.group(1))
+    return value
 
 
 def scaled_kib(text: str | None, unit: str | None, where: str) -> int:
