@@ -67,8 +67,9 @@ def _pci(address) -> str | None:
         return None
     get = address.get
     parts = [c_number(v) if (v := get(a)) is not None else (0 if a == "domain" else None) for a in PCI_FIELDS]
-    if any(p is None or not 0 <= p <= top for p, top in zip(parts, PCI_LIMITS)):
-        return None
+    for p, top in zip(parts, PCI_LIMITS):
+        if p is None or not 0 <= p <= top:
+            return None
     return pci_address(*parts)
 
 

@@ -485,7 +485,7 @@ def _runs(host: Host, pins: list[int], start: int) -> list[tuple[int | None, tup
 def _paired(host: Host, took: list[int]) -> list[int]:
     """``took`` (one node's threads) with the threads of each core together, whole pairs before
     lone threads within each L3 domain: the guest's threads='2' needs pairs 0 and 1, 2 and 3, ..."""
-    if all(len(host.core_of(c)) <= 1 for c in took[:1]) or _whole_pairs(host, took):
+    if not took or len(host.core_of(took[0])) <= 1 or _whole_pairs(host, took):
         return took  # no sibling threads, or the pairs are whole already (corepick takes a core's threads together)
     out: list[int] = []
     for _, run in _runs(host, took, 0):
