@@ -83,6 +83,7 @@ def _realtime(dom: Domain) -> tuple[frozenset[int], bool, frozenset[int]]:
     vcpus: set[int] = set()
     emulator = False
     iothreads: set[int] = set()
+    known: set[int] | None = None  # the domain's iothreads, read at the first <iothreadsched>
     for el in (child for tune in dom.iter("cputune") for child in tune):  # cputune/*[@scheduler]
         if not isinstance(el.tag, str) or el.get("scheduler") not in REALTIME:
             continue
@@ -91,7 +92,8 @@ def _realtime(dom: Domain) -> tuple[frozenset[int], bool, frozenset[int]]:
         elif el.tag == "emulatorsched":
             emulator = True
         elif el.tag == "iothreadsched":
-            iothreads |= ids(el.get("iothreads")) & set(dom.iothread_ids())
+            known = set(dom.iothread_ids()) if known is None else known
+            iothreads |= ids(el.get("iothreads")) & known
     return frozenset(vcpus), emulator, frozenset(iothreads)
 
 
@@ -122,13 +124,14 @@ def _cpus(dom: Domain, host: Host) -> tuple[frozenset[int] | None, frozenset[int
     given = dom.vcpu_cpuset if dom.vcpu_placement != Domain.VCPU_PLACEMENT_AUTO else None
     if given and given & online:
         within, what = given & online, f"<vcpu cpuset='{cpuset.format(given)}'>"
-    hand = {v: cpus & online for v, cpus in dom.vcpupins().items() if v < dom.vcpus}
+    count = dom.vcpus
+    hand = {v: cpus & online for v, cpus in dom.vcpupins().items() if v < count}
     used = frozenset().union(*hand.values()) if hand else frozenset()
     if not used:
         return within, frozenset(), (), what
     pins: tuple[int, ...] = ()
-    if sorted(hand) == list(range(dom.vcpus)) and all(len(c) == 1 for c in hand.values()):
-        flat = tuple(next(iter(hand[v])) for v in range(dom.vcpus))
+    if sorted(hand) == list(range(count)) and all(len(c) == 1 for c in hand.values()):
+        flat = tuple(next(iter(hand[v])) for v in range(count))
         pins = flat if len(set(flat)) == len(flat) else ()
     box = container(host, used)
     if box is not None:
