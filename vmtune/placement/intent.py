@@ -149,7 +149,7 @@ def _helpers(dom: Domain, host: Host) -> tuple[frozenset[int] | None, tuple[tupl
     pin = dom.find("cputune/emulatorpin")
     emulator = ids(pin.get("cpuset")) if pin is not None else frozenset()
     pins = []
-    found = dom.node.findall("cputune/iothreadpin")
+    found = list(dom.iter("cputune/iothreadpin"))
     known = set(dom.iothread_ids()) if found else set()
     for el in found:
         try:
