@@ -150,7 +150,7 @@ def fit(host: Host, ledger: Ledger, nodes: tuple[int, ...], shares: list[int], r
     fits = {}
     for size in [s for s in choices if s <= req.memory_kib]:  # a page larger than all memory is all waste
         parts = _split_memory(req.memory_kib, shares, size)
-        if all(p > 0 for p in parts) and _backs(host, ledger, list(zip(nodes, parts)), size, req):
+        if min(parts) > 0 and _backs(host, ledger, list(zip(nodes, parts)), size, req):  # a part a node: never empty
             fits[size] = (parts, _waste(parts, size))
     if fits:
         size, why = _page_choice(fits, req.memory_kib)

@@ -521,19 +521,21 @@ def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, why_not: s
     pins: list[int] = []
     cells: list[GuestCell] = []
     runs: list[tuple[int | None, tuple[int, ...]]] = []
+    uncelled = len(nodes) == 1 and not req.cell_when_single  # one node, no guest NUMA cell asked for
     for cell_id, (node, took, kib) in enumerate(zip(nodes, threads, fit.parts)):
         first = len(pins)
         if not hand:
             took = _paired(host, took)
             runs += _runs(host, took, first)
         pins.extend(took)
-        cells.append(GuestCell(cell_id, node, tuple(range(first, len(pins))), kib))
+        if not uncelled:
+            cells.append(GuestCell(cell_id, node, tuple(range(first, len(pins))), kib))
     if hand:  # the hand's order: the cells hold each node's vCPUs, the runs follow the vCPUs
         pins = list(req.hand_pins)
         cells = [GuestCell(i, x, tuple(v for v, c in enumerate(pins) if host.cpus[c].node == x), kib)
                  for i, (x, kib) in enumerate(zip(nodes, fit.parts))]
         runs = _runs(host, pins, 0)
-    if len(nodes) == 1 and not req.cell_when_single:
+    if uncelled:
         cells = []
     caches = [l3 for l3, _ in runs]
     known = None not in caches and bool(host.caches) and (not hand or len(set(caches)) == len(caches))
