@@ -82,9 +82,12 @@ def parse(text: str | None, limit: int | None = None) -> frozenset[int]:
     return frozenset(out)
 
 
+_REMEMBERED = 512  # the largest set whose text is remembered: the cache stays small on a host of thousands of CPUs
+
+
 def format(cpus: Iterable[int]) -> str:  # noqa: A001 - mirrors libvirt's virBitmapFormat
     """Format CPU ids as the shortest libvirt cpulist: ``{0,1,2,5}`` -> ``"0-2,5"``."""
-    if isinstance(cpus, frozenset):  # the usual argument, immutable: its text remembered
+    if isinstance(cpus, frozenset) and len(cpus) <= _REMEMBERED:  # the usual argument, immutable: its text remembered
         return _format_set(cpus)
     return _format(cpus)
 
