@@ -7,6 +7,7 @@ at ``MAX_ID`` (no kernel has more CPUs), so no text can make a set larger than t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from .errors import InvalidInput
@@ -81,17 +82,33 @@ def parse(text: str | None, limit: int | None = None) -> frozenset[int]:
     return frozenset(out)
 
 
+_REMEMBERED = 512  # the largest set whose text is remembered: the cache stays small on a host of thousands of CPUs
+
+
 def format(cpus: Iterable[int]) -> str:  # noqa: A001 - mirrors libvirt's virBitmapFormat
     """Format CPU ids as the shortest libvirt cpulist: ``{0,1,2,5}`` -> ``"0-2,5"``."""
+    if isinstance(cpus, frozenset) and len(cpus) <= _REMEMBERED:  # the usual argument, immutable: its text remembered
+        return _format_set(cpus)
+    return _format(cpus)
+
+
+@functools.lru_cache(maxsize=1024)  # a rewrite formats the same few sets (pins, nodes, helpers) again and again
+def _format_set(cpus: frozenset[int]) -> str:
+    return _format(cpus)
+
+
+def _format(cpus: Iterable[int]) -> str:
     ids = sorted(set(cpus))
+    if not ids:
+        return ""
     out: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
+    first = last = ids[0]  # the run being read
+    for cpu in ids:
+        if cpu > last + 1:  # a gap: the run ends
+            out.append(str(first) if first == last else f"{first}-{last}")
+            first = cpu
+        last = cpu
+    out.append(str(first) if first == last else f"{first}-{last}")
     return ",".join(out)
 
 

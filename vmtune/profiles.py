@@ -124,12 +124,18 @@ def _builtin_text(name: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=64)
+def _user_file(folder: str, name: str) -> str:
+    """The path of profile ``name`` in the user's ``folder`` (a join, made once)."""
+    return os.path.join(folder, f"{name}.toml")
+
+
 def _source(name: str, user_dir: str | None, builtin_only: bool = False) -> tuple[str, str]:
     """(text, where) of profile ``name``: the user's directory first, then the built-ins."""
     if not name or "/" in name or "\0" in name or name.startswith("."):
         raise InvalidInput(f"bad profile name {name!r}")
     if not builtin_only:
-        user = os.path.join(user_dir or USER_DIR, f"{name}.toml")
+        user = _user_file(user_dir or USER_DIR, name)
         try:
             if os.access(user, os.F_OK):  # most hosts have no profile of their own: no failed open a load
                 with open(user, encoding="utf-8") as fh:
@@ -178,17 +184,21 @@ def _chain(name: str, user_dir: str | None, seen: tuple[tuple[str, str], ...] = 
     """The (text, where) of profile ``name`` and of each profile it inherits from, in that order.
     Read at every load (an edit shows at once)."""
     text, where = _source(name, user_dir, builtin_only)
-    chain = tuple(n for n, _ in seen) + (name,)
     if where in (w for _, w in seen):
-        raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(chain)})")
+        raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(_names(seen, name))})")
     parent = _parse(text, where).get("inherit")
     if not parent:
         return ((text, where),)
     # a user profile that overrides a built-in may extend it: ``inherit`` of its own name is the built-in
     own = parent == name
     if own and _builtin_text(name) is None:
-        raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(chain + (name,))})")
+        raise InvalidInput(f"profile {name!r} inherits from itself ({' -> '.join(_names(seen, name) + (name,))})")
     return ((text, where),) + _chain(parent, user_dir, seen + ((name, where),), builtin_only=own)
+
+
+def _names(seen: tuple[tuple[str, str], ...], name: str) -> tuple[str, ...]:
+    """The names of an inheritance chain so far, ``name`` last (for its error)."""
+    return tuple(n for n, _ in seen) + (name,)
 
 
 @functools.lru_cache(maxsize=64)

@@ -140,11 +140,30 @@ class Host:
                 return c
         raise KeyError(l3)
 
+    @cached_property
+    def cpu_ids(self) -> frozenset[int]:
+        """The online CPU ids, as a set (worked out once: a Host never changes)."""
+        return frozenset(self.cpus)
+
+    def cpus_of(self, nodes: tuple[int, ...]) -> frozenset[int]:
+        """The online CPUs of ``nodes``, worked out once per choice of nodes."""
+        known = self.__dict__.setdefault("_cpus_of", {})  # a cache beside the fields: not compared
+        found = known.get(nodes)
+        if found is None:
+            found = known[nodes] = frozenset(c for x in nodes for c in self.cell(x).cpus)
+        return found
+
     def reserved(self, config=None) -> frozenset[int]:
         """The CPUs kept for the host here: the config's ``reserved_cpus`` when it sets them, else
         ``default_reserved()``; only CPUs this host has. The one rule every caller uses."""
         given = getattr(config, "reserved_cpus", None)
-        return (frozenset(given) if given is not None else self.default_reserved()) & frozenset(self.cpus)
+        if given is None:
+            return self._reserved_here
+        return frozenset(given) & self.cpu_ids
+
+    @cached_property
+    def _reserved_here(self) -> frozenset[int]:  # ``reserved`` without a config's: worked out once
+        return self.default_reserved() & self.cpu_ids
 
     def default_reserved(self) -> frozenset[int]:
         """CPUs kept for the host, the emulator and iothreads.

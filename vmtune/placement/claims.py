@@ -83,6 +83,8 @@ def ledger(claims: Iterable[str | bytes], host: Host, skip_uuid: str | None = No
             itself.append(_itself(xml, claim, same))
             continue
         kept.append(claim)
+    if not kept:  # no other domain (a rewrite without claims): nothing to add up, the empty ledger
+        return Ledger(itself=tuple(itself))
     memory: dict[int, int] = defaultdict(int)
     pages: dict[tuple[int, int], int] = defaultdict(int)
     for claim in kept:

@@ -17,7 +17,6 @@ never a housekeeping CPU, never a vCPU's.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from .. import cpuset
@@ -33,11 +32,12 @@ LIMIT = 4
 def load(helpers: Iterable[frozenset[int]]) -> dict[int, float]:
     """Per CPU, how many emulator and iothreads run there: each of ``helpers`` (a thread's pin)
     counts 1, split over its CPUs."""
-    out: dict[int, float] = defaultdict(float)
+    out: dict[int, float] = {}
     for cpus in helpers:
+        share = 1 / len(cpus) if cpus else 0.0  # the same for each of its CPUs
         for cpu in cpus:
-            out[cpu] += 1 / len(cpus)
-    return dict(out)
+            out[cpu] = out.get(cpu, 0.0) + share
+    return out
 
 
 def crowded(loads: Mapping[int, float], within: frozenset[int] | None = None) -> dict[int, float]:
@@ -63,24 +63,33 @@ def choose(host: Host, reserved: frozenset[int], blocked: frozenset[int], nodes,
     the nearest that stays within ``LIMIT`` threads a CPU (else the least loaded). Where its nodes
     have no housekeeping CPU, their free CPUs (as before housekeeping was counted), else any. On a
     hybrid host, the efficiency cores of a choice where it has any."""
-    local = frozenset(c for x in nodes for c in host.cell(x).cpus)
+    local = host.cpus_of(tuple(nodes))
     l3s = {host.l3_of(c) for c in pins} - {None}
     near = frozenset().union(*(host.cache(i).cpus for i in l3s)) if l3s and host.caches else frozenset()
-    everywhere = frozenset(host.cpus)
+    everywhere = host.cpu_ids
     elsewhere = blocked - reserved
+    hybrid = host.hybrid
 
     def kind(choice: frozenset[int]) -> frozenset[int]:
+        if not hybrid:  # no efficiency core anywhere: the choice as it is
+            return choice
         return frozenset(c for c in choice if host.efficient(c)) or choice
 
     def most(choice: frozenset[int]) -> float:
         return max(loads.get(c, 0.0) + threads / len(choice) for c in choice)
 
     if (reserved & local) - pins:
-        found = list(dict.fromkeys(kind(s - pins) for s in (reserved & near, reserved & local, reserved & everywhere)
-                                   if s - pins))
-        for choice in found:
+        found: list[frozenset[int]] = []  # the choices weighed, nearest first, each once
+        for level in (near, local, everywhere):  # the first that stays within LIMIT, looked at no further
+            choice = (reserved & level) - pins
+            if not choice:
+                continue
+            choice = kind(choice)
+            if choice in found:
+                continue
             if most(choice) <= LIMIT:
                 return choice
+            found.append(choice)
         return min(found, key=lambda s: (most(s), found.index(s)))
     for level in (local - elsewhere - pins, reserved & everywhere - pins, everywhere - elsewhere - pins):
         if level:

@@ -19,6 +19,7 @@ it, and then a warning says what changed and why. This module reads the domain a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .. import cpuset
@@ -82,6 +83,7 @@ def _realtime(dom: Domain) -> tuple[frozenset[int], bool, frozenset[int]]:
     vcpus: set[int] = set()
     emulator = False
     iothreads: set[int] = set()
+    known: set[int] | None = None  # the domain's iothreads, read at the first <iothreadsched>
     for el in (child for tune in dom.iter("cputune") for child in tune):  # cputune/*[@scheduler]
         if not isinstance(el.tag, str) or el.get("scheduler") not in REALTIME:
             continue
@@ -90,7 +92,8 @@ def _realtime(dom: Domain) -> tuple[frozenset[int], bool, frozenset[int]]:
         elif el.tag == "emulatorsched":
             emulator = True
         elif el.tag == "iothreadsched":
-            iothreads |= ids(el.get("iothreads")) & set(dom.iothread_ids())
+            known = set(dom.iothread_ids()) if known is None else known
+            iothreads |= ids(el.get("iothreads")) & known
     return frozenset(vcpus), emulator, frozenset(iothreads)
 
 
@@ -116,18 +119,19 @@ def container(host: Host, cpus: frozenset[int]) -> tuple[frozenset[int], str] | 
 
 
 def _cpus(dom: Domain, host: Host) -> tuple[frozenset[int] | None, frozenset[int], tuple[int, ...], str]:
-    online = frozenset(host.cpus)
+    online = host.cpu_ids
     within, what = None, ""
     given = dom.vcpu_cpuset if dom.vcpu_placement != Domain.VCPU_PLACEMENT_AUTO else None
     if given and given & online:
         within, what = given & online, f"<vcpu cpuset='{cpuset.format(given)}'>"
-    hand = {v: cpus & online for v, cpus in dom.vcpupins().items() if v < dom.vcpus}
+    count = dom.vcpus
+    hand = {v: cpus & online for v, cpus in dom.vcpupins().items() if v < count}
     used = frozenset().union(*hand.values()) if hand else frozenset()
     if not used:
         return within, frozenset(), (), what
     pins: tuple[int, ...] = ()
-    if sorted(hand) == list(range(dom.vcpus)) and all(len(c) == 1 for c in hand.values()):
-        flat = tuple(next(iter(hand[v])) for v in range(dom.vcpus))
+    if sorted(hand) == list(range(count)) and all(len(c) == 1 for c in hand.values()):
+        flat = tuple(next(iter(hand[v])) for v in range(count))
         pins = flat if len(set(flat)) == len(flat) else ()
     box = container(host, used)
     if box is not None:
@@ -141,11 +145,11 @@ def _cpus(dom: Domain, host: Host) -> tuple[frozenset[int] | None, frozenset[int
 
 
 def _helpers(dom: Domain, host: Host) -> tuple[frozenset[int] | None, tuple[tuple[int, frozenset[int]], ...]]:
-    online = frozenset(host.cpus)
+    online = host.cpu_ids
     pin = dom.find("cputune/emulatorpin")
     emulator = ids(pin.get("cpuset")) if pin is not None else frozenset()
     pins = []
-    found = dom.node.findall("cputune/iothreadpin")
+    found = list(dom.iter("cputune/iothreadpin"))
     known = set(dom.iothread_ids()) if found else set()
     for el in found:
         try:
@@ -158,6 +162,13 @@ def _helpers(dom: Domain, host: Host) -> tuple[frozenset[int] | None, tuple[tupl
     return (emulator if emulator and emulator <= online else None), tuple(sorted(pins))
 
 
+@functools.lru_cache(maxsize=64)
+def _plain(pages: bool, page_kib: int | None, hand: bool) -> Intent:
+    """The Intent of a domain with no bound, pins or schedulers of its own: one of a few, made once
+    (it is immutable)."""
+    return Intent(pages=pages, page_kib=page_kib, hand=hand)
+
+
 def read(dom: Domain, host: Host, hand: bool = True) -> Intent:
     """The user's own choices in ``dom`` (as given, before the passes) on ``host``. Without
     ``hand`` (a tuned domain's pins, which are vmtune's: the hook's re-pin), the cpuset and pins
@@ -166,10 +177,10 @@ def read(dom: Domain, host: Host, hand: bool = True) -> Intent:
     pages, page_kib = _pages(dom)
     if dom.find("cputune") is None:  # most domains: no pins, no schedulers
         within = dom.vcpu_cpuset if hand and dom.vcpu_placement != Domain.VCPU_PLACEMENT_AUTO else None
-        if not within or not within & frozenset(host.cpus):
-            return Intent(pages=pages, page_kib=page_kib, hand=hand)
+        if not within or not within & host.cpu_ids:
+            return _plain(pages, page_kib, hand)
         what = f"<vcpu cpuset='{cpuset.format(within)}'>"
-        return Intent(within & frozenset(host.cpus), what=what, pages=pages, page_kib=page_kib)
+        return Intent(within & host.cpu_ids, what=what, pages=pages, page_kib=page_kib)
     rt_vcpus, rt_emulator, rt_iothreads = _realtime(dom)
     emulatorpin, iothreadpins = _helpers(dom, host)
     within, prefer, pins, what = _cpus(dom, host)

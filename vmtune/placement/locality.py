@@ -12,6 +12,7 @@ Pure but for the host's device source (``Host.devices``), which may read sysfs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..host import Host
@@ -47,6 +48,7 @@ class Use:
     what: str  # "hostdev 0000:3b:00.0", as messages name it
 
 
+@functools.lru_cache(maxsize=1024)  # a few spellings (0x0000, 0x00, 0x1f, ...) over and over
 def c_number(text: str | None) -> int | None:
     """A number as libvirt reads a PCI address part (C's strtoul base 0: 0x hex, 0 octal, else
     decimal); None when it is not one."""
@@ -65,8 +67,9 @@ def _pci(address) -> str | None:
         return None
     get = address.get
     parts = [c_number(v) if (v := get(a)) is not None else (0 if a == "domain" else None) for a in PCI_FIELDS]
-    if any(p is None or not 0 <= p <= top for p, top in zip(parts, PCI_LIMITS)):
-        return None
+    for p, top in zip(parts, PCI_LIMITS):
+        if p is None or not 0 <= p <= top:
+            return None
     return pci_address(*parts)
 
 

@@ -37,6 +37,9 @@ MANAGERS = (
 )
 
 
+_NAMESPACES = tuple(known.namespace for known in MANAGERS)  # for one test of a child's namespace against all
+
+
 def manager(dom: Domain) -> Manager | None:
     """The manager that marked ``dom`` in its ``<metadata>``, if any."""
     metadata = dom.find("metadata")
@@ -45,6 +48,8 @@ def manager(dom: Domain) -> Manager | None:
     for child in metadata:
         tag = child.tag if isinstance(child.tag, str) else ""
         space = tag[1:].partition("}")[0] if tag.startswith("{") else ""
+        if not space.startswith(_NAMESPACES):  # most children: no manager's (vmtune's own, libosinfo's)
+            continue
         for known in MANAGERS:
             if space.startswith(known.namespace):
                 return known

@@ -17,6 +17,7 @@ over the nodes as the vCPUs are; each part is one QEMU backend, rounded up to wh
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..xml import units
@@ -67,7 +68,10 @@ def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int, 
         need[node] = need.get(node, 0) + -(-kib // size)
     for node, kib in _device_split(split, req, size):
         need[node] = need.get(node, 0) + kib // size
-    return all(_pages_free(host, ledger, node, size) >= pages for node, pages in need.items())
+    for node, pages in need.items():
+        if _pages_free(host, ledger, node, size) < pages:
+            return False
+    return True
 
 
 def _device_split(split: list[tuple[int, int]], req, size: int | None) -> list[tuple[int, int]]:
@@ -98,14 +102,23 @@ def _waste(parts: list[int], size: int) -> int:
 def _page_choice(fits: dict[int, tuple[list[int], int]], memory_kib: int) -> tuple[int, str]:
     """Of the page sizes whose free pages back the memory (size -> (parts, waste)), the one that
     wastes least; a negligible waste counts as none and the larger page wins ties. And why."""
+    return _choice(tuple((size, waste) for size, (_, waste) in fits.items()), memory_kib)
+
+
+@functools.lru_cache(maxsize=256)
+def _choice(wastes: tuple[tuple[int, int], ...], memory_kib: int) -> tuple[int, str]:
+    """``_page_choice`` of its (size, waste) pairs, remembered: the search weighs the same sizes
+    on each choice of nodes, and a host's domains come in a few sizes."""
+    waste_of = dict(wastes)
+
     def key(size: int) -> tuple[int, int]:
-        waste = fits[size][1]
+        waste = waste_of[size]
         return (0 if waste * NEGLIGIBLE <= memory_kib else waste, -size)
 
-    size = min(fits, key=key)
-    if len(fits) == 1:
+    size = min(waste_of, key=key)
+    if len(waste_of) == 1:
         return size, ""
-    wasted = ", ".join(f"{units.page(s)} pages {fits[s][1]} KiB" for s in sorted(fits))
+    wasted = ", ".join(f"{units.page(s)} pages {waste_of[s]} KiB" for s in sorted(waste_of))
     return size, (f"{units.page(size)} pages waste least rounding each guest cell up to whole pages ({wasted}; "
                   f"a waste under 1/{NEGLIGIBLE} of the memory counts as none, and the larger page wins)")
 
@@ -137,7 +150,7 @@ def fit(host: Host, ledger: Ledger, nodes: tuple[int, ...], shares: list[int], r
     fits = {}
     for size in [s for s in choices if s <= req.memory_kib]:  # a page larger than all memory is all waste
         parts = _split_memory(req.memory_kib, shares, size)
-        if all(p > 0 for p in parts) and _backs(host, ledger, list(zip(nodes, parts)), size, req):
+        if min(parts) > 0 and _backs(host, ledger, list(zip(nodes, parts)), size, req):  # a part a node: never empty
             fits[size] = (parts, _waste(parts, size))
     if fits:
         size, why = _page_choice(fits, req.memory_kib)

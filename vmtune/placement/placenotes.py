@@ -31,8 +31,8 @@ def reasons(host: Host, req, nodes, pins: list[int], caches: list[int | None]) -
         many = "" if len(ids) <= len(nodes) else (" (no single L3 domain had room for them all)" if len(nodes) == 1
                                                    else f" (the fewest over {len(nodes)} nodes)")
         out.append(f"L3: {len(ids)} of the host's {len(host.caches)} L3 domains: {each}{many}")
-    sizes = {c.size_kib for c in host.caches if c.size_kib}
-    if caches and pins and len(sizes) > 1:  # L3 domains of unequal sizes: the larger per vCPU won
+    # L3 domains of unequal sizes (looked at only for dedicated vCPUs on known caches): the larger per vCPU won
+    if caches and pins and len({c.size_kib for c in host.caches if c.size_kib}) > 1:
         kib = sum(host.cache(i).size_kib for i in set(caches))  # type: ignore[arg-type]
         each = ", ".join(f"L3 {c.id} {units.size(c.size_kib)} (CPUs {cpuset.format(c.cpus)})" for c in host.caches[:6])
         out.append(f"L3 size: {units.size(kib)} for {len(pins)} vCPUs ({units.size(kib // len(pins))} each), of the "
@@ -53,8 +53,8 @@ def reasons(host: Host, req, nodes, pins: list[int], caches: list[int | None]) -
 def pages(req, nodes, fit) -> list[str]:
     """What became of hugepages: none free now (the profile's), kept though short (the domain's
     own), or gone because they can never fit."""
-    where = cpuset.format(nodes)
     if fit.short:
+        where = cpuset.format(nodes)
         pages = -(-req.memory_kib // fit.size)
         then = ("the hook tops up the pool when the domain starts" if req.topped_up else
                 f"allocate them before it starts (echo N > /sys/devices/system/node/nodeN/hugepages/"
@@ -64,8 +64,8 @@ def pages(req, nodes, fit) -> list[str]:
     if fit.gone:
         return [f"hugepages removed: {fit.gone}; memory is on normal pages"]
     if req.hugepages and fit.size is None:
-        return [f"no hugepages: node(s) {where} lack enough free hugepages of any size for {req.memory_kib} KiB "
-                "(each guest cell rounded up to whole pages); memory stays on normal pages"]
+        return [f"no hugepages: node(s) {cpuset.format(nodes)} lack enough free hugepages of any size for "
+                f"{req.memory_kib} KiB (each guest cell rounded up to whole pages); memory stays on normal pages"]
     return []
 
 

@@ -9,6 +9,7 @@ A new rule is one entry here, its value in ``search._search``, and its profile k
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -76,9 +77,11 @@ def deciding(won: Score, lost: Score) -> tuple[int, Rule] | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def why_not(won: Score, lost: Score) -> str | None:
     """Why the place scored ``won`` beat the one scored ``lost``: the rule that decided, what it
-    prefers, and both places by it (None: it did not win)."""
+    prefers, and both places by it (None: it did not win). Remembered by the two scores (tuples of
+    numbers): a host's domains of one size score the same places alike."""
     found = deciding(won, lost)
     if found is None:
         return None

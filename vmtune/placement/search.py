@@ -29,7 +29,6 @@ A host without cache information, core kinds or devices is placed exactly as bef
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from itertools import combinations
 
 from . import corepick, housekeeping, memfit, placenotes, rules
@@ -83,12 +82,18 @@ class Request:
     helpers: int = 1  # emulator and iothreads that run on the housekeeping CPUs
     active: int | None = None  # enabled vCPUs at boot (<vcpu current>, enabled='no'), when fewer
 
-    @cached_property
+    @property
     def device_nodes(self) -> tuple[frozenset[int], frozenset[int]]:
-        """(The nodes of its passthrough devices, as ``locality`` weighs them; of its backing ones.)"""
-        need = frozenset(a.node for a in self.anchors if a.passthrough) \
-            if self.locality != DeviceLocality.IGNORE else frozenset()
-        return need, frozenset(a.node for a in self.anchors if not a.passthrough)
+        """(The nodes of its passthrough devices, as ``locality`` weighs them; of its backing ones.)
+        Worked out once a request, beside its fields (not functools.cached_property, whose lock
+        costs more than the sets on a request made for each rewrite)."""
+        found = self.__dict__.get("_device_nodes")
+        if found is None:
+            need = frozenset(a.node for a in self.anchors if a.passthrough) \
+                if self.locality != DeviceLocality.IGNORE else frozenset()
+            backing = frozenset(a.node for a in self.anchors if not a.passthrough)
+            found = self.__dict__["_device_nodes"] = (need, backing)
+        return found
 
     def off_devices(self, nodes) -> tuple[int, int]:
         """How many nodes of its passthrough devices (as ``locality`` weighs them) and of its
@@ -141,15 +146,30 @@ class Placement:
 
 
 def taken_cores(host: Host, cpus: frozenset[int]) -> frozenset[int]:
-    """Every online thread of every core that holds one of ``cpus``."""
-    out: set[int] = set()
-    for cpu in cpus:
-        out |= host.core_of(cpu) if cpu in host.cpus else {cpu}
-    return frozenset(out)
+    """Every online thread of every core that holds one of ``cpus``, worked out once per host and
+    set of CPUs (the same reserved and held sets come back domain after domain)."""
+    if not cpus:
+        return frozenset()
+    cpus = cpus if isinstance(cpus, frozenset) else frozenset(cpus)  # a key of the memo
+    memo = host.__dict__.setdefault("_taken_cores", {})  # a cache beside the fields: not compared
+    found = memo.get(cpus)
+    if found is None:
+        if len(memo) >= _MEMO:
+            memo.clear()
+        out: set[int] = set()
+        for cpu in cpus:
+            out |= host.core_of(cpu) if cpu in host.cpus else {cpu}
+        found = memo[cpus] = frozenset(out)
+    return found
 
 
 def _distance(host: Host, nodes: tuple[int, ...]) -> int:
-    return sum(host.cell(a).distances.get(b, 0) for a, b in combinations(nodes, 2))
+    """The NUMA distances between ``nodes``, added up: worked out once per host and choice of nodes."""
+    known = host.__dict__.setdefault("_distances", {})  # a cache beside the fields: not compared
+    found = known.get(nodes)
+    if found is None:
+        found = known[nodes] = sum(host.cell(a).distances.get(b, 0) for a, b in combinations(nodes, 2))
+    return found
 
 
 def dedicated(host: Host, reserved: frozenset[int], ledger: Ledger, req: Request) -> Placement:
@@ -213,9 +233,8 @@ def _search(host: Host, ledger: Ledger, req: Request, free, only: frozenset[int]
                 if score is None:
                     if len(scored) >= _MEMO * 16:  # hand pins of many kinds on the same free cores
                         scored.clear()
-                    score = scored[seen] = _score(host, groups, sizes, nodes, shares, req.smt, prefer)
-                l3, cache, left, small, picks = score
-                threads = [[t for _, chosen in picked for t in chosen] for picked in picks]
+                    score = scored[seen] = _scored(host, groups, sizes, nodes, shares, req.smt, prefer)
+                l3, cache, left, small, threads = score
                 outside = 0 if req.within is None else sum(t not in req.within for ts in threads for t in ts)
                 key = Score(outside, 0 if fewest else k, *off, l3, -cache, left, small, fit.short, fit.size is None,
                             any(a != shares[0] for a in shares), _distance(host, nodes),
@@ -322,6 +341,13 @@ def _hand_not(host: Host, req: Request, blocked: frozenset[int]) -> str:
     if len(nodes) > 1:
         return f"they span nodes {cpuset.format(nodes)}, and the profile puts a domain on the fewest nodes that hold it"
     return ""
+
+
+def _scored(host: Host, groups, sizes, nodes, shares, smt: str, prefer: frozenset[int]):
+    """``_score``, with the threads each node's picks take (a tuple a node, never changed: the
+    search remembers them beside the score)."""
+    l3, cache, left, small, picks = _score(host, groups, sizes, nodes, shares, smt, prefer)
+    return l3, cache, left, small, tuple(tuple(t for _, chosen in picked for t in chosen) for picked in picks)
 
 
 def _score(host: Host, groups, sizes, nodes, shares, smt: str, prefer: frozenset[int]):
@@ -459,7 +485,7 @@ def _runs(host: Host, pins: list[int], start: int) -> list[tuple[int | None, tup
 def _paired(host: Host, took: list[int]) -> list[int]:
     """``took`` (one node's threads) with the threads of each core together, whole pairs before
     lone threads within each L3 domain: the guest's threads='2' needs pairs 0 and 1, 2 and 3, ..."""
-    if all(len(host.core_of(c)) <= 1 for c in took[:1]) or _whole_pairs(host, took):
+    if not took or len(host.core_of(took[0])) <= 1 or _whole_pairs(host, took):
         return took  # no sibling threads, or the pairs are whole already (corepick takes a core's threads together)
     out: list[int] = []
     for _, run in _runs(host, took, 0):
@@ -495,19 +521,21 @@ def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, why_not: s
     pins: list[int] = []
     cells: list[GuestCell] = []
     runs: list[tuple[int | None, tuple[int, ...]]] = []
+    uncelled = len(nodes) == 1 and not req.cell_when_single  # one node, no guest NUMA cell asked for
     for cell_id, (node, took, kib) in enumerate(zip(nodes, threads, fit.parts)):
         first = len(pins)
         if not hand:
             took = _paired(host, took)
             runs += _runs(host, took, first)
         pins.extend(took)
-        cells.append(GuestCell(cell_id, node, tuple(range(first, len(pins))), kib))
+        if not uncelled:
+            cells.append(GuestCell(cell_id, node, tuple(range(first, len(pins))), kib))
     if hand:  # the hand's order: the cells hold each node's vCPUs, the runs follow the vCPUs
         pins = list(req.hand_pins)
         cells = [GuestCell(i, x, tuple(v for v, c in enumerate(pins) if host.cpus[c].node == x), kib)
                  for i, (x, kib) in enumerate(zip(nodes, fit.parts))]
         runs = _runs(host, pins, 0)
-    if len(nodes) == 1 and not req.cell_when_single:
+    if uncelled:
         cells = []
     caches = [l3 for l3, _ in runs]
     known = None not in caches and bool(host.caches) and (not hand or len(set(caches)) == len(caches))
@@ -545,14 +573,14 @@ def _build(host, reserved, blocked, ledger, req, nodes, threads, fit, why_not: s
 def shared(host: Host, ledger: Ledger, req: Request, one_node: bool) -> Placement:
     """Floating vCPUs: kept off dedicated cores; with ``one_node``, on one node with its memory,
     the node of the devices it uses first (``req.anchors``, as ``dedicated`` weighs them)."""
-    free = frozenset(host.cpus) - taken_cores(host, ledger.dedicated)
+    free = host.cpu_ids - taken_cores(host, ledger.dedicated)
     if not free:
         raise DoesNotFit("every host CPU is dedicated to another domain; nothing is left to share")
     if not one_node:
         return Placement(mode=Pinning.FLOAT, cpuset=free if ledger.dedicated else None)
     best = None
     for cell in host.cells:
-        local = free & frozenset(cell.cpus)
+        local = free & host.cpus_of((cell.id,))
         if not local:
             continue
         off = req.off_devices((cell.id,))

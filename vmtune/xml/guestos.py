@@ -34,6 +34,9 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .xmlsafe import Children
+from .xmltext import text
+
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 WEAK = 2  # how many weak signals make a Windows guest
 
@@ -152,8 +155,14 @@ def from_id(os_id: str) -> GuestOS | None:
     return GuestOS(Family.OTHER, evidence, Strength.LIBOSINFO, "not Windows", None)
 
 
-def _qemu_args(dom) -> list[str]:
-    return [el.get("value") or "" for el in dom.iter(f"{{{QEMU_NS}}}commandline/{{{QEMU_NS}}}arg")]
+_COMMANDLINE, _ARG = f"{{{QEMU_NS}}}commandline", f"{{{QEMU_NS}}}arg"
+# the children of <domain> the reading looks below
+_READ = ("features", "clock", "os", "sysinfo", "devices", "cpu", _COMMANDLINE)
+
+
+def _qemu_args(tops: Children) -> list[str]:
+    """The ``<qemu:commandline>`` arguments of the domain whose children are ``tops``."""
+    return [el.get("value") or "" for el in tops.each(_COMMANDLINE, _ARG)]
 
 
 def _cpu_args(args: list[str]) -> list[str]:
@@ -164,54 +173,61 @@ def _cpu_args(args: list[str]) -> list[str]:
 def kvm_hidden(dom, args: list[str] | None = None) -> str | None:
     """How the domain hides KVM from its guest (then no KVM hint reaches it), or None (``args``:
     its ``<qemu:commandline>`` arguments, where they were read already)."""
-    hidden = dom.find("features/kvm/hidden")
+    return _hidden(Children(dom.node, _READ), args)
+
+
+def _hidden(tops: Children, args: list[str] | None) -> str | None:
+    """``kvm_hidden`` of the domain whose children are ``tops``."""
+    hidden = tops.first("features", "kvm/hidden")
     if hidden is not None and hidden.get("state") == "on":
         return "<kvm><hidden state='on'/>"
-    for feature in dom.iter("cpu/feature"):
+    for feature in tops.each("cpu", "feature"):
         if feature.get("name") == "hypervisor" and feature.get("policy") in ("disable", "forbid"):
             return f"the hypervisor CPU feature {feature.get('policy')}d"
-    if any("kvm=off" in value.split(",") for value in _cpu_args(_qemu_args(dom) if args is None else args)):
+    if any("kvm=off" in value.split(",") for value in _cpu_args(_qemu_args(tops) if args is None else args)):
         return "kvm=off in QEMU's -cpu"
     return None
 
 
 def _text(el) -> str:
-    return " ".join("".join(el.itertext()).split())
+    """The text of ``el`` (comments and PIs left out), its white space runs made one space."""
+    return " ".join(text(el).split())
 
 
 def windows_signals(dom, args: list[str]) -> tuple[list[str], list[str]]:
     """(strong, weak): the signs of Windows in the domain, each as a person would name it (``args``:
     its ``<qemu:commandline>`` arguments)."""
-    return _signals(dom, args)[:2]
+    return _signals(Children(dom.node, _READ), args)[:2]
 
 
-def _signals(dom, args: list[str]) -> tuple[list[str], list[str], str | None]:
-    """``windows_signals``, and ``kvm_hidden`` of the domain (one of the weak signals)."""
+def _signals(tops: Children, args: list[str]) -> tuple[list[str], list[str], str | None]:
+    """``windows_signals``, and ``kvm_hidden`` of the domain (one of the weak signals), whose
+    children are ``tops``."""
     strong, weak = [], []
-    hyperv = dom.find("features/hyperv")
+    hyperv = tops.first("features", "hyperv")
     if hyperv is not None:
         strong.append("<hyperv>")
         vendor = next(hyperv.iterchildren("vendor_id"), None)
         if vendor is not None and vendor.get("state") == "on":
             strong.append("Hyper-V vendor_id")
-    clock = dom.find("clock")
+    clock = tops.first("clock")
     if clock is not None:
         if clock.get("offset") in ("localtime", "timezone"):
             strong.append(f"clock offset {clock.get('offset')}")
         elif clock.get("basis") == "localtime":
             strong.append("clock basis localtime")
-    if any(t.get("name") == "hypervclock" and t.get("present") != "no" for t in dom.iter("clock/timer")):
+    if any(t.get("name") == "hypervclock" and t.get("present") != "no" for t in tops.each("clock", "timer")):
         strong.append("hypervclock timer")
     if any(HV_FLAG.search(value) for value in _cpu_args(args)):
         strong.append("Hyper-V flags in QEMU's -cpu")
-    for table in dom.iter("os/acpi/table"):
+    for table in tops.each("os", "acpi/table"):
         if (table.get("type") or "").lower() in ("slic", "msdm"):
             strong.append(f"ACPI {table.get('type').upper()} table (Windows activation)")
-    sysinfo = [_text(e) for info in dom.iter("sysinfo") for e in info.iter("entry")]  # sysinfo//entry
+    sysinfo = [_text(e) for info in tops.get("sysinfo", ()) for e in info.iter("entry")]  # sysinfo//entry
     named = [s for s in sysinfo if WINDOWS_NAMED.search(s)] if sysinfo else []
     if named:
         strong.append(f"SMBIOS string '{named[0]}'")
-    for disk in dom.iter("devices/disk"):
+    for disk in tops.each("devices", "disk"):
         if disk.get("device") != "cdrom":
             continue
         source = disk.find("source")
@@ -221,12 +237,12 @@ def _signals(dom, args: list[str]) -> tuple[list[str], list[str], str | None]:
             strong.append(f"virtio-win driver disc {base}")
         elif WINDOWS_MEDIA.match(base):
             strong.append(f"Windows install disc {base}")
-    hidden = kvm_hidden(dom, args)
+    hidden = _hidden(tops, args)
     if hidden:
         weak.append(f"KVM hidden ({hidden})")
-    if dom.find("devices/tpm") is not None:
+    if tops.first("devices", "tpm") is not None:
         weak.append("a TPM")
-    smbios = dom.find("os/smbios")
+    smbios = tops.first("os", "smbios")
     if smbios is not None and smbios.get("mode") == "host":
         weak.append("the host's SMBIOS")
     else:
@@ -245,13 +261,14 @@ def reading(dom) -> tuple[GuestOS, str | None]:
     """``read``, and ``kvm_hidden`` of ``dom``: Windows' signals read it, and the passes want it too
     (the driver reads both once, on the domain as given: ``hidden``)."""
     found = from_id(dom.os_id or "")
-    args = _qemu_args(dom)
+    tops = Children(dom.node, _READ)  # the dozen paths below read from one walk over <domain>'s children
+    args = _qemu_args(tops)
     if found is not None and found.windows:
-        return found, kvm_hidden(dom, args)
-    strong, weak, hidden = _signals(dom, args)
+        return found, _hidden(tops, args)
+    strong, weak, hidden = _signals(tops, args)
     if found is not None:
         return _outranking(found, strong + weak), hidden
-    if dom.find("os/kernel") is not None:
+    if tops.first("os", "kernel") is not None:
         kernel = GuestOS(Family.LINUX, ("direct kernel boot (<os><kernel>)",), Strength.STRONG, "Linux", True)
         return _outranking(kernel, strong + weak), hidden
     if any("isa-applesmc" in value for value in args):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput
 from .units import SCALE
+from .xmlsafe import Children
 from .xmltext import text as _text
 
 if TYPE_CHECKING:  # the hook's bounds import the limits below without the model
@@ -55,9 +56,10 @@ def _fail(where: str, why: str) -> InvalidInput:
 def unsigned(text: str | None, where: str, top: int = UINT_MAX) -> int:
     """A number as libvirt's ``virStrToLong_ui`` reads it."""
     m = _UNSIGNED.fullmatch(text or "")
-    if m is None or int(m.group(1)) > top:
+    value = int(m.group(1)) if m is not None else -1
+    if value < 0 or value > top:
         raise _fail(where, f"{_show(text)} is not a whole number from 0 to {top} (libvirt refuses it)")
-    return int(m.group(1))
+    return value
 
 
 def scaled_kib(text: str | None, unit: str | None, where: str) -> int:
@@ -176,19 +178,24 @@ def check_counts(dom: Domain) -> None:
         raise InvalidInput(f"bad iothread count {count} (vmtune takes 0 to {MAX_IOTHREADS})")
 
 
+# the children of <domain> the checks read
+_READ = ("vcpu", "iothreads", "iothreadids", "cputune", "cpu", "memory", "currentMemory", "memoryBacking", "numatune")
+
+
 def check(dom: Domain) -> None:
     """InvalidInput (one line) for the first value of ``dom`` that libvirt refuses, of those vmtune reads."""
-    vcpus = _vcpu(dom)
-    ids = _iothreads(dom)
-    _cputune(dom, ids)
-    cells = _cells(dom, vcpus)
-    _memory(dom, cells)
-    _pages(dom, cells)
-    _numatune(dom, cells)
+    tops = Children(dom.node, _READ)
+    vcpus = _vcpu(tops)
+    ids = _iothreads(dom, tops)
+    _cputune(tops, ids)
+    cells = _cells(tops, vcpus)
+    _memory(tops, cells)
+    _pages(tops, cells)
+    _numatune(tops, cells)
 
 
-def _vcpu(dom: Domain) -> int:
-    el = dom.find("vcpu")
+def _vcpu(tops: Children) -> int:
+    el = tops.first("vcpu")
     if el is None:
         return 1
     count = unsigned(_text(el), "<vcpu>")
@@ -204,12 +211,12 @@ def _vcpu(dom: Domain) -> int:
     return count
 
 
-def _iothreads(dom: Domain) -> set[int]:
+def _iothreads(dom: Domain, tops: Children) -> set[int]:
     check_counts(dom)  # vmtune's bounds, before a set of that many ids is made
-    el = dom.find("iothreads")
+    el = tops.first("iothreads")
     count = unsigned(_text(el), "<iothreads>") if el is not None and _text(el) else 0  # empty: as if absent
     listed: list[int] = []
-    for thread in dom.iter("iothreadids/iothread"):
+    for thread in tops.each("iothreadids", "iothread"):
         where = f"<iothread id={_show(thread.get('id'))}>"
         if thread.get("id") is None:
             raise _fail(where, "an iothread without an id (libvirt refuses it)")
@@ -241,9 +248,11 @@ def _pin(el, tag: str) -> frozenset[int]:
     return _some(bitmap(el.get("cpuset"), where), where, el.get("cpuset"))
 
 
-def _cputune(dom: Domain, iothreads: set[int]) -> None:
+def _cputune(tops: Children, iothreads: set[int]) -> None:
+    if "cputune" not in tops:  # most domains: nothing to check
+        return
     seen: set[int] = set()
-    for el in dom.iter("cputune/vcpupin"):
+    for el in tops.each("cputune", "vcpupin"):
         where = f"<vcpupin vcpu={_show(el.get('vcpu'))}>"
         vcpu = unsigned(el.get("vcpu"), where) if el.get("vcpu") is not None else None
         if vcpu is None:
@@ -252,13 +261,13 @@ def _cputune(dom: Domain, iothreads: set[int]) -> None:
             raise _fail(where, f"a second pin for vCPU {vcpu} (libvirt: duplicate vcpupin)")
         seen.add(vcpu)
         _pin(el, "vcpupin")
-    emulator = list(dom.iter("cputune/emulatorpin"))
+    emulator = list(tops.each("cputune", "emulatorpin"))
     if len(emulator) > 1:
         raise _fail("<emulatorpin>", "more than one (libvirt: only one emulatorpin is supported)")
     for el in emulator:
         _pin(el, "emulatorpin")
     pinned: set[int] = set()
-    for el in dom.iter("cputune/iothreadpin"):
+    for el in tops.each("cputune", "iothreadpin"):
         where = f"<iothreadpin iothread={_show(el.get('iothread'))}>"
         ident = unsigned(el.get("iothread"), where) if el.get("iothread") is not None else None
         if ident is None or ident not in iothreads:
@@ -269,11 +278,11 @@ def _cputune(dom: Domain, iothreads: set[int]) -> None:
         _pin(el, "iothreadpin")
 
 
-def _cells(dom: Domain, vcpus: int) -> dict[int, int]:
+def _cells(tops: Children, vcpus: int) -> dict[int, int]:
     """The guest NUMA cells: id -> KiB."""
     out: dict[int, int] = {}
     used: dict[int, int] = {}
-    cells = list(dom.iter("cpu/numa/cell"))
+    cells = list(tops.each("cpu", "numa/cell"))
     for index, el in enumerate(cells):
         ident = unsigned(el.get("id"), f"<cell id={_show(el.get('id'))}>") if el.get("id") is not None else index
         where = f"<cell id='{ident}'>"
@@ -298,10 +307,10 @@ def _cells(dom: Domain, vcpus: int) -> dict[int, int]:
     return out
 
 
-def _memory(dom: Domain, cells: dict[int, int]) -> None:
+def _memory(tops: Children, cells: dict[int, int]) -> None:
     given = False  # a <memory> with a value
     for tag in ("memory", "currentMemory"):
-        el = dom.find(tag)
+        el = tops.first(tag)
         value = _text(el) if el is not None else ""
         if value == "":
             continue  # libvirt's XPath readers take an empty value as none
@@ -316,10 +325,10 @@ def _memory(dom: Domain, cells: dict[int, int]) -> None:
                     "<numa> configuration)")
 
 
-def _pages(dom: Domain, cells: dict[int, int]) -> None:
+def _pages(tops: Children, cells: dict[int, int]) -> None:
     master = None
     taken: dict[int, int] = {}  # guest cell -> page size KiB
-    for el in dom.iter("memoryBacking/hugepages/page"):
+    for el in tops.each("memoryBacking", "hugepages/page"):
         where = f"<page size={_show(el.get('size'))}>"
         if el.get("size") is None:
             raise _fail("<page>", "no size (libvirt: missing element or attribute './@size')")
@@ -345,12 +354,14 @@ def _pages(dom: Domain, cells: dict[int, int]) -> None:
             taken[node] = size
 
 
-def _numatune(dom: Domain, cells: dict[int, int]) -> None:
-    el = dom.find("numatune/memory")
+def _numatune(tops: Children, cells: dict[int, int]) -> None:
+    if "numatune" not in tops:  # most domains: nothing to check
+        return
+    el = tops.first("numatune", "memory")
     if el is not None and el.get("nodeset") is not None:
         where = f"<numatune><memory nodeset={_show(el.get('nodeset'))}>"
         _some(bitmap(el.get("nodeset"), where), where, el.get("nodeset"), "nodeset")
-    for el in dom.iter("numatune/memnode"):
+    for el in tops.each("numatune", "memnode"):
         where = f"<memnode cellid={_show(el.get('cellid'))}>"
         cell = unsigned(el.get("cellid"), where) if el.get("cellid") is not None else None
         if cell is None or cell not in cells:
