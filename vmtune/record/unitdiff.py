@@ -71,13 +71,13 @@ def snapshot(root: etree._Element, source: Source | None = None) -> Snapshot:
     siblings of the same tag), the record getting them as their text was given."""
     metadata, devices = next(root.iterchildren("metadata"), None), next(root.iterchildren("devices"), None)
     tag = xmltext.find(root, f"metadata/{TAG}") if metadata is not None else None
-    if tag is not None:
+    if tag is not None and tag.find(UNDO) is not None:  # the tag without its record: a copy
         tag = etree.fromstring(etree.tostring(tag))
         for old in tag.findall(UNDO):
             tag.remove(old)
     blank = {el.tag: _inside(source, root, el) for el in (devices, metadata)
              if el is not None and len(el) == 0 and el.text and el.text.isspace()}
-    said = None if tag is None else etree.tostring(tag, encoding="unicode")
+    said = None if tag is None else etree.tostring(tag, encoding="unicode", with_tail=False)
     if source is not None:
         top = counted(root)
         devs = {el: counted(el) for el in root.iterchildren("devices")}
