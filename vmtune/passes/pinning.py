@@ -134,8 +134,10 @@ def dedicated(ctx, dom):
     insert_all(new, (E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}) for vcpu, cpu in enumerate(pl.pins)))
     held = taken_cores(ctx.host, frozenset(pl.pins) | ctx.ledger.dedicated) | frozenset(pl.rt)
     emulator, iothreads, warns = _helper_pins(ctx, dom, held)
-    insert(new, E("emulatorpin", {"cpuset": cpuset.format(emulator)}))
-    insert_all(new, (E("iothreadpin", {"iothread": iothread, "cpuset": cpuset.format(cpus)})
+    emulator_text = cpuset.format(emulator)  # (the iothreads' CPUs are the emulator's, most often)
+    insert(new, E("emulatorpin", {"cpuset": emulator_text}))
+    insert_all(new, (E("iothreadpin", {"iothread": iothread,
+                                       "cpuset": emulator_text if cpus == emulator else cpuset.format(cpus)})
                      for iothread, cpus in iothreads.items()))
     rt_iothreads = frozenset(i for i, cpus in iothreads.items() if len(cpus) == 1 and next(iter(cpus)) in pl.rt)
     warns += _scheds(ctx, dom, new, emulator <= frozenset(pl.rt) and bool(pl.rt), rt_iothreads)
@@ -147,13 +149,14 @@ def dedicated(ctx, dom):
     if pl.emulator_with_vcpus:
         where = "emulator and iothreads beside them (under TCG the emulator runs the guest's timers)"
     elif placed:
-        where = f"{' and '.join(placed)} on the shared CPUs {cpuset.format(pl.emulator)}"
+        shared_text = emulator_text if emulator == pl.emulator else cpuset.format(pl.emulator)
+        where = f"{' and '.join(placed)} on the shared CPUs {shared_text}"
     else:
         where = ""
     whose = ("the hand's own pins, kept" if wants.hand else "its pins as they were, kept") if pl.hand else \
         "a host CPU per vCPU"
     reason = f"{whose} on node {nodes}, on cores nobody else runs on" + (f"; {where}" if where else "")
-    kept = ([f"<emulatorpin> {cpuset.format(emulator)}"] if hand_emulator else []) + \
+    kept = ([f"<emulatorpin> {emulator_text}"] if hand_emulator else []) + \
         [f"<iothreadpin iothread='{i}'> {cpuset.format(c)}" for i, c in wants.iothreadpins if i in hand_io]
     if kept:
         whose = "the hand's" if wants.hand else "its"
