@@ -14,6 +14,15 @@ def copy(el: etree._Element | None, tag: str, drop: tuple[str, ...] = ()) -> etr
     return new
 
 
+def firsts(node: etree._Element, tags: tuple[str, ...]) -> dict:
+    """The first child of ``node`` of each of ``tags`` that it has (``xmltext.find`` of each), of one
+    walk over its children."""
+    out: dict = {}
+    for child in node.iterchildren(*tags):
+        out.setdefault(child.tag, child)
+    return out
+
+
 def comments(el: etree._Element | None) -> list[etree._Element]:
     """Copies of the comments and PIs among ``el``'s children: what an element rebuilt from
     scratch takes over from the one it replaces."""

@@ -28,9 +28,9 @@ def _clamp(cpus: frozenset[int], allowed: frozenset[int]) -> frozenset[int]:
     return inside if inside else allowed
 
 
-def _cputune(dom, drop: tuple[str, ...]) -> etree._Element:
+def _cputune(old, drop: tuple[str, ...]) -> etree._Element:
+    """A new ``<cputune>`` with the children of ``old`` (the domain's, or None) but those in ``drop``."""
     new = E("cputune")
-    old = dom.cputune
     if old is not None:
         for child in old:
             if not isinstance(child.tag, str) or child.tag not in drop:
@@ -48,8 +48,8 @@ def _vcpu(dom, fields: dict, reason: str) -> list:
                 f"written out; {reason}")]
 
 
-def _put_cputune(dom, new, reason):
-    old = dom.cputune
+def _put_cputune(dom, old, new, reason):
+    """``new`` in place of ``old`` (the domain's ``<cputune>``, or None), or no ``<cputune>`` if it is empty."""
     if len(new) == 0:
         return [Remove(old, reason)] if old is not None else []
     return [Put(dom.node, new, reason)]
@@ -130,7 +130,8 @@ def dedicated(ctx, dom):
                   "every vCPU is pinned explicitly: per-vCPU pins replace the domain-wide cpuset")
     own_rt = bool(wants.rt_vcpus)
     drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" and not own_rt else ())
-    new = _cputune(dom, drop)
+    old = dom.cputune
+    new = _cputune(old, drop)
     insert_all(new, (E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}) for vcpu, cpu in enumerate(pl.pins)))
     held = taken_cores(ctx.host, frozenset(pl.pins) | ctx.ledger.dedicated) | frozenset(pl.rt)
     emulator, iothreads, warns = _helper_pins(ctx, dom, held)
@@ -171,7 +172,7 @@ def dedicated(ctx, dom):
             loads[cpu] = loads.get(cpu, 0.0) + n
         crowd = housekeeping.warning(loads, frozenset().union(*helpers) - held if helpers else frozenset())
         warns += [Warn(crowd)] if crowd else []
-    return edits + _put_cputune(dom, new, reason) + warns
+    return edits + _put_cputune(dom, old, new, reason) + warns
 
 
 def _no_realtime(ctx, new) -> list:
@@ -212,7 +213,7 @@ def shared(ctx, dom):
                            "numad placement would ignore the cpuset")
     old = dom.cputune
     if old is not None:
-        new = _cputune(dom, ())
+        new = _cputune(old, ())
         warns = _no_realtime(ctx, new)
         changed = bool(warns)
         lost = []  # vCPU pins none of whose CPUs stay
@@ -229,7 +230,7 @@ def shared(ctx, dom):
             why = ("real-time schedulers removed (no CPU of their own under this profile)" if warns else "")
             moved = "pins moved off CPUs that are dedicated to other domains or absent"
             floats = "the vCPUs whose pins had to move float instead (pinned alone, they would hold a shared CPU)"
-            edits.extend(_put_cputune(dom, new, "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "",
+            edits.extend(_put_cputune(dom, old, new, "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "",
                                                                       floats if unpinned else "") if w)))
             edits.extend(warns + unpinned)
     return edits
