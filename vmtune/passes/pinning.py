@@ -28,9 +28,9 @@ def _clamp(cpus: frozenset[int], allowed: frozenset[int]) -> frozenset[int]:
     return inside if inside else allowed
 
 
-def _cputune(old, drop: tuple[str, ...]) -> etree._Element:
+def _cputune(dom, old, drop: tuple[str, ...]) -> etree._Element:
     """A new ``<cputune>`` with the children of ``old`` (the domain's, or None) but those in ``drop``."""
-    new = E("cputune")
+    new = E("cputune", into=dom.node)
     if old is not None:
         for child in old:
             if not isinstance(child.tag, str) or child.tag not in drop:
@@ -119,7 +119,7 @@ def _scheds(ctx, dom, new, emulator_rt: bool, rt_iothreads: frozenset[int]) -> l
         warns.append(Warn("a domain of one vCPU has no housekeeping vCPU: its only vCPU runs real-time "
                           f"({p.cpu_scheduler}), and the guest's own kernel threads share it"))
     # one a vCPU, as libvirt writes them back after a define
-    insert_all(new, (E("vcpusched", {"vcpus": vcpu, "scheduler": p.cpu_scheduler, "priority": p.cpu_priority})
+    insert_all(new, (E("vcpusched", {"vcpus": vcpu, "scheduler": p.cpu_scheduler, "priority": p.cpu_priority}, into=new)
                      for vcpu in sorted(vcpus)))
     return warns
 
@@ -131,14 +131,14 @@ def dedicated(ctx, dom):
     own_rt = bool(wants.rt_vcpus)
     drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" and not own_rt else ())
     old = dom.cputune
-    new = _cputune(old, drop)
-    insert_all(new, (E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}) for vcpu, cpu in enumerate(pl.pins)))
+    new = _cputune(dom, old, drop)
+    insert_all(new, (E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}, into=new) for vcpu, cpu in enumerate(pl.pins)))
     held = taken_cores(ctx.host, frozenset(pl.pins) | ctx.ledger.dedicated) | frozenset(pl.rt)
     emulator, iothreads, warns = _helper_pins(ctx, dom, held)
     emulator_text = cpuset.format(emulator)  # (the iothreads' CPUs are the emulator's, most often)
-    insert(new, E("emulatorpin", {"cpuset": emulator_text}))
+    insert(new, E("emulatorpin", {"cpuset": emulator_text}, into=new))
     insert_all(new, (E("iothreadpin", {"iothread": iothread,
-                                       "cpuset": emulator_text if cpus == emulator else cpuset.format(cpus)})
+                                       "cpuset": emulator_text if cpus == emulator else cpuset.format(cpus)}, into=new)
                      for iothread, cpus in iothreads.items()))
     rt_iothreads = frozenset(i for i, cpus in iothreads.items() if len(cpus) == 1 and next(iter(cpus)) in pl.rt)
     warns += _scheds(ctx, dom, new, emulator <= frozenset(pl.rt) and bool(pl.rt), rt_iothreads)
@@ -213,7 +213,7 @@ def shared(ctx, dom):
                            "numad placement would ignore the cpuset")
     old = dom.cputune
     if old is not None:
-        new = _cputune(old, ())
+        new = _cputune(dom, old, ())
         warns = _no_realtime(ctx, new)
         changed = bool(warns)
         lost = []  # vCPU pins none of whose CPUs stay
@@ -230,8 +230,9 @@ def shared(ctx, dom):
             why = ("real-time schedulers removed (no CPU of their own under this profile)" if warns else "")
             moved = "pins moved off CPUs that are dedicated to other domains or absent"
             floats = "the vCPUs whose pins had to move float instead (pinned alone, they would hold a shared CPU)"
-            edits.extend(_put_cputune(dom, old, new, "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "",
-                                                                      floats if unpinned else "") if w)))
+            reason = "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "",
+                                           floats if unpinned else "") if w)
+            edits.extend(_put_cputune(dom, old, new, reason))
             edits.extend(warns + unpinned)
     return edits
 

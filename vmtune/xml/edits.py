@@ -84,9 +84,12 @@ class Change:
         return {"element": self.element, "before": self.before, "after": self.after, "reason": self.reason}
 
 
-def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Element, text: str | None = None) -> etree._Element:
-    """Build a detached element; attribute values are stringified, None values dropped."""
-    el = etree.Element(tag)
+def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Element, text: str | None = None,
+      into: etree._Element | None = None) -> etree._Element:
+    """Build a detached element; attribute values are stringified, None values dropped. ``into``: an
+    element of the document it will go into (the domain's): made in that document, where a new element
+    would make a document of its own, and lxml would move it into the domain's when it is put there."""
+    el = etree.Element(tag) if into is None else into.makeelement(tag)
     if attrs:
         set_ = el.set  # one by one, in order: lxml takes a dict of attributes at a third more than this
         for k, v in attrs.items():
@@ -217,7 +220,7 @@ def _walk(anchor: etree._Element, steps: tuple[tuple[str, bool], ...], create: b
             if not create:
                 return None
             tag, attr, value = _made(step)
-            nxt = etree.Element(tag)
+            nxt = node.makeelement(tag)  # in its document: a detached element would make one of its own
             if attr:
                 nxt.set(attr, value)
             if watch is not None:
