@@ -21,8 +21,8 @@ def _memory(dom, total_kib: int, reason: str):
 def dedicated(ctx, dom):
     pl = ctx.placement
     nodes = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.numatune), E("memory", {"mode": STRICT, "nodeset": nodes}, into=dom.node),
-            into=dom.node)
+    memory = E("memory", {"mode": STRICT, "nodeset": nodes}, into=dom.node)
+    new = E("numatune", None, *comments(dom.numatune), memory, into=dom.node)
     for cell in pl.cells:
         new.append(E("memnode", {"cellid": cell.id, "mode": STRICT, "nodeset": cell.node}, into=new))
     where = "the vCPUs' node" if len(pl.nodes) == 1 else "each guest cell's host node"
@@ -71,8 +71,8 @@ def node(ctx, dom):
     then. A domain's own hugepages come from the pool, as they would under strict."""
     pl = ctx.placement
     target = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.numatune), E("memory", {"mode": PREFERRED, "nodeset": target}, into=dom.node),
-            into=dom.node)
+    memory = E("memory", {"mode": PREFERRED, "nodeset": target}, into=dom.node)
+    new = E("numatune", None, *comments(dom.numatune), memory, into=dom.node)
     for cell in dom.cells:
         new.append(E("memnode", {"cellid": cell.id, "mode": PREFERRED, "nodeset": target}, into=new))
     return [Put(dom.node, new, f"keep memory on node {target}, where the vCPUs run; 'preferred', not 'strict': "
