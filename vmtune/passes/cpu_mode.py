@@ -1,6 +1,6 @@
 """<cpu mode>: the host's CPU as it is (host-passthrough), or TCG's widest model (maximum)."""
 
-from ..xml import xmltext
+from ._xml import firsts
 from ..xml.edits import Remove, Warn
 from ..xml.model import Domain
 from ..profiles import CpuMode
@@ -24,12 +24,13 @@ def run(ctx, dom):
     edits = Domain.cpu_mode.edits(dom, mode, why)
     cpu = dom.cpu
     if cpu is not None:
-        was = dom.cpu_mode or ("custom" if xmltext.find(cpu, "model") is not None else None)
+        named = firsts(cpu, ("model", "vendor"))
+        was = dom.cpu_mode or ("custom" if "model" in named else None)
         if ctx.kvm and was in MIGRATABLE:
             edits.append(Warn(MIGRATION.format(mode=was)))
         edits += Domain.cpu_match.edits(dom, None, f"'match' applies to custom models only, not {mode}")
         for child in ("model", "vendor"):
-            el = xmltext.find(cpu, child)
+            el = named.get(child)
             if el is not None:
                 edits.append(Remove(el, f"a CPU <{child}> has no meaning with mode {mode}"))
     return edits

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from ..xml import guestos
+from ._xml import firsts
 from ..xml.edits import Remove, Warn
 from ..errors import Unsupported
 from ..xml.model import Controller, Disk
@@ -28,6 +29,8 @@ NATIVE_IO_TYPES = (Disk.TYPE_FILE, "block", "volume")
 # fine on virtio; its CHS translation mode libvirt takes on the ide bus only).
 EMULATED_ONLY_ATTRS = (Disk.removable, Disk.rotation_rate, Disk.geometry_trans)
 EMULATED_ONLY_CHILDREN = ("wwn", "vendor", "product")
+# the children those attributes are on (each field one child step below the disk: ``target``, ``geometry``)
+EMULATED_ONLY_HOLDERS = tuple(dict.fromkeys(prop.elem_path for prop in EMULATED_ONLY_ATTRS))
 # How many vdX names a moved disk may get: vda..vdzzz, the 26 + 26**2 + 26**3 names of one to
 # three letters. A bound so that the search for a free name always ends; far more names than
 # virtio disks a real domain has.
@@ -50,15 +53,6 @@ def _letters(i: int) -> str:
     while i:
         i, r = divmod(i - 1, 26)
         out = chr(ord("a") + r) + out
-    return out
-
-
-def _firsts(node, tags: tuple[str, ...]) -> dict:
-    """The first child of ``node`` of each of ``tags`` that it has (``xmltext.find`` of each), of one
-    walk over its children."""
-    out: dict = {}
-    for child in node.iterchildren(*tags):
-        out.setdefault(child.tag, child)
     return out
 
 
@@ -209,15 +203,16 @@ def run(ctx, dom):
             moved.append((dev or "?", bus, name))
         edits.append(Disk.bus.edit(disk, Disk.BUS_VIRTIO, why))
         edits.append(Disk.dev.edit(disk, name, f"virtio disks are named vdX ({dev} -> {name})"))
-        for prop in EMULATED_ONLY_ATTRS:
-            if prop.raw(disk.node) is not None:  # (most disks have none: no edit that would change nothing)
+        held = firsts(disk.node, EMULATED_ONLY_CHILDREN + ("address",) + EMULATED_ONLY_HOLDERS)
+        for prop in EMULATED_ONLY_ATTRS:  # ``prop.raw``, of the children held above
+            holder = held.get(prop.elem_path)
+            if holder is not None and holder.get(prop.attr) is not None:  # (most disks have none: no edit then)
                 edits.append(prop.edit(disk, None, f"'{prop.attr}' is for emulated buses only"))
-        firsts = _firsts(disk.node, EMULATED_ONLY_CHILDREN + ("address",))
         for child in EMULATED_ONLY_CHILDREN:
-            el = firsts.get(child)
+            el = held.get(child)
             if el is not None:
                 edits.append(Remove(el, f"<{child}> is for emulated buses only"))
-        addr = firsts.get("address")
+        addr = held.get("address")
         if addr is not None:
             edits.append(Remove(addr, f"the {bus} address does not apply on virtio; libvirt assigns a PCI slot"))
     if moved:

@@ -26,7 +26,7 @@ def _hugepages(ctx, dom, new) -> tuple[list[str], list]:
     if cells and cells <= normal:
         return why, edits
     nodeset = cpuset.format(cells - normal) if cells else None
-    insert(new, E("hugepages", None, *kept, E("page", {"size": size, "unit": KIB, "nodeset": nodeset})))
+    insert(new, E("hugepages", None, *kept, E("page", {"size": size, "unit": KIB, "nodeset": nodeset}, into=new), into=new))
     reasons = [f"{units.page(size)} hugepages: fewer TLB misses, never swapped or moved"]
     reasons += [pl.hugepage_why] if pl.hugepage_why else []
     huge = [c for c in pl.cells if c.id not in normal]
@@ -47,7 +47,7 @@ def _no_anonymous_source(new) -> list[str]:
 def _backing(ctx, dom):
     p, pl = ctx.profile, ctx.placement
     old = dom.memory_backing
-    new = copy(old, "memoryBacking")
+    new = copy(old, "memoryBacking", into=dom.node)
     reasons, edits = [], []
     if pl.dedicated and p.memory_hugepages:
         reasons, edits = _hugepages(ctx, dom, new)
@@ -57,7 +57,7 @@ def _backing(ctx, dom):
         ("locked", p.memory_locked, "locked memory: the host never swaps it out"),
     ):
         if wanted and xmltext.find(new, flag) is None:
-            insert(new, E(flag))
+            insert(new, E(flag, into=new))
             reasons.append(why)
     gone = "hugepages removed: " + (pl.hugepage_gone or "the chosen nodes cannot back this memory")
     edits += _hard_limit(dom, new)
@@ -83,16 +83,16 @@ def _hard_limit(dom, backing) -> list:
            f"{top} KiB plus {QEMU_OVERHEAD_KIB} KiB for QEMU itself (libvirt's own allowance for locked "
            "VFIO memory); raise it for large video memory or many devices")
     memtune = dom.memtune
-    el = E("hard_limit", {"unit": KIB}, text=str(limit))
+    el = E("hard_limit", {"unit": KIB}, text=str(limit), into=dom.node)
     if memtune is None:
-        return [Put(dom.node, E("memtune", None, el), why)]
+        return [Put(dom.node, E("memtune", None, el, into=dom.node), why)]
     return [Put(memtune, el, why)]
 
 
 def run(ctx, dom):
     edits = _backing(ctx, dom)
     if ctx.profile.memory_balloon == "none":
-        edits.append(put_under(dom, "devices", E("memballoon", {"model": "none"}),
+        edits.append(put_under(dom, "devices", E("memballoon", {"model": "none"}, into=dom.node),
                                "no balloon: memory is fixed, no inflate/deflate stalls"))
         current = dom.current_memory_kib  # (each read once: a Size finds its element anew each read)
         if current:

@@ -15,13 +15,14 @@ def run(ctx, dom):
     for nic in dom.interfaces:
         if nic.type not in Interface.TUNED_TYPES:
             continue
+        model = nic.model  # (read once: the edits below apply after the pass)
         if guest.virtio is False and not ctx.force_virtio:
-            if not (nic.model or "").startswith(Interface.MODEL_VIRTIO):
-                edits.append(Warn(f"{guest.name} guest: NIC {nic.mac or ''} keeps model {nic.model or 'default'} "
+            if not (model or "").startswith(Interface.MODEL_VIRTIO):
+                edits.append(Warn(f"{guest.name} guest: NIC {nic.mac or ''} keeps model {model or 'default'} "
                                   "(the guest may lack virtio drivers); use --force-virtio"))
                 continue
-        if not (nic.model or "").startswith(Interface.MODEL_VIRTIO):
-            why = f"{nic.model or 'the default model'} is emulated; virtio-net is paravirtual"
+        if not (model or "").startswith(Interface.MODEL_VIRTIO):
+            why = f"{model or 'the default model'} is emulated; virtio-net is paravirtual"
             edits.append(Interface.model.edit(nic, Interface.MODEL_VIRTIO, why))
         if p.devices_vhost:
             why = "vhost-net moves packet processing into the host kernel"

@@ -21,9 +21,10 @@ def _memory(dom, total_kib: int, reason: str):
 def dedicated(ctx, dom):
     pl = ctx.placement
     nodes = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.numatune), E("memory", {"mode": STRICT, "nodeset": nodes}))
+    memory = E("memory", {"mode": STRICT, "nodeset": nodes}, into=dom.node)
+    new = E("numatune", None, *comments(dom.numatune), memory, into=dom.node)
     for cell in pl.cells:
-        new.append(E("memnode", {"cellid": cell.id, "mode": STRICT, "nodeset": cell.node}))
+        new.append(E("memnode", {"cellid": cell.id, "mode": STRICT, "nodeset": cell.node}, into=new))
     where = "the vCPUs' node" if len(pl.nodes) == 1 else "each guest cell's host node"
     edits = [Put(dom.node, new, f"bind guest memory to {where} ({nodes}): no remote memory access")]
     old_cells = dom.cells
@@ -70,9 +71,10 @@ def node(ctx, dom):
     then. A domain's own hugepages come from the pool, as they would under strict."""
     pl = ctx.placement
     target = cpuset.format(pl.nodes)
-    new = E("numatune", None, *comments(dom.numatune), E("memory", {"mode": PREFERRED, "nodeset": target}))
+    memory = E("memory", {"mode": PREFERRED, "nodeset": target}, into=dom.node)
+    new = E("numatune", None, *comments(dom.numatune), memory, into=dom.node)
     for cell in dom.cells:
-        new.append(E("memnode", {"cellid": cell.id, "mode": PREFERRED, "nodeset": target}))
+        new.append(E("memnode", {"cellid": cell.id, "mode": PREFERRED, "nodeset": target}, into=new))
     return [Put(dom.node, new, f"keep memory on node {target}, where the vCPUs run; 'preferred', not 'strict': "
                 "when the node runs out, normal pages come from another node instead of the guest being OOM-killed")]
 
@@ -83,7 +85,7 @@ def clamp(ctx, dom):
     if old is None:
         return []
     host_nodes = frozenset(ctx.host.node_ids)
-    new = copy(old, "numatune")
+    new = copy(old, "numatune", into=dom.node)
     changed = False
     for el in xmltext.elements(new):  # a PI's pseudo-attributes are no nodeset
         if el.get("nodeset") is None:

@@ -28,9 +28,9 @@ def _clamp(cpus: frozenset[int], allowed: frozenset[int]) -> frozenset[int]:
     return inside if inside else allowed
 
 
-def _cputune(dom, drop: tuple[str, ...]) -> etree._Element:
-    new = E("cputune")
-    old = dom.cputune
+def _cputune(dom, old, drop: tuple[str, ...]) -> etree._Element:
+    """A new ``<cputune>`` with the children of ``old`` (the domain's, or None) but those in ``drop``."""
+    new = E("cputune", into=dom.node)
     if old is not None:
         for child in old:
             if not isinstance(child.tag, str) or child.tag not in drop:
@@ -48,8 +48,8 @@ def _vcpu(dom, fields: dict, reason: str) -> list:
                 f"written out; {reason}")]
 
 
-def _put_cputune(dom, new, reason):
-    old = dom.cputune
+def _put_cputune(dom, old, new, reason):
+    """``new`` in place of ``old`` (the domain's ``<cputune>``, or None), or no ``<cputune>`` if it is empty."""
     if len(new) == 0:
         return [Remove(old, reason)] if old is not None else []
     return [Put(dom.node, new, reason)]
@@ -119,7 +119,7 @@ def _scheds(ctx, dom, new, emulator_rt: bool, rt_iothreads: frozenset[int]) -> l
         warns.append(Warn("a domain of one vCPU has no housekeeping vCPU: its only vCPU runs real-time "
                           f"({p.cpu_scheduler}), and the guest's own kernel threads share it"))
     # one a vCPU, as libvirt writes them back after a define
-    insert_all(new, (E("vcpusched", {"vcpus": vcpu, "scheduler": p.cpu_scheduler, "priority": p.cpu_priority})
+    insert_all(new, (E("vcpusched", {"vcpus": vcpu, "scheduler": p.cpu_scheduler, "priority": p.cpu_priority}, into=new)
                      for vcpu in sorted(vcpus)))
     return warns
 
@@ -130,12 +130,15 @@ def dedicated(ctx, dom):
                   "every vCPU is pinned explicitly: per-vCPU pins replace the domain-wide cpuset")
     own_rt = bool(wants.rt_vcpus)
     drop = PINS + (("vcpusched",) if p.cpu_scheduler != "none" and not own_rt else ())
-    new = _cputune(dom, drop)
-    insert_all(new, (E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}) for vcpu, cpu in enumerate(pl.pins)))
+    old = dom.cputune
+    new = _cputune(dom, old, drop)
+    insert_all(new, (E("vcpupin", {"vcpu": vcpu, "cpuset": cpu}, into=new) for vcpu, cpu in enumerate(pl.pins)))
     held = taken_cores(ctx.host, frozenset(pl.pins) | ctx.ledger.dedicated) | frozenset(pl.rt)
     emulator, iothreads, warns = _helper_pins(ctx, dom, held)
-    insert(new, E("emulatorpin", {"cpuset": cpuset.format(emulator)}))
-    insert_all(new, (E("iothreadpin", {"iothread": iothread, "cpuset": cpuset.format(cpus)})
+    emulator_text = cpuset.format(emulator)  # (the iothreads' CPUs are the emulator's, most often)
+    insert(new, E("emulatorpin", {"cpuset": emulator_text}, into=new))
+    insert_all(new, (E("iothreadpin", {"iothread": iothread,
+                                       "cpuset": emulator_text if cpus == emulator else cpuset.format(cpus)}, into=new)
                      for iothread, cpus in iothreads.items()))
     rt_iothreads = frozenset(i for i, cpus in iothreads.items() if len(cpus) == 1 and next(iter(cpus)) in pl.rt)
     warns += _scheds(ctx, dom, new, emulator <= frozenset(pl.rt) and bool(pl.rt), rt_iothreads)
@@ -147,13 +150,14 @@ def dedicated(ctx, dom):
     if pl.emulator_with_vcpus:
         where = "emulator and iothreads beside them (under TCG the emulator runs the guest's timers)"
     elif placed:
-        where = f"{' and '.join(placed)} on the shared CPUs {cpuset.format(pl.emulator)}"
+        shared_text = emulator_text if emulator == pl.emulator else cpuset.format(pl.emulator)
+        where = f"{' and '.join(placed)} on the shared CPUs {shared_text}"
     else:
         where = ""
     whose = ("the hand's own pins, kept" if wants.hand else "its pins as they were, kept") if pl.hand else \
         "a host CPU per vCPU"
     reason = f"{whose} on node {nodes}, on cores nobody else runs on" + (f"; {where}" if where else "")
-    kept = ([f"<emulatorpin> {cpuset.format(emulator)}"] if hand_emulator else []) + \
+    kept = ([f"<emulatorpin> {emulator_text}"] if hand_emulator else []) + \
         [f"<iothreadpin iothread='{i}'> {cpuset.format(c)}" for i, c in wants.iothreadpins if i in hand_io]
     if kept:
         whose = "the hand's" if wants.hand else "its"
@@ -168,7 +172,7 @@ def dedicated(ctx, dom):
             loads[cpu] = loads.get(cpu, 0.0) + n
         crowd = housekeeping.warning(loads, frozenset().union(*helpers) - held if helpers else frozenset())
         warns += [Warn(crowd)] if crowd else []
-    return edits + _put_cputune(dom, new, reason) + warns
+    return edits + _put_cputune(dom, old, new, reason) + warns
 
 
 def _no_realtime(ctx, new) -> list:
@@ -209,7 +213,7 @@ def shared(ctx, dom):
                            "numad placement would ignore the cpuset")
     old = dom.cputune
     if old is not None:
-        new = _cputune(dom, ())
+        new = _cputune(dom, old, ())
         warns = _no_realtime(ctx, new)
         changed = bool(warns)
         lost = []  # vCPU pins none of whose CPUs stay
@@ -226,8 +230,9 @@ def shared(ctx, dom):
             why = ("real-time schedulers removed (no CPU of their own under this profile)" if warns else "")
             moved = "pins moved off CPUs that are dedicated to other domains or absent"
             floats = "the vCPUs whose pins had to move float instead (pinned alone, they would hold a shared CPU)"
-            edits.extend(_put_cputune(dom, new, "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "",
-                                                                      floats if unpinned else "") if w)))
+            reason = "; ".join(w for w in (why, moved if not warns or _moved(old, new) else "",
+                                           floats if unpinned else "") if w)
+            edits.extend(_put_cputune(dom, old, new, reason))
             edits.extend(warns + unpinned)
     return edits
 

@@ -60,7 +60,7 @@ def run(ctx, dom):
     if not pl.dedicated:
         return []
     sockets, dies, cores, threads = shape(ctx.host, pl)
-    topo = E("topology", {"sockets": sockets, "dies": dies, "cores": cores, "threads": threads})
+    topo = E("topology", {"sockets": sockets, "dies": dies, "cores": cores, "threads": threads}, into=dom.node)
     why = ("as pinned: " + _said(sharing(ctx.host, pl.pins), threads)
            + ("; one socket per guest cell" if sockets > 1 else "")
            + ("; one die per host L3 domain, so the guest sees which vCPUs share one" if dies > 1 else ""))

@@ -84,9 +84,12 @@ class Change:
         return {"element": self.element, "before": self.before, "after": self.after, "reason": self.reason}
 
 
-def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Element, text: str | None = None) -> etree._Element:
-    """Build a detached element; attribute values are stringified, None values dropped."""
-    el = etree.Element(tag)
+def E(tag: str, attrs: dict[str, object] | None = None, *children: etree._Element, text: str | None = None,
+      into: etree._Element | None = None) -> etree._Element:
+    """Build a detached element; attribute values are stringified, None values dropped. ``into``: an
+    element of the document it will go into (the domain's): made in that document, where a new element
+    would make a document of its own, and lxml would move it into the domain's when it is put there."""
+    el = etree.Element(tag) if into is None else into.makeelement(tag)
     if attrs:
         set_ = el.set  # one by one, in order: lxml takes a dict of attributes at a third more than this
         for k, v in attrs.items():
@@ -155,9 +158,12 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
     if rank is None:
         parent.append(child)
         return
+    get = ranks.get
     first = None
     for existing in parent:
-        first = _rank(ranks, existing.tag)
+        first = get(existing.tag)  # ``_rank``, written out (as below)
+        if first is None and isinstance(existing.tag, str) and existing.tag[:1] == "{":
+            first = get(xmltext.local_name(existing.tag))
         if first is not None:
             break
     if first is None:  # no ordered child
@@ -166,7 +172,6 @@ def insert(parent: etree._Element, child: etree._Element) -> None:
     if first > rank:
         existing.addprevious(child)
         return
-    get = ranks.get
     for existing in parent.iterchildren(reversed=True):  # from the end: the usual case (pins added one by one) stops at once
         tag = existing.tag
         other = get(tag)  # ``_rank``, written out: a call less a child
@@ -205,16 +210,17 @@ def _rank(ranks: dict[str, int], tag) -> int | None:
 _STEP = re.compile(r"^([\w.-]+)(?:\[@([\w.-]+)='([^']*)'\])?$")
 
 
-def _walk(anchor: etree._Element, elem_path: str, create: bool, watch=None) -> etree._Element | None:
-    """Follow ``a/b[@name='x']/c`` below ``anchor``, creating missing steps when ``create``."""
+def _walk(anchor: etree._Element, steps: tuple[tuple[str, bool], ...], create: bool, watch=None) -> etree._Element | None:
+    """Follow the ``_walked`` steps of ``a/b[@name='x']/c`` below ``anchor``, creating missing steps
+    when ``create``."""
     node = anchor
-    for step, plain in _walked(elem_path):
+    for step, plain in steps:
         nxt = next(node.iterchildren(step), None) if plain else xmltext.find(node, step)
         if nxt is None:
             if not create:
                 return None
             tag, attr, value = _made(step)
-            nxt = etree.Element(tag)
+            nxt = node.makeelement(tag)  # in its document: a detached element would make one of its own
             if attr:
                 nxt.set(attr, value)
             if watch is not None:
@@ -258,6 +264,14 @@ def split_path(path: str) -> tuple[str, str | None]:
     return elem.rstrip("/"), attr or None
 
 
+@functools.lru_cache(maxsize=512)
+def _target(path: str) -> tuple[tuple[tuple[str, bool], ...], str | None]:
+    """A Set's path as (``_walked`` steps of its element path, attribute), remembered: what
+    ``applied`` reads of every Set, in one call."""
+    elem_path, attr = split_path(path)
+    return _walked(elem_path), attr
+
+
 def _path(el: etree._Element) -> str:
     return el.getroottree().getpath(el)
 
@@ -280,17 +294,9 @@ class Applied:
         self.node, self.attr, self.before, self.after, self.reason = node, attr, before, after, reason
         self.element = element  # None: not taken yet (``node`` is in the tree)
 
-    def where(self, tree: etree._ElementTree | None = None, paths: dict | None = None) -> str:
-        """The XPath of the element (and /@attr) as the tree stands now (``tree``: the node's, where
-        the caller holds it already; ``paths``: the nodes' paths taken so far, node -> path, which
-        this one joins)."""
-        node = self.node
-        path = paths.get(node) if paths is not None else None
-        if path is None:
-            path = _path(node) if tree is None else tree.getpath(node)
-            if paths is not None:
-                paths[node] = path
-        return path + (f"/@{self.attr}" if self.attr else "")
+    def where(self) -> str:
+        """The XPath of the element (and /@attr) as the tree stands now."""
+        return _path(self.node) + (f"/@{self.attr}" if self.attr else "")
 
     @property
     def change(self) -> Change:
@@ -301,13 +307,10 @@ class Applied:
 
 def _leaving(gone: etree._Element, done: list[Applied] | None) -> None:
     """Before ``gone`` leaves the tree: the paths of the changes made in it, as they stand."""
-    inside = None  # the nodes of ``gone``'s subtree (a unit: a few), made once
+    inside = set(gone.iter())  # the nodes of ``gone``'s subtree (a unit: a few)
     for d in done or ():
-        if d.element is None:
-            if inside is None:
-                inside = set(gone.iter())
-            if d.node in inside:
-                d.element = d.where()
+        if d.node in inside and d.element is None:  # (most changes are elsewhere: the set first)
+            d.element = d.where()
 
 
 def settle(done: list[Applied], root: etree._Element) -> list[Change]:
@@ -315,14 +318,19 @@ def settle(done: list[Applied], root: etree._Element) -> list[Change]:
     taken when an edit was applied would go stale when a later edit adds a sibling of its tag (the one
     ``timer`` is then ``timer[1]``, and ``timer`` names both) or removes one before it. An element
     no longer in ``root`` (removed, or replaced whole) keeps the path it had last there."""
-    tree = root.getroottree()  # one tree for every path (a node's own getroottree is made anew each ask)
+    getpath = root.getroottree().getpath  # one tree for every path (a node's own getroottree is made anew each ask)
     paths: dict = {}  # a node's path, taken once: several changes touch one node (a disk's driver, its target)
     for d in done:
         # a node that left the tree had its path taken as it left (``_leaving``); asked now, lxml would
-        # name it from the top of what left, which stays in root's document (its getroot() is root)
-        if d.node is not None and d.element is None:
-            d.element = d.where(tree, paths)
-    return [d.change for d in done]
+        # name it from the top of what left, which stays in root's document (its getroot() is root).
+        # ``Applied.where``, written out: a call less a change, a few dozen a rewrite
+        node = d.node
+        if node is not None and d.element is None:
+            path = paths.get(node)
+            if path is None:
+                path = paths[node] = getpath(node)
+            d.element = path + "/@" + d.attr if d.attr else path
+    return [Change(d.element, d.before, d.after, d.reason) for d in done]  # each element named above
 
 
 def applied(edit: Edit, watch=None, done: list[Applied] | None = None) -> Applied | None:
@@ -331,10 +339,13 @@ def applied(edit: Edit, watch=None, done: list[Applied] | None = None) -> Applie
     of what did not. ``done``: the changes applied before, whose paths are taken before an element
     they are in leaves the tree."""
     if isinstance(edit, Set):
-        elem_path, attr = split_path(edit.path)
-        node = _walk(edit.anchor, elem_path, edit.value is not None, watch)
-        if node is None:
-            return None
+        steps, attr = _target(edit.path)
+        if steps:
+            node = _walk(edit.anchor, steps, edit.value is not None, watch)
+            if node is None:
+                return None
+        else:  # the anchor's own attribute or text: no walk
+            node = edit.anchor
         if attr:
             before = node.get(attr)
             if before == edit.value:

@@ -98,7 +98,9 @@ class Prop:
         # attribute of its first child of a tag (``"target/@bus"``); a TEXT field's text is its value
         self._own = self.attr if self.elem_path == "." else None
         self._child_attr = self.attr if self._child is not None else None
+        self._child_text = self._child if self._child is not None and not self.attr else None  # ``"vcpu"``
         self._as_is = conv is TEXT
+        self._format = conv.format
 
     def raw(self, node: etree._Element) -> str | None:
         """The field's text below ``node`` (None: no such field)."""
@@ -120,6 +122,11 @@ class Prop:
             for el in view.node.iterchildren(self._child):  # ``raw``, written out: the first one
                 raw = el.get(self._child_attr)
                 break
+        elif self._child_text is not None:
+            raw = None
+            for el in view.node.iterchildren(self._child_text):  # the same, of its text
+                raw = xmltext.text(el).strip()
+                break
         else:
             raw = self.raw(view.node)
         if raw is None:
@@ -137,7 +144,7 @@ class Prop:
 
     def edit(self, view: "View", value: Any, reason: str) -> Set:
         """The edit that makes ``value`` the field's value on ``view``."""
-        return Set(view.node, self.path, self.text(value), reason)
+        return Set(view.node, self.path, None if value is None else self._format(value), reason)  # ``text``
 
     def edits(self, view: "View", value: Any, reason: str) -> list[Set]:
         """``edit``, where it would change something: an attribute of the node or of its first child
@@ -177,11 +184,16 @@ class Size:
     def __init__(self, path: str, default: int | None = None):
         self.path = path
         self.default = default
+        steps = xmltext.plain_steps(path)
+        self._child = steps[0] if steps is not None and len(steps) == 1 else None  # ``"memory"``: no find
 
     def __get__(self, view: "View | None", owner: type) -> Any:
         if view is None:
             return self
-        el = xmltext.find(view.node, self.path)
+        if self._child is not None:
+            el = next(view.node.iterchildren(self._child), None)
+        else:
+            el = xmltext.find(view.node, self.path)
         return self.default if el is None else _kib(el)
 
     def edits(self, view: "View", value_kib: int, reason: str) -> list[Set]:
@@ -196,6 +208,7 @@ class Child:
 
     def __init__(self, *tags: str):
         self.tags = tags
+        self._tag = tags[0] if len(tags) == 1 else None  # one step (most): no loop
 
     def __set_name__(self, owner, name: str) -> None:
         parent = owner.TAG
@@ -208,6 +221,8 @@ class Child:
     def __get__(self, view, owner=None):
         if view is None:
             return self
+        if self._tag is not None:
+            return next(view.node.iterchildren(self._tag), None)
         node = view.node
         for tag in self.tags:
             node = next(node.iterchildren(tag), None)
