@@ -81,10 +81,10 @@ class Placed:
             found = text.find("<", lo if lo > self.head else self.head, lines[line] + line)
             if found < 0 or i and _last_line(self.olds[i - 1]) == line:
                 raise self.unplaced(i)  # (a node before it on its line: the first '<' there is not its)
-            if isinstance(node.tag, str):  # its name, then what ends a name in a start tag
-                name = _name_of(node)
-                after = found + 1 + len(name)
-                ok = text.startswith(name, found + 1) and text[after:after + 1] in _AFTER_NAME
+            tag = node.tag
+            if isinstance(tag, str):  # its name, then what ends a name in a start tag
+                name = raw_name(node) if tag[:1] == "{" else tag
+                ok = text.startswith(name, found + 1) and text.startswith(_AFTER_NAME, found + 1 + len(name))
             else:
                 ok = text.startswith(_other(node), found)
             if not ok:
@@ -116,17 +116,20 @@ class Placed:
         start, end = self.start(i), self.end(i)
         if not _blank(text, self.end(i - 1), start):
             raise self.unplaced(i)
-        if not isinstance(node.tag, str):
+        tag = node.tag
+        if not isinstance(tag, str):
             return start, end, None, end, False
         m = _START.match(text, start)
-        if m is None or m.end() > end:
+        head = -1 if m is None else m.end()
+        if head < 0 or head > end:
             raise self.unplaced(i)
-        if m.end() == end and text[end - 2] == "/":
+        if head == end and text[end - 2] == "/":
             return start, end, None, end, True
-        close = text.rfind("<", m.end(), end)
-        if text[close:end] != f"</{_name_of(node)}>":
+        close = text.rfind("<", head, end)
+        name = raw_name(node) if tag[:1] == "{" else tag
+        if text[close:end] != f"</{name}>":
             raise self.unplaced(i)
-        return start, m.end(), close, end, True
+        return start, head, close, end, True
 
 
 _AFTER_NAME = (" ", "\t", "\r", "\n", "/", ">")  # what follows an element's name in its start tag
@@ -138,11 +141,6 @@ def _last_line(node) -> int | None:
     while len(node):
         node = node[-1]
     return node.sourceline
-
-
-def _name_of(node) -> str:
-    tag = node.tag
-    return raw_name(node) if tag[:1] == "{" else tag
 
 
 def _other(node) -> str:

@@ -34,6 +34,7 @@ _TOKEN = re.compile(r"""<(?:(/)[^>]*|(!--.*?--|\?.*?\?|!\[CDATA\[.*?\]\]|!DOCTYP
 
 
 _NAME = re.compile(r"<([^\s/>]+)")
+_AFTER_NAME = (" ", "\t", "\r", "\n", "/", ">")  # what ends an element's name in its start tag
 
 
 class Changed(NamedTuple):
@@ -238,7 +239,9 @@ class Source:
                 return None
         else:
             return None
-        m = _NAME.match(given)
-        if m is None or m.group(1).rpartition(":")[2] != tag.rpartition("}")[2]:
-            return None
+        local = tag.rpartition("}")[2]
+        if not (given.startswith(local, 1) and given.startswith(_AFTER_NAME, len(local) + 1)):  # (without a prefix)
+            m = _NAME.match(given)
+            if m is None or m.group(1).rpartition(":")[2] != local:
+                return None
         return (before if before.isspace() else "") + given

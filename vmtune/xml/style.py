@@ -73,9 +73,9 @@ class Style:
     def indent(self, at: int) -> str | None:
         """The whitespace that starts the line of what starts ``at`` (None: something else is
         before it there)."""
-        start = self.text.rfind("\n", 0, at) + 1
-        prefix = self.text[start:at]
-        return prefix if blank(prefix) else None
+        text = self.text
+        prefix = text[text.rfind("\n", 0, at) + 1:at]
+        return prefix if not prefix or prefix.isspace() else None  # (blank)
 
     def step(self) -> str:
         """The indentation step: the root's first child's, else two spaces."""
@@ -97,17 +97,19 @@ class Style:
         lxml's text of it, where it is known already. A long text (vmtune's record: JSON of up to
         tens of KB) is held apart while the rest is laid out (``_held``): each step below would read
         it through again, a few times."""
-        element = isinstance(node.tag, str)
+        tag = node.tag
+        element = isinstance(tag, str)
         if xml is None:
             xml = etree.tostring(node, encoding="unicode", with_tail=False)
         texts = None
-        if element and len(xml) > _LONG and (indent is not None and len(node) or self.quote == "'"):
+        nested = element and indent is not None and len(node) > 0  # children to lay out
+        if element and len(xml) > _LONG and (nested or self.quote == "'"):
             short, texts = _held(xml)  # (on one line in double quotes, nothing reads it through)
-            if texts and self.quote == "'" and node.tag[:1] != "{" and not _PREFIXED.search(short):
+            if texts and self.quote == "'" and tag[:1] != "{" and not _PREFIXED.search(short):
                 texts = None  # pretty.single would turn the quotes in the texts too: not held
             elif texts:
                 xml = short
-        if element and indent is not None and len(node):
+        if nested:
             laid = pretty.layout(xml, indent, self.step())
             if laid is None:  # a comment or a PI in it, or text beside elements: lxml lays it out
                 xmltext.indent(node, self.step(), indent)
@@ -116,7 +118,7 @@ class Style:
             xml = laid
         if element and node.nsmap:
             xml = _undeclared(node, xml)
-        if self.quote == "'" and '="' in xml and not (element and node.tag[:1] == "{"):
+        if self.quote == "'" and '="' in xml and not (element and tag[:1] == "{"):
             xml = (None if _PREFIXED.search(xml) else pretty.single(xml)) or starttag.single(xml)
         if self.newline == "\r\n":
             xml = xml.replace("\n", "\r\n")
@@ -125,7 +127,7 @@ class Style:
     def laid(self, was: str, now: str, start: int, end: int) -> str | None:
         """A unit whose text was lxml's ``was`` and is ``now``, written whole, laid out as it was
         given from ``start`` to ``end`` (vmtune/xml/pretty.py); None where it was not given so."""
-        indent, step = self.indent(start), self.step()
+        indent, step = self.indent(start), self._step or self.step()
         given, raw = pretty.layout(was, indent, step), self.text[start:end]
         if self.quote == "'":  # compared in lxml's double quotes: a quote in a value or a text is not
             raw = None if '"' in raw or "&apos;" in raw else raw.replace("'", '"')

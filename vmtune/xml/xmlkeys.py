@@ -41,7 +41,7 @@ def ident_of(node) -> tuple:
     tag = node.tag
     if not isinstance(tag, str):
         return ("#comment" if isinstance(node, etree._Comment) else "#pi", node.text or "")
-    local = local_name(tag)
+    local = tag if tag[:1] != "{" else local_name(tag)
     if local == "disk":
         for src in node.iterchildren("source"):  # the first
             # the source's attributes that are set, read at once (not asked for one by one), in
