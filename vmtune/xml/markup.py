@@ -157,6 +157,7 @@ class Source:
         self._root: Tok | None = None
         self._lines: list[int] = []
         self._kids: dict = {}  # node -> its children, which did not change
+        self._within: dict = {}  # a node's path -> its children's markup (``given``: its units, one by one)
 
     def watch(self, nodes: Iterable) -> None:
         """Keep lxml's text of each of ``nodes`` from before the first change in it."""
@@ -200,6 +201,7 @@ class Source:
     def rescan(self) -> None:
         """Read the text through: the nodes could not all be found by their lines."""
         self._root = scan(self.text)
+        self._within.clear()
 
     def kids_of(self, tok: Tok, olds: list) -> list:
         """The markup of an element's children ``olds`` (as given) in ``tok``; Unplaced where
@@ -217,18 +219,24 @@ class Source:
                 kids = self._kids[node] = list(node)  # not changed: as they are
         return kids
 
+    def _kids_at(self, path: tuple):
+        """The markup of the children (as given) of the node at ``path`` (child indexes from the root)."""
+        tok, node = self.markup(), self.tree
+        for index in path:
+            olds = self.given_kids(node)
+            tok, node = self.kids_of(tok, olds)[index], olds[index]
+        return tok.kids if tok.kids is not LAZY else self.kids_of(tok, self.given_kids(node))
+
     def given(self, path: tuple, tag: str, gap: bool = False) -> str | None:
         """The text of the node at ``path`` (child indexes from the root) as given, where it is an
         element ``tag`` (``gap``: with the whitespace before it); None where the markup does not
         line up."""
-        last = path[-1]
+        up, last = path[:-1], path[-1]
         for _ in range(2):
             try:
-                tok, node = self.markup(), self.tree
-                for index in path[:-1]:
-                    olds = self.given_kids(node)
-                    tok, node = self.kids_of(tok, olds)[index], olds[index]
-                kids = tok.kids if tok.kids is not LAZY else self.kids_of(tok, self.given_kids(node))
+                kids = self._within.get(up)
+                if kids is None:
+                    kids = self._within[up] = self._kids_at(up)
                 start = kids.start(last)
                 before = self.text[kids.end(last - 1):start] if gap else ""
                 given = self.text[start:kids.end(last)]

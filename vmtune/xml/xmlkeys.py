@@ -45,11 +45,11 @@ def ident_of(node) -> tuple:
     if local == "disk":
         for src in node.iterchildren("source"):  # the first
             # the source's attributes that are set, read at once (not asked for one by one), in
-            # SOURCE_ATTRS' order (a source has one or two: sorted only where two)
-            named = [(a, v) for a, v in src.items() if v and a in _SOURCE_RANK]
+            # SOURCE_ATTRS' order (a source has one or two: sorted only where two; a name holds no '=')
+            named = [f"{a}={v}" for a, v in src.items() if v and a in _SOURCE_RANK]
             if len(named) > 1:
                 named.sort(key=_source_rank)
-            return (tag, *[f"{a}={v}" for a, v in named])
+            return (tag, *named)
         return (tag,)
     if local == "interface":
         mac = next(node.iterchildren("mac"), None)
@@ -58,8 +58,8 @@ def ident_of(node) -> tuple:
     return (tag,) if keys is None else (tag, *[node.get(a) or "" for a in keys])
 
 
-def _source_rank(item: tuple) -> int:
-    return _SOURCE_RANK[item[0]]
+def _source_rank(named: str) -> int:
+    return _SOURCE_RANK[named.partition("=")[0]]
 
 
 def counted(parent) -> list:
