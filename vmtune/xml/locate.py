@@ -31,8 +31,10 @@ def _blank(text: str, lo: int, hi: int) -> bool:
 
 def raw_name(node) -> str:
     """An element's name as written (with its prefix)."""
-    local = etree.QName(node).localname if node.tag[:1] == "{" else node.tag
-    return f"{node.prefix}:{local}" if node.prefix else local
+    tag = node.tag
+    local = tag.rpartition("}")[2] if tag[:1] == "{" else tag  # (QName's localname, without making one)
+    prefix = node.prefix
+    return f"{prefix}:{local}" if prefix else local
 
 
 def root(text: str, starts: list[int], tree) -> tuple | None:
