@@ -67,7 +67,7 @@ def read(path: str, what: str) -> Named:
         raise InvalidInput(f"{what} {name} is not UTF-8") from None
 
 
-_local = threading.local()  # one parser a thread: lxml's parsers must not be shared between threads
+_local = threading.local()  # one parser a thread: lxml locks a parser's context, one parse at a time
 
 
 def _parser() -> etree.XMLParser:
