@@ -224,7 +224,10 @@ def _signals(tops: Children, args: list[str]) -> tuple[list[str], list[str], str
         if (table.get("type") or "").lower() in ("slic", "msdm"):
             strong.append(f"ACPI {table.get('type').upper()} table (Windows activation)")
     sysinfo = [_text(e) for info in tops.get("sysinfo", ()) for e in info.iter("entry")]  # sysinfo//entry
-    named = [s for s in sysinfo if WINDOWS_NAMED.search(s)] if sysinfo else []
+    # the strings one per line, each pattern searched once: a word of one string is one of the lines
+    # and no more (no string holds a line end, the patterns none, and \b sees one as an end)
+    lines = "\n".join(sysinfo)
+    named = [s for s in sysinfo if WINDOWS_NAMED.search(s)] if WINDOWS_NAMED.search(lines) else []
     if named:
         strong.append(f"SMBIOS string '{named[0]}'")
     for disk in tops.each("devices", "disk"):
@@ -246,7 +249,8 @@ def _signals(tops: Children, args: list[str]) -> tuple[list[str], list[str], str
     if smbios is not None and smbios.get("mode") == "host":
         weak.append("the host's SMBIOS")
     else:
-        board = next((m.group(0) for s in sysinfo if (m := BOARD_MAKERS.search(s))), None)
+        found = BOARD_MAKERS.search(lines)  # the first of the first string that names one
+        board = found.group(0) if found else None
         if board:
             weak.append(f"a real board's SMBIOS ({board})")
     return list(dict.fromkeys(strong)), weak, hidden
