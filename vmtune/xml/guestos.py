@@ -233,7 +233,7 @@ def _signals(tops: Children, args: list[str]) -> tuple[list[str], list[str], str
     for disk in tops.each("devices", "disk"):
         if disk.get("device") != "cdrom":
             continue
-        source = disk.find("source")
+        source = next(disk.iterchildren("source"), None)  # ``find("source")``, without ElementPath
         path = "" if source is None else source.get("file") or source.get("dev") or source.get("name") or ""
         base = path.rsplit("/", 1)[-1]
         if "virtio-win" in base.lower():
