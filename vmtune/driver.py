@@ -75,7 +75,9 @@ class Untuned:
         return {"changed": self.changed, "kept": list(self.kept), "xml": self.xml}
 
 
-def check_domain(dom: Domain, host: Host) -> str:
+def check_domain(dom: Domain, host: Host, tops: xmlsafe.Children | None = None) -> str:
+    """The domain's type, once it is a ``<domain>`` vmtune tunes on ``host`` whose values libvirt
+    takes (InvalidInput, Unsupported); ``tops``: its children, found already (validate.check)."""
     if dom.node.tag != "domain":
         raise InvalidInput(f"expected a libvirt <domain>, got <{dom.node.tag}>")
     virt = dom.type
@@ -85,7 +87,7 @@ def check_domain(dom: Domain, host: Host) -> str:
     if arch and arch not in native_arches(host):
         raise Unsupported(f"domain arch {arch} does not run natively on this {host.arch} host "
                           f"(it runs {', '.join(sorted(native_arches(host)))})")
-    validate.check(dom)  # what libvirt refuses, vmtune refuses (one line; vmtune's own bounds too)
+    validate.check(dom, tops)  # what libvirt refuses, vmtune refuses (one line; vmtune's own bounds too)
     return virt
 
 
@@ -149,7 +151,9 @@ def _prepare(
     config = config or config_mod.Config()
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
-    virt = check_domain(dom, host)
+    # one walk over <domain>'s children for the value checks and the guest OS reading
+    tops = xmlsafe.Children(root, validate.READ + guestos.READ)
+    virt = check_domain(dom, host, tops)
     name = profile or dom.tagged_profile or profiles.DEFAULT
     kept: tuple[str, ...] = ()
     warned: list[str] = []
@@ -169,6 +173,8 @@ def _prepare(
             warned.append(OLD_WARNING)
         if text is not None:
             source = markup.Source(text, root)  # told of each node before it changes
+        if given is not None:  # the record taken back: the children are the tree's as it is now
+            tops = xmlsafe.Children(root, guestos.READ)
     managed = managers.warning(dom)
     if managed:
         warned.append(managed)
@@ -181,7 +187,7 @@ def _prepare(
     reserved = host.reserved(config)
     wants = intent_mod.read(Domain(root), host, hand=start_over)
     placement = request_mod.place(prof, host, ledger, reserved, dom, config, wants)
-    guest, hidden = guestos.reading(Domain(root))  # as the user gave it, before any pass
+    guest, hidden = guestos.reading(Domain(root), tops)  # as the user gave it, before any pass
     return (root, PassContext(host, prof, placement, ledger, reserved, virt, force_virtio, wants, config, guest,
                               hidden),
             tuple(kept), tuple(warned), given, source)

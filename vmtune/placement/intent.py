@@ -101,7 +101,7 @@ def _pages(dom: Domain) -> tuple[bool, int | None]:
     hp = dom.find("memoryBacking/hugepages")
     if hp is None:
         return False, None
-    sizes = {units.to_kib(p.get("size"), p.get("unit")) for p in hp.findall("page") if p.get("size")}
+    sizes = {units.to_kib(p.get("size"), p.get("unit")) for p in hp.iterchildren("page") if p.get("size")}
     return True, (sizes.pop() if len(sizes) == 1 else None)
 
 

@@ -66,8 +66,9 @@ def _backs(host: Host, ledger: Ledger, split: list[tuple[int, int]], size: int, 
     need: dict[int, int] = {}
     for node, kib in split:
         need[node] = need.get(node, 0) + -(-kib // size)
-    for node, kib in _device_split(split, req, size):
-        need[node] = need.get(node, 0) + kib // size
+    if req.devices:  # most domains have no memory device
+        for node, kib in _device_split(split, req, size):
+            need[node] = need.get(node, 0) + kib // size
     for node, pages in need.items():
         if _pages_free(host, ledger, node, size) < pages:
             return False
@@ -163,8 +164,9 @@ def fit(host: Host, ledger: Ledger, nodes: tuple[int, ...], shares: list[int], r
         gone = kept.gone
     parts = _split_memory(req.memory_kib, shares, MIB)
     need = dict(zip(nodes, parts))
-    for node, kib in _device_split(list(zip(nodes, parts)), req, None):
-        need[node] += kib
+    if req.devices:
+        for node, kib in _device_split(list(zip(nodes, parts)), req, None):
+            need[node] += kib
     for node, kib in need.items():
         free = _normal_free(host, ledger, node)
         if free is not None and free < kib:

@@ -85,7 +85,7 @@ def build(profile, dom: Domain, config, spread: bool, near: dict, wants: intent_
             smt=config.smt.get(profile.name, profile.cpu_smt),
             hugepages=profile.memory_hugepages,
             spread=spread,
-            cell_when_single=bool(dom.cells) or dom.has_max_memory,
+            cell_when_single=dom.find("cpu/numa/cell") is not None or dom.has_max_memory,  # ``dom.cells``, not made
             emulator_with_vcpus=emulator_with_vcpus(dom.type, profile, wants),
             devices=tuple((dev.target_node or 0, dev.size_kib, dev.granule_kib) for dev in dom.memory_devices
                           if dev.model in MemoryDevice.RAM_MODELS and dev.pagesize_kib is None and dev.size_kib),

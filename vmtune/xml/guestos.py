@@ -157,7 +157,7 @@ def from_id(os_id: str) -> GuestOS | None:
 
 _COMMANDLINE, _ARG = f"{{{QEMU_NS}}}commandline", f"{{{QEMU_NS}}}arg"
 # the children of <domain> the reading looks below
-_READ = ("features", "clock", "os", "sysinfo", "devices", "cpu", _COMMANDLINE)
+READ = ("features", "clock", "os", "sysinfo", "devices", "cpu", _COMMANDLINE)
 
 
 def _qemu_args(tops: Children) -> list[str]:
@@ -173,7 +173,7 @@ def _cpu_args(args: list[str]) -> list[str]:
 def kvm_hidden(dom, args: list[str] | None = None) -> str | None:
     """How the domain hides KVM from its guest (then no KVM hint reaches it), or None (``args``:
     its ``<qemu:commandline>`` arguments, where they were read already)."""
-    return _hidden(Children(dom.node, _READ), args)
+    return _hidden(Children(dom.node, READ), args)
 
 
 def _hidden(tops: Children, args: list[str] | None) -> str | None:
@@ -197,7 +197,7 @@ def _text(el) -> str:
 def windows_signals(dom, args: list[str]) -> tuple[list[str], list[str]]:
     """(strong, weak): the signs of Windows in the domain, each as a person would name it (``args``:
     its ``<qemu:commandline>`` arguments)."""
-    return _signals(Children(dom.node, _READ), args)[:2]
+    return _signals(Children(dom.node, READ), args)[:2]
 
 
 def _signals(tops: Children, args: list[str]) -> tuple[list[str], list[str], str | None]:
@@ -224,13 +224,16 @@ def _signals(tops: Children, args: list[str]) -> tuple[list[str], list[str], str
         if (table.get("type") or "").lower() in ("slic", "msdm"):
             strong.append(f"ACPI {table.get('type').upper()} table (Windows activation)")
     sysinfo = [_text(e) for info in tops.get("sysinfo", ()) for e in info.iter("entry")]  # sysinfo//entry
-    named = [s for s in sysinfo if WINDOWS_NAMED.search(s)] if sysinfo else []
+    # the strings one per line, each pattern searched once: a word of one string is one of the lines
+    # and no more (no string holds a line end, the patterns none, and \b sees one as an end)
+    lines = "\n".join(sysinfo)
+    named = [s for s in sysinfo if WINDOWS_NAMED.search(s)] if WINDOWS_NAMED.search(lines) else []
     if named:
         strong.append(f"SMBIOS string '{named[0]}'")
     for disk in tops.each("devices", "disk"):
         if disk.get("device") != "cdrom":
             continue
-        source = disk.find("source")
+        source = next(disk.iterchildren("source"), None)  # ``find("source")``, without ElementPath
         path = "" if source is None else source.get("file") or source.get("dev") or source.get("name") or ""
         base = path.rsplit("/", 1)[-1]
         if "virtio-win" in base.lower():
@@ -246,7 +249,8 @@ def _signals(tops: Children, args: list[str]) -> tuple[list[str], list[str], str
     if smbios is not None and smbios.get("mode") == "host":
         weak.append("the host's SMBIOS")
     else:
-        board = next((m.group(0) for s in sysinfo if (m := BOARD_MAKERS.search(s))), None)
+        found = BOARD_MAKERS.search(lines)  # the first of the first string that names one
+        board = found.group(0) if found else None
         if board:
             weak.append(f"a real board's SMBIOS ({board})")
     return list(dict.fromkeys(strong)), weak, hidden
@@ -257,11 +261,13 @@ def read(dom) -> GuestOS:
     return reading(dom)[0]
 
 
-def reading(dom) -> tuple[GuestOS, str | None]:
+def reading(dom, tops: Children | None = None) -> tuple[GuestOS, str | None]:
     """``read``, and ``kvm_hidden`` of ``dom``: Windows' signals read it, and the passes want it too
-    (the driver reads both once, on the domain as given: ``hidden``)."""
+    (the driver reads both once, on the domain as given: ``hidden``). ``tops``: its children of at
+    least ``READ``, where a reader of more found them already."""
     found = from_id(dom.os_id or "")
-    tops = Children(dom.node, _READ)  # the dozen paths below read from one walk over <domain>'s children
+    if tops is None:
+        tops = Children(dom.node, READ)  # the dozen paths below read from one walk over <domain>'s children
     args = _qemu_args(tops)
     if found is not None and found.windows:
         return found, _hidden(tops, args)

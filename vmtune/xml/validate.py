@@ -179,12 +179,14 @@ def check_counts(dom: Domain) -> None:
 
 
 # the children of <domain> the checks read
-_READ = ("vcpu", "iothreads", "iothreadids", "cputune", "cpu", "memory", "currentMemory", "memoryBacking", "numatune")
+READ = ("vcpu", "iothreads", "iothreadids", "cputune", "cpu", "memory", "currentMemory", "memoryBacking", "numatune")
 
 
-def check(dom: Domain) -> None:
-    """InvalidInput (one line) for the first value of ``dom`` that libvirt refuses, of those vmtune reads."""
-    tops = Children(dom.node, _READ)
+def check(dom: Domain, tops: Children | None = None) -> None:
+    """InvalidInput (one line) for the first value of ``dom`` that libvirt refuses, of those vmtune
+    reads (``tops``: its children of at least ``READ``, where a reader of more found them already)."""
+    if tops is None:
+        tops = Children(dom.node, READ)
     vcpus = _vcpu(tops)
     ids = _iothreads(dom, tops)
     _cputune(tops, ids)

@@ -139,9 +139,10 @@ class Children(dict):
     def __init__(self, el, tags: tuple[str, ...]):
         super().__init__()
         for child in el.iterchildren(*tags):  # lxml matches the tags in C: only those are read
-            found = self.get(child.tag)
+            tag = child.tag  # made anew at each read of it
+            found = self.get(tag)
             if found is None:
-                self[child.tag] = [child]
+                self[tag] = [child]
             else:
                 found.append(child)
 
