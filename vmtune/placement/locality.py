@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..host import Host
 from ..host.devices import BLOCK, MDEV, NET, PCI, PCI_FIELDS, PCI_LIMITS, Location, pci_address
-from ..xml.model import Domain
+from ..xml.model import Disk, Domain, Hostdev, Interface
 
 
 @dataclass(frozen=True)
@@ -79,61 +79,57 @@ def uses(dom: Domain, backing: bool = True) -> tuple[Use, ...]:
     nics: list[Use] = []
     disks: list[Use] = []
     # one walk over <devices> for the three kinds (lxml matches the tags in C), each kind's found in
-    # document order; the type is read off the element first, for most devices count for nothing
-    for dev in (el for devices in dom.node.iterchildren("devices")
-                for el in devices.iterchildren("hostdev", "interface", "disk")):
-        tag, kind = dev.tag, dev.get("type")
-        if tag == "hostdev":
-            _hostdev(dev, kind, hostdevs)
-        elif tag == "interface":
+    # document order; a NIC's or a disk's type is read first, for most of them count for nothing
+    for el in (el for devices in dom.node.iterchildren("devices")
+               for el in devices.iterchildren(Hostdev.TAG, Interface.TAG, Disk.TAG)):
+        tag = el.tag
+        if tag == Hostdev.TAG:
+            _hostdev(Hostdev(el), hostdevs)
+        elif tag == Interface.TAG:
+            kind = Interface.type.raw(el)
             if kind == "hostdev" or (backing and kind in ("direct", "bridge")):
-                _interface(dev, kind, nics)
-        elif kind == "nvme" or (backing and kind == "block"):
-            _disk(dev, kind, disks)
+                _interface(Interface(el), kind, nics)
+        else:
+            kind = Disk.type.raw(el)
+            if kind == Disk.TYPE_NVME or (backing and kind == "block"):
+                _disk(Disk(el), kind, disks)
     return tuple(hostdevs + nics + disks)
 
 
-def _source_address(dev):
-    """A device's ``<source><address>`` (the first of each), or None (model's ``source_address``)."""
-    source = next(dev.iterchildren("source"), None)
-    return None if source is None else next(source.iterchildren("address"), None)
-
-
-def _hostdev(dev, kind: str | None, out: list[Use]) -> None:
+def _hostdev(dev: Hostdev, out: list[Use]) -> None:
     """The Use of a ``<hostdev>`` (a PCI device, an mdev), if it names one, onto ``out``."""
-    if dev.get("mode") not in (None, "subsystem"):
+    if dev.mode not in (None, "subsystem"):
         return
-    if kind == "pci":
-        addr = _pci(_source_address(dev))
+    if dev.type == "pci":
+        addr = _pci(dev.source_address)
         if addr:
             out.append(Use(PCI, addr, True, f"hostdev {addr}"))
-    elif kind == "mdev":
-        source = _source_address(dev)
+    elif dev.type == "mdev":
+        source = dev.source_address
         uuid = (source.get("uuid") or "").strip().lower() if source is not None else ""
         if uuid:
             out.append(Use(MDEV, uuid, True, f"mdev {uuid}"))
 
 
-def _interface(nic, kind: str, out: list[Use]) -> None:
+def _interface(nic: Interface, kind: str, out: list[Use]) -> None:
     """The Use of an ``<interface>`` of type hostdev, direct or bridge, if it names one, onto ``out``."""
-    source = next(nic.iterchildren("source"), None)
     if kind == "hostdev":
-        address = None if source is None else next(source.iterchildren("address"), None)
-        addr = _pci(address) if address is not None and address.get("type", "pci") == "pci" else None
+        source = nic.source_address
+        addr = _pci(source) if source is not None and source.get("type", "pci") == "pci" else None
         if addr:
             out.append(Use(PCI, addr, True, f"interface hostdev {addr}"))
     else:
+        source = nic.source
         name = (source.get("dev" if kind == "direct" else "bridge") or "").strip() if source is not None else ""
         if name:
             out.append(Use(NET, name, False, f"interface direct {name}" if kind == "direct" else f"bridge {name}"))
 
 
-def _disk(disk, kind: str, out: list[Use]) -> None:
+def _disk(disk: Disk, kind: str, out: list[Use]) -> None:
     """The Use of a ``<disk>`` of type nvme or block, if it names one, onto ``out``."""
-    source = next(disk.iterchildren("source"), None)
-    if kind == "nvme":
-        address = None if source is None else next(source.iterchildren("address"), None)
-        addr = _pci(address) if source is not None and source.get("type", "pci") == "pci" else None
+    source = disk.source
+    if kind == Disk.TYPE_NVME:
+        addr = _pci(disk.source_address) if source is not None and source.get("type", "pci") == "pci" else None
         if addr:
             out.append(Use(PCI, addr, True, f"disk nvme {addr}"))
     elif source is not None:
