@@ -75,7 +75,7 @@ class Untuned:
         return {"changed": self.changed, "kept": list(self.kept), "xml": self.xml}
 
 
-def check_domain(dom: Domain, host: Host, tops: xmlsafe.Children | None = None) -> str:
+def check_domain(dom: Domain, host: Host, tops: xmltext.Children | None = None) -> str:
     """The domain's type, once it is a ``<domain>`` vmtune tunes on ``host`` whose values libvirt
     takes (InvalidInput, Unsupported); ``tops``: its children, found already (validate.check)."""
     if dom.node.tag != "domain":
@@ -152,7 +152,7 @@ def _prepare(
     root = xmlsafe.parse(xml, "domain XML")
     dom = Domain(root)
     # one walk over <domain>'s children for the value checks and the guest OS reading
-    tops = xmlsafe.Children(root, validate.READ + guestos.READ)
+    tops = xmltext.Children(root, validate.READ + guestos.READ)
     virt = check_domain(dom, host, tops)
     name = profile or dom.tagged_profile or profiles.DEFAULT
     kept: tuple[str, ...] = ()
@@ -174,7 +174,7 @@ def _prepare(
         if text is not None:
             source = markup.Source(text, root)  # told of each node before it changes
         if given is not None:  # the record taken back: the children are the tree's as it is now
-            tops = xmlsafe.Children(root, guestos.READ)
+            tops = xmltext.Children(root, guestos.READ)
     managed = managers.warning(dom)
     if managed:
         warned.append(managed)

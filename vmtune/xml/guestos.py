@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from .xmlsafe import Children
-from .xmltext import text
+from .xmltext import Children, text
 
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 WEAK = 2  # how many weak signals make a Windows guest
@@ -273,24 +272,18 @@ def reading(dom, tops: Children | None = None) -> tuple[GuestOS, str | None]:
         return found, _hidden(tops, args)
     strong, weak, hidden = _signals(tops, args)
     if found is not None:
-        return _outranking(found, strong + weak), hidden
+        return replace(found, outranked=tuple(strong + weak)), hidden
     if tops.first("os", "kernel") is not None:
         kernel = GuestOS(Family.LINUX, ("direct kernel boot (<os><kernel>)",), Strength.STRONG, "Linux", True)
-        return _outranking(kernel, strong + weak), hidden
+        return replace(kernel, outranked=tuple(strong + weak)), hidden
     if any("isa-applesmc" in value for value in args):
         smc = GuestOS(Family.OTHER, ("QEMU's isa-applesmc device (macOS's SMC)",), Strength.STRONG, "macOS", None)
-        return _outranking(smc, strong + weak), hidden
+        return replace(smc, outranked=tuple(strong + weak)), hidden
     if strong:
         return GuestOS(Family.WINDOWS, tuple(strong + weak), Strength.STRONG, "Windows", False), hidden
     if len(weak) >= WEAK:
         return GuestOS(Family.WINDOWS, tuple(weak), Strength.WEAK, "Windows", False), hidden
     return GuestOS(Family.UNKNOWN, tuple(weak)), hidden
-
-
-def _outranking(found: GuestOS, signals: list[str]) -> GuestOS:
-    """``found`` with Windows' ``signals`` it outranks: ``dataclasses.replace``, written out (a
-    third of the time: replace reads the class's fields each call)."""
-    return GuestOS(found.family, found.evidence, found.strength, found.name, found.virtio, tuple(signals))
 
 
 def of(ctx, dom) -> GuestOS:

@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput
 from .units import SCALE
-from .xmlsafe import Children
-from .xmltext import text as _text
+from .xmltext import Children, text as _text
 
 if TYPE_CHECKING:  # the hook's bounds import the limits below without the model
     from .model import Domain

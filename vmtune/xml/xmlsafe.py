@@ -5,9 +5,6 @@
 from. Wherever that text goes in the library (a domain, a claim, capabilities), ``parse``'s errors
 then name the file (``domain XML dom.xml is not well-formed: ..., line 3, column 7``) and not
 lxml's ``<string>``. A plain string gives the same message without a file name.
-
-``Children`` looks up a parsed element's children once, for a reader of many paths below it (the
-value checks, the guest OS reading).
 """
 
 from __future__ import annotations
@@ -15,12 +12,10 @@ from __future__ import annotations
 import re
 import sys
 import threading
-from collections.abc import Iterator
 
 from lxml import etree
 
 from ..errors import InvalidInput
-from . import xmltext
 
 MAX_BYTES = 8 * 1024 * 1024  # a domain with every device libvirt knows is well under 1 MiB
 # the one DOCTYPE accepted: a bare <!DOCTYPE name>, no internal subset, no SYSTEM or PUBLIC id
@@ -129,39 +124,3 @@ def _bare(info) -> bool:
     declared = dtd is not None and (any(True for _ in dtd.iterentities()) or bool(dtd.elements()))
     return not (declared or info.system_url or info.public_id or info.externalDTD is not None)
 
-
-class Children(dict):
-    """An element's children of ``tags`` by tag, each tag's in document order: one walk over them
-    for the many lookups a reader makes below one element (the checks read a dozen paths of
-    ``<domain>``, most of which a domain lacks). ``first`` and ``each`` are ``xmltext.find`` and
-    ``xmltext.each`` of a path whose first step is one of ``tags``; any other tag finds nothing."""
-
-    def __init__(self, el, tags: tuple[str, ...]):
-        super().__init__()
-        for child in el.iterchildren(*tags):  # lxml matches the tags in C: only those are read
-            tag = child.tag  # made anew at each read of it
-            found = self.get(tag)
-            if found is None:
-                self[tag] = [child]
-            else:
-                found.append(child)
-
-    def first(self, tag: str, path: str = ""):
-        """The first ``tag/path`` in document order (``path`` "": the first ``tag``), or None."""
-        found = self.get(tag)
-        if found is None or not path:
-            return None if found is None else found[0]
-        for parent in found:
-            el = xmltext.find(parent, path)
-            if el is not None:
-                return el
-        return None
-
-    def each(self, tag: str, path: str) -> Iterator:
-        """Every ``tag/path``, in document order."""
-        found = self.get(tag)
-        if found is None:
-            return iter(())
-        if len(found) == 1:  # one <devices>, one <cputune>: its own, without a generator around it
-            return xmltext.each(found[0], path)
-        return (el for parent in found for el in xmltext.each(parent, path))

@@ -13,6 +13,7 @@ keeps the text after a comment in the comment's ``tail``, so ``el.text`` alone i
     drop_layout(root)     drop whitespace-only text beside child nodes (what the parser drops)
     find(el, path)        ``el.find(path)``, in C where the path is plain tag steps
     each(el, path)        ``el.iterfind(path)``, the same way
+    Children(el, tags)    el's children of those tags, found once, for many lookups below them
 """
 
 from __future__ import annotations
@@ -216,3 +217,40 @@ def _each(el, steps: tuple[str, ...], i: int) -> Iterator[etree._Element]:
         return
     for child in el.iterchildren(steps[i]):
         yield from _each(child, steps, i + 1)
+
+
+class Children(dict):
+    """An element's children of ``tags`` by tag, each tag's in document order: one walk over them
+    for the many lookups a reader makes below one element (the checks read a dozen paths of
+    ``<domain>``, most of which a domain lacks). ``first`` and ``each`` are ``xmltext.find`` and
+    ``xmltext.each`` of a path whose first step is one of ``tags``; any other tag finds nothing."""
+
+    def __init__(self, el, tags: tuple[str, ...]):
+        super().__init__()
+        for child in el.iterchildren(*tags):  # lxml matches the tags in C: only those are read
+            tag = child.tag  # made anew at each read of it
+            found = self.get(tag)
+            if found is None:
+                self[tag] = [child]
+            else:
+                found.append(child)
+
+    def first(self, tag: str, path: str = ""):
+        """The first ``tag/path`` in document order (``path`` "": the first ``tag``), or None."""
+        found = self.get(tag)
+        if found is None or not path:
+            return None if found is None else found[0]
+        for parent in found:
+            el = find(parent, path)
+            if el is not None:
+                return el
+        return None
+
+    def each(self, tag: str, path: str) -> Iterator:
+        """Every ``tag/path``, in document order."""
+        found = self.get(tag)
+        if found is None:
+            return iter(())
+        if len(found) == 1:  # one <devices>, one <cputune>: its own, without a generator around it
+            return each(found[0], path)
+        return (el for parent in found for el in each(parent, path))
