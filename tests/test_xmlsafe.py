@@ -40,13 +40,3 @@ def test_utf16_hides_no_declaration(doctype):
         xmlsafe.parse(data)
     assert xmlsafe.parse(f"<?xml version='1.0' encoding='UTF-16'?><!DOCTYPE d>{DOMAIN}".encode("utf-16")).tag == "domain"
 
-
-def test_a_parse_after_a_refused_one_starts_afresh():
-    """The parser is made once a thread and reused: what one parse met (its error, its line) is not
-    the next one's."""
-    with pytest.raises(InvalidInput, match="line 1"):
-        xmlsafe.parse("<domain><name>a</domain>")
-    assert xmlsafe.parse(DOMAIN).findtext("name") == "d"
-    with pytest.raises(InvalidInput, match="line 3"):
-        xmlsafe.parse("<domain>\n<name>b</name>\n<x></domain>")
-
